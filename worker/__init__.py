@@ -1,0 +1,1 @@
+"""genworker's worker package: the job contract, catalog, queue, stores, encoder and daemon."""

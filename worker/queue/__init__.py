@@ -1,0 +1,1 @@
+"""Job queue: one protocol (``base.JobQueue``), two backends (Redis Streams, SQLite)."""

@@ -1,0 +1,196 @@
+"""The queue protocol: the one contract between the API tier and the workers.
+
+Two backends implement it (``redis_backend.RedisQueue``, ``sqlite_backend.SqliteQueue``) and one
+contract test suite runs against both. The queue is the only writer of a record's ``status``.
+
+Rules every backend keeps:
+- **Leases, not timeouts.** ``claim`` grants a lease of ``lease_ttl_s``; ``renew`` extends it (called
+  from a heartbeat thread the GPU loop cannot block). Only a lapsed lease makes a job deliverable again.
+- **Fencing.** Each claim increments ``attempt``. ``renew``, ``progress``, ``finish``, ``retry`` and
+  ``release`` take the ``Claim`` and are refused (return False) unless its attempt is the current one
+  and the job is still ``running``. A stale attempt can never overwrite a newer one.
+- **Every outcome is acknowledged.** Success, failure, cancel, dead letter: nothing stays ``running``.
+- **Events.** Every status change appends an ``Event`` (in order per job) to the events log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from worker.contract import Artifact, ErrorInfo, GenerationRecord, Money, PromptExtension, Stage, Status, Usage
+
+__all__ = [
+    "Claim",
+    "EnqueueResult",
+    "Event",
+    "IdempotencyConflict",
+    "JobQueue",
+    "Outcome",
+    "UnknownJob",
+    "WorkerHeartbeat",
+]
+
+
+class UnknownJob(KeyError):
+    """No record with this id."""
+
+
+class IdempotencyConflict(ValueError):
+    """The idempotency key was used before with a different request body."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"idempotency key already used for generation {job_id} with a different body")
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on one attempt of one job. Pass it back to every fenced call."""
+
+    job_id: str
+    model: str
+    attempt: int
+    record: GenerationRecord
+    # Backend bookkeeping (stream entry id, consumer name, lease token); opaque to callers.
+    token: str = ""
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    record: GenerationRecord
+    replayed: bool  # True when an earlier request with the same idempotency key created it
+
+
+class Outcome(BaseModel):
+    """What a worker reports when an attempt ends (``finish``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal[Status.succeeded, Status.failed, Status.canceled]
+    artifacts: list[Artifact] = Field(default_factory=list)
+    usage: Usage | None = None
+    price: Money | None = None
+    actual_prompt: str | None = None
+    prompt_extension: PromptExtension | None = None
+    error: ErrorInfo | None = None
+
+
+class Event(BaseModel):
+    """One status change, appended to the events log."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    status: Status
+    attempt: int
+    at: datetime
+    reason: str | None = None
+    id: str = ""  # backend position (stream id / row id), for resuming a read
+
+
+class WorkerHeartbeat(BaseModel):
+    """A live worker, as it reports itself every few seconds (kept with a TTL)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    worker_id: str
+    hosted_models: list[str]
+    loaded_models: list[str] = Field(default_factory=list)
+    current_job: str | None = None
+    ready: bool = False
+    at: datetime | None = None
+
+
+class JobQueue(Protocol):
+    # ----------------------------------------------------------------------------- API side
+    def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> EnqueueResult:
+        """Store a new ``queued`` record and make it claimable, atomically.
+
+        With an idempotency key (scoped to ``record.project``, kept 24 h): the same key and hash return
+        the original record with ``replayed=True``; the same key with another hash raises
+        ``IdempotencyConflict``; concurrent calls with one key create exactly one job.
+        """
+        ...
+
+    def get(self, job_id: str) -> GenerationRecord | None: ...
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """The project's records, newest first, and a cursor for the next page (None at the end)."""
+        ...
+
+    def cancel(self, job_id: str) -> GenerationRecord:
+        """Queued: ends ``canceled`` now. Running: sets the durable cancel flag the worker polls.
+        Terminal: returns the record unchanged (the caller decides on 409). Raises ``UnknownJob``."""
+        ...
+
+    def depth(self, model: str) -> int:
+        """Jobs of this model waiting to be claimed."""
+        ...
+
+    def position(self, job_id: str) -> int | None:
+        """0-based place in its model's queue while queued, else None."""
+        ...
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        """Workers whose heartbeat has not expired."""
+        ...
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]: ...
+
+    # ----------------------------------------------------------------------------- worker side
+    def claim(
+        self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
+    ) -> Claim | None:
+        """Take the next job of one of ``models`` (``running``, attempt+1, lease granted).
+
+        ``prefer`` lists models already loaded: they are tried first, but a model waiting longer than
+        the others is served so no model starves. Entries whose payload is unreadable are
+        dead-lettered with a reason and acknowledged, never returned. Lapsed leases of other workers
+        are reclaimed here as well. Waits up to ``block_s`` for work.
+        """
+        ...
+
+    def renew(self, claim: Claim) -> bool:
+        """Extend the lease. False: the claim is stale (re-delivered or finished) and must stop."""
+        ...
+
+    def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        """Record stage/progress (fenced). False when the claim is stale."""
+        ...
+
+    def cancel_requested(self, job_id: str) -> bool: ...
+
+    def finish(self, claim: Claim, outcome: Outcome) -> bool:
+        """End the attempt with a terminal status (fenced) and acknowledge it."""
+        ...
+
+    def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
+        """A transient failure: re-queue after ``delay_s``, or fail and dead-letter when the attempts
+        are used up (keeping ``error``). Fenced."""
+        ...
+
+    def release(self, claim: Claim) -> bool:
+        """Give the job back for immediate re-delivery (worker draining). Fenced."""
+        ...
+
+    def reclaim_expired(self) -> int:
+        """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them."""
+        ...
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None: ...
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, str]]:
+        """Dead-lettered entries, oldest first, each with at least ``job_id`` (when known) and ``reason``."""
+        ...
+
+    def close(self) -> None: ...
+

@@ -1,0 +1,1 @@
+"""Artifact stores: one protocol (``base.ArtifactStore``), two backends (S3-compatible, local dir)."""
