@@ -1,0 +1,48 @@
+"""The artifact store protocol: where encoded artifacts live and how clients reach them.
+
+Two backends (``s3.S3Store``, ``local.LocalStore``), one shared test suite. The record keeps object
+keys and metadata, never URLs: the API calls ``sign_url`` on every read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["ArtifactStore", "SignedUrl", "StoredObject", "artifact_key"]
+
+
+def artifact_key(job_id: str, attempt: int, filename: str) -> str:
+    """``generations/<id>/<attempt>/<filename>``: retries never clobber an earlier attempt's objects."""
+    return f"generations/{job_id}/{attempt}/{filename}"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    bytes: int
+    sha256: str
+    content_type: str
+
+
+@dataclass(frozen=True)
+class SignedUrl:
+    url: str
+    expires_at: datetime
+
+
+class ArtifactStore(Protocol):
+    def put_file(self, key: str, path: Path, *, content_type: str, sha256: str | None = None) -> StoredObject:
+        """Upload ``path`` under ``key`` (multipart when large, bounded memory); verify the checksum.
+        Transient trouble raises ``TransientError(upload_failed)`` after the store's own retries."""
+        ...
+
+    def sign_url(self, key: str, *, ttl_s: int | None = None) -> SignedUrl:
+        """A fresh short-lived download URL for ``key`` (configured TTL when ``ttl_s`` is None)."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None: ...
