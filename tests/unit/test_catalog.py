@@ -1,0 +1,121 @@
+"""Catalog loading: the shipped file is valid, and bad files fail naming file, entry and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from worker.catalog import CatalogError, load_catalog
+
+SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
+REQUIRED_MODELS = {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "ltx-2", "tiny-wan", "tiny-ltx2"}
+
+
+def test_shipped_catalog_loads_with_required_models() -> None:
+    catalog = load_catalog(SHIPPED)
+    assert set(catalog.models) >= REQUIRED_MODELS
+    for spec in catalog.models.values():
+        assert "text_to_video" in spec.modes
+        assert "standard" in spec.modes["text_to_video"].variants
+
+
+def test_tiny_models_cover_the_test_grid() -> None:
+    catalog = load_catalog(SHIPPED)
+    for model_id in ("tiny-wan", "tiny-ltx2"):
+        spec = catalog.models[model_id]
+        assert spec.tiny
+        assert set(spec.resolutions) == {"144p", "240p"}
+        assert set(spec.ratios) == {"16:9", "9:16", "1:1", "4:3", "3:4"}
+        assert spec.durations == [1, 2, 3, 4, 5]
+    assert not catalog.models["tiny-wan"].audio
+    assert catalog.models["tiny-ltx2"].audio
+
+
+def test_wan_has_no_audio_and_ltx2_does() -> None:
+    catalog = load_catalog(SHIPPED)
+    for spec in catalog.models.values():
+        assert spec.audio == (spec.family == "ltx2")
+
+
+def _write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _one_model() -> dict[str, Any]:
+    raw = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    entry = next(m for m in raw["models"] if m["id"] == "tiny-wan")
+    return {"models": [entry]}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda m: m.update(fps=0), "fps"),
+        (lambda m: m.update(fps="fast"), "fps"),
+        (lambda m: m.update(family="sora"), "family"),
+        (lambda m: m.update(adapter="not a path"), "adapter"),
+        (lambda m: m["frame_rule"].update(multiple=0), "frame_rule.multiple"),
+        (lambda m: m.update(unexpected=1), "unexpected"),
+        (lambda m: m["rates"]["per_second"].update({"144p": "-1"}), "rates.per_second.144p"),
+        (
+            lambda m: m["modes"]["text_to_video"]["variants"]["standard"].update(steps=0),
+            "modes.text_to_video.variants.standard.steps",
+        ),
+        (lambda m: m["prompt_extend"].pop("llm"), "prompt_extend"),
+    ],
+)
+def test_bad_field_names_file_entry_and_field(tmp_path: Path, mutate: Any, field: str) -> None:
+    data = _one_model()
+    mutate(data["models"][0])
+    path = _write(tmp_path, data)
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "'tiny-wan'" in message
+    assert f"'{field}'" in message
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda m: m.update(resolutions=["144p", "2160p"]), "2160p"),
+        (lambda m: m.update(ratios=["16:9", "21:9"]), "21:9"),
+        (lambda m: m["rates"]["per_second"].pop("240p"), "240p"),
+        (lambda m: m["defaults"].update(audio=True), "audio"),
+        (lambda m: m["defaults"].update(duration_seconds=9), "duration_seconds"),
+    ],
+)
+def test_inconsistent_entry_is_refused(tmp_path: Path, mutate: Any, fragment: str) -> None:
+    data = _one_model()
+    mutate(data["models"][0])
+    with pytest.raises(CatalogError) as info:
+        load_catalog(_write(tmp_path, data))
+    assert fragment in str(info.value)
+    assert "'tiny-wan'" in str(info.value)
+
+
+def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
+    data = _one_model()
+    data["models"].append(dict(data["models"][0]))
+    with pytest.raises(CatalogError, match="duplicate"):
+        load_catalog(_write(tmp_path, data))
+
+
+@pytest.mark.parametrize("content", ["models: 3", "[1, 2]", "models: [", "stray: 1\nmodels: []"])
+def test_malformed_files_are_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="cannot read"):
+        load_catalog(tmp_path / "nope.yaml")
