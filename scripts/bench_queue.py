@@ -1,0 +1,196 @@
+"""Queue benchmark: enqueue rate and claim→finish round trip (p50/p99) on a loopback redis-server
+this script starts, next to ``redis-benchmark -t xadd`` measured in the same run, the Redis commands
+one job costs (``INFO commandstats`` delta; the capacity plan needs it), and the SQLite backend.
+
+``run(quick)`` returns plain JSON-able dicts; ``python scripts/bench_queue.py [--quick]`` prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from worker.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from worker.queue.base import JobQueue, Outcome  # noqa: E402
+from worker.queue.entries import encode_payload  # noqa: E402
+from worker.queue.redis_backend import RedisQueue  # noqa: E402
+from worker.queue.sqlite_backend import SqliteQueue  # noqa: E402
+
+MODEL = "bench-model"
+
+
+def _record() -> GenerationRecord:
+    return GenerationRecord(
+        id=f"gen_{uuid.uuid4().hex}",
+        project="bench",
+        model=MODEL,
+        mode="text_to_video",
+        variant="standard",
+        parameters=RecordParameters(resolution="480p", duration_seconds=5, ratio="16:9"),
+        input=RecordInput(prompt="a lighthouse in a storm, waves crashing, cinematic"),
+        price_hold=Money(amount="0.50"),
+    )
+
+
+def _percentiles_ms(samples_s: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_s)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p99_ms": round(p99 * 1000, 3)}
+
+
+def _measure_queue(q: JobQueue, n: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    for _ in range(n):
+        q.enqueue(_record())
+    enqueue_s = time.perf_counter() - started
+    round_trips: list[float] = []
+    done = Outcome(status=Status.succeeded)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        claim = q.claim("bench-worker", [MODEL])
+        assert claim is not None
+        assert q.finish(claim, done)
+        round_trips.append(time.perf_counter() - t0)
+    return {"jobs": n, "enqueue_per_s": round(n / enqueue_s, 1), "claim_finish": _percentiles_ms(round_trips)}
+
+
+def _start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+        args += ["--save", "", "--appendonly", "no", "--logfile", str(directory / "redis.log")]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = redis.Redis(port=port)
+        for _ in range(500):
+            if proc.poll() is not None:
+                break
+            try:
+                probe.ping()
+                return proc, port
+            except redis.ConnectionError:
+                time.sleep(0.01)
+        proc.terminate()
+        proc.wait()
+    raise RuntimeError("redis-server did not start")
+
+
+def _redis_benchmark_xadd(port: int, n: int, clients: int) -> dict[str, Any]:
+    # redis-benchmark 7.0 has no built-in ``-t xadd`` test (it prints only the CSV header): the XADD
+    # is given explicitly, with a payload the size of a real job entry (no quotes: they break its CSV).
+    payload = "x" * len(encode_payload(f"gen_{uuid.uuid4().hex}", MODEL))
+    command = ["XADD", "benchstream", "*", "payload", payload]
+    out = subprocess.run(
+        ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n", str(n), "-c", str(clients), "--csv", *command],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    row = rows[0]
+    return {
+        "clients": clients,
+        "requests": n,
+        "rps": float(row["rps"]),
+        "p50_ms": float(row.get("p50_latency_ms", "nan")),
+        "p99_ms": float(row.get("p99_latency_ms", "nan")),
+    }
+
+
+class _CountingRedis(redis.Redis):
+    """A real client that counts the commands it sends (a pipeline counts once: one round trip)."""
+
+    sent = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent += 1
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        self.sent += 1
+        return super().pipeline(transaction, shard_hint)
+
+
+def _commands_per_job(port: int, n: int) -> dict[str, Any]:
+    """Commands Redis executed per job (enqueue + claim + finish, one worker, no waiting)."""
+    client = _CountingRedis(port=port, decode_responses=True)
+    q = RedisQueue(client, lease_ttl_s=30)
+    q.enqueue(_record())  # warm-up: script loading and group creation are not per job
+    warm = q.claim("bench-worker", [MODEL])
+    assert warm is not None and q.finish(warm, Outcome(status=Status.succeeded))
+    before = client.info("commandstats")
+    client.sent = 0
+    done = Outcome(status=Status.succeeded)
+    for _ in range(n):
+        q.enqueue(_record())
+        claim = q.claim("bench-worker", [MODEL])
+        assert claim is not None and q.finish(claim, done)
+    round_trips = client.sent
+    after = client.info("commandstats")
+    per_command = {}
+    for name, stats in after.items():
+        delta = stats["calls"] - before.get(name, {}).get("calls", 0)
+        if delta:
+            per_command[name.removeprefix("cmdstat_")] = round(delta / n, 2)
+    per_command.pop("info", None)
+    client.close()
+    return {
+        "jobs": n,
+        "client_round_trips_per_job": round(round_trips / n, 2),
+        "server_commands_per_job": round(sum(per_command.values()), 2),
+        "by_command": dict(sorted(per_command.items(), key=lambda kv: -kv[1])),
+        "note": "commandstats counts commands run inside Lua scripts too; evalsha is the script call itself",
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    n = 200 if quick else 2000
+    if shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None:
+        return {"error": "redis-server and redis-benchmark are needed (Debian: redis-server redis-tools)"}
+    result: dict[str, Any] = {"jobs": n}
+    with tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
+        proc, port = _start_redis(Path(tmp))
+        try:
+            client = redis.Redis(port=port, decode_responses=True)
+            result["redis_benchmark_xadd"] = [
+                _redis_benchmark_xadd(port, n * 10, 1),
+                _redis_benchmark_xadd(port, n * 10, 50),
+            ]
+            client.flushall()
+            q = RedisQueue(client, lease_ttl_s=30)
+            result["redis_queue"] = _measure_queue(q, n)
+            client.flushall()
+            result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
+            rps = result["redis_queue"]["enqueue_per_s"]
+            result["enqueue_vs_xadd_1_client"] = round(rps / result["redis_benchmark_xadd"][0]["rps"], 3)
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        result["sqlite_durable"] = _measure_queue(SqliteQueue(Path(tmp) / "durable.db", durable=True), n // 2)
+        result["sqlite_normal"] = _measure_queue(SqliteQueue(Path(tmp) / "normal.db", durable=False), n // 2)
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    print(json.dumps(run(quick=parser.parse_args().quick), indent=2))

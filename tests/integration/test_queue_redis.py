@@ -1,0 +1,111 @@
+"""Redis-only parts of the queue: the Lua lifecycle table, hash slots, unreadable stream entries, and
+a Redis restart (AOF, ``appendfsync always``) in the middle of a backlog."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from tests.fixtures.redis_server import RedisServer
+from tests.integration.queue_support import new_record
+from worker.contract import IllegalTransition, Status, check_transition
+from worker.queue import keys
+from worker.queue.base import Outcome
+from worker.queue.redis_backend import RedisQueue
+from worker.queue.redis_scripts import lua_source
+
+
+def test_lua_lifecycle_table_matches_check_transition(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    # The very text commit.lua is built with, plus one line asking it.
+    probe = lua_source("transitions") + "\nreturn allowed(ARGV[1], ARGV[2]) and 1 or 0"
+    assert lua_source("transitions") in lua_source("commit")
+    script = client.register_script(probe)
+    for current, new in itertools.product(Status, Status):
+        try:
+            check_transition(current, new)
+            python_says = True
+        except IllegalTransition:
+            python_says = False
+        assert bool(script(keys=[], args=[current.value, new.value])) is python_says, (current, new)
+    client.close()
+
+
+def test_every_atomic_step_stays_in_one_hash_slot() -> None:
+    for model in ["tiny-wan", "wan2.1-t2v-14b", "ltx-2"]:
+        job = "gen_0123456789abcdef"
+        slot_keys = [
+            keys.job_record(model, job),
+            keys.job_events(model, job),
+            keys.job_stream(model),
+            keys.delayed_zset(model),
+            keys.events_stream(model),
+            keys.dead_stream(model),
+        ]
+        assert len({key_slot(k.encode()) for k in slot_keys}) == 1, model
+    assert key_slot(keys.job_stream("tiny-wan").encode()) != key_slot(keys.job_stream("tiny-ltx2").encode())
+
+
+def test_unreadable_entries_are_dead_lettered_and_acknowledged(redis_url: str) -> None:
+    q = RedisQueue(redis_url, lease_ttl_s=30)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    stream = keys.job_stream("tiny-wan")
+    q.enqueue(new_record())  # creates the stream and group; claimed at the end
+    first = q.claim("w0", ["tiny-wan"])
+    assert first is not None and q.finish(first, Outcome(status=Status.succeeded))
+    bad: list[dict[Any, Any]] = [
+        {"payload": "{not json"},
+        {"payload": json.dumps({"v": 1, "model": "tiny-wan"})},  # wrong schema: no job_id
+        {"payload": json.dumps({"v": 1, "job_id": "gen_x", "model": "tiny-wan", "extra": 1})},
+        {"payload": json.dumps({"v": 1, "job_id": "gen_x", "model": "no-such-model"})},
+        {"payload": json.dumps({"v": 1, "job_id": "gen_never_stored", "model": "tiny-wan"})},
+        {"job": "gen_x"},  # unknown field, no payload
+    ]
+    for fields in bad:
+        raw.xadd(stream, fields)
+    good = q.enqueue(new_record()).record
+    claim = q.claim("w1", ["tiny-wan"])
+    assert claim is not None and claim.job_id == good.id
+    reasons = [d["reason"] for d in q.dead_letters()]
+    assert len(reasons) == 6
+    assert "payload not JSON" in reasons[0]
+    assert "wrong schema" in reasons[1] and "job_id" in reasons[1]
+    assert "wrong schema" in reasons[2] and "extra" in reasons[2]
+    assert "not this stream's" in reasons[3]
+    assert reasons[4] == "no record for this job"
+    assert "unknown entry fields" in reasons[5]
+    # Every bad entry was acknowledged and deleted: only the claimed job's entry is left, pending.
+    assert raw.xlen(stream) == 1 and raw.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 1
+    assert q.depth("tiny-wan") == 0
+    raw.close()
+    q.close()
+
+
+def test_backlog_survives_a_redis_kill_with_aof(redis_factory: Callable[..., RedisServer]) -> None:
+    server = redis_factory("--appendonly", "yes", "--appendfsync", "always")
+    q = RedisQueue(server.url, lease_ttl_s=0.5)
+    ids = [q.enqueue(new_record()).record.id for _ in range(30)]
+    for _ in range(5):  # some done, some running when Redis dies
+        claim = q.claim("w1", ["tiny-wan"])
+        assert claim is not None and q.finish(claim, Outcome(status=Status.succeeded))
+    running = [q.claim("w1", ["tiny-wan"]) for _ in range(3)]
+    assert all(c is not None for c in running)
+    server.kill()  # SIGKILL: only the AOF remains
+    server.start()
+    q.close()
+    q = RedisQueue(server.url, lease_ttl_s=0.5)
+    finished = 0
+    while (claim := q.claim("w2", ["tiny-wan"], block_s=2)) is not None:
+        assert q.finish(claim, Outcome(status=Status.succeeded))
+        finished += 1
+    records = [q.get(i) for i in ids]
+    assert all(r is not None and r.status is Status.succeeded for r in records)
+    assert finished == 25  # 22 never claimed + 3 whose worker lost Redis mid-job, each once
+    for i in ids:
+        assert [e.status for e in q.events(i)].count(Status.succeeded) == 1
+    q.close()

@@ -1,0 +1,126 @@
+"""Every Redis key and stream name the queue uses, in one place (arq's habit), each with why it exists.
+
+Cluster layout: the keys that one atomic operation (a Lua script) touches share a hash slot through
+the per-model hash tag ``{m:<model>}``: the model's job stream, its delayed-retry zset, its events and
+dead-letter streams, and the job records (and per-job event streams) of that model. Keys that are only
+written one at a time (the id → model index, idempotency keys, project listings, worker heartbeats)
+live in other slots and are never part of a multi-key command.
+
+Prefix ``gw:`` keeps the namespace apart from anything else sharing the Redis database.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "CONSUMER_GROUP",
+    "IDEMPOTENCY_TTL_S",
+    "MODELS",
+    "REAPER_CONSUMER",
+    "WORKERS",
+    "dead_stream",
+    "delayed_zset",
+    "events_stream",
+    "idempotency",
+    "job_events",
+    "job_model_index",
+    "job_record",
+    "job_stream",
+    "pool_tag",
+    "project_jobs",
+    "worker_heartbeat",
+]
+
+# Model ids and job ids become parts of key names: braces would break the hash tag, spaces and
+# control characters would make keys unreadable in redis-cli. Catalog ids are far narrower than this.
+_SAFE = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")
+
+# The consumer group of every job stream. Workers are its consumers, named by worker id.
+CONSUMER_GROUP = "workers"
+
+# The consumer that ``XAUTOCLAIM`` moves lapsed entries to while they are re-queued or dead-lettered.
+# A shared name on purpose: two reapers racing on one entry are told apart by the record's ``rev``.
+REAPER_CONSUMER = "_reaper"
+
+# How long an idempotency key maps to its job (the HTTP contract's retry window).
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+# Set of every model that ever had a job stream: how global reads (events, dead letters) find streams.
+MODELS = "gw:models"
+
+# Zset of worker ids (score: last beat, ms since epoch); the live ones still have a heartbeat key.
+WORKERS = "gw:workers"
+
+
+def _checked(value: str, what: str) -> str:
+    if not _SAFE.match(value):
+        raise ValueError(f"{what} {value!r} cannot be used in a queue key (allowed: [A-Za-z0-9._:/@+=-], 1-200)")
+    return value
+
+
+def pool_tag(model: str) -> str:
+    """The hash tag shared by every key of one model's pool (one Redis Cluster slot per model)."""
+    return "{m:" + _checked(model, "model id") + "}"
+
+
+def job_stream(model: str) -> str:
+    """Stream of claimable job entries of one model (field ``payload``: JSON, see the protocol doc).
+
+    Invariant kept by every script: an entry is either not yet delivered or pending (in the PEL) for
+    exactly one consumer; acknowledging always deletes it, so ``XLEN - pending`` is the waiting count.
+    """
+    return f"gw:{pool_tag(model)}:stream"
+
+
+def delayed_zset(model: str) -> str:
+    """Jobs waiting for a retry backoff (score: due time, ms since epoch; member: job id).
+
+    Moved back into ``job_stream`` by the claim path once due.
+    """
+    return f"gw:{pool_tag(model)}:delayed"
+
+
+def events_stream(model: str) -> str:
+    """Every status change of the model's jobs, in order (capped with ``MAXLEN ~``)."""
+    return f"gw:{pool_tag(model)}:events"
+
+
+def dead_stream(model: str) -> str:
+    """Dead letters of the model: jobs out of attempts and unreadable entries, with a reason."""
+    return f"gw:{pool_tag(model)}:dead"
+
+
+def job_record(model: str, job_id: str) -> str:
+    """Hash holding one job: ``record`` (GenerationRecord JSON) plus the fields Lua checks cheaply
+    (``status``, ``attempt``, ``rev``, ``entry``, ``cancel``, ``released``, ``model``)."""
+    return f"gw:{pool_tag(model)}:job:{_checked(job_id, 'job id')}"
+
+
+def job_events(model: str, job_id: str) -> str:
+    """The job's own event stream (same ids as its entries in ``events_stream``): cheap per-job reads."""
+    return f"{job_record(model, job_id)}:events"
+
+
+def job_model_index(job_id: str) -> str:
+    """job id → model (plain string), written before the record: the API looks records up by id alone."""
+    return f"gw:jobmodel:{_checked(job_id, 'job id')}"
+
+
+def idempotency(project: str, key: str) -> str:
+    """Idempotency key of a project → JSON ``{"job_id", "request_hash"}``, ``SET NX`` with a 24 h TTL.
+
+    The client's key is used verbatim: Redis keys are binary-safe and only the first ``{...}`` (the
+    project) is the hash tag, whatever braces the client's key holds.
+    """
+    return f"gw:idem:{{{_checked(project, 'project')}}}:{key}"
+
+
+def project_jobs(project: str) -> str:
+    """Zset of a project's job ids (score: created_at, ms since epoch): ``list_jobs``, newest first."""
+    return f"gw:project:{{{_checked(project, 'project')}}}:jobs"
+
+
+def worker_heartbeat(worker_id: str) -> str:
+    """A worker's last ``WorkerHeartbeat`` JSON, with a TTL: it vanishes when the worker stops beating."""
+    return f"gw:worker:{_checked(worker_id, 'worker id')}"

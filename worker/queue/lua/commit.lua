@@ -1,0 +1,90 @@
+-- Apply one planned change to a job atomically: check, write the record, move the stream entry,
+-- append the event, dead-letter. Python builds the new record (pydantic); this script is the gate.
+--
+-- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] events stream
+-- KEYS[5] job events stream   KEYS[6] dead-letter stream          (all share the {m:<model>} slot)
+-- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
+--
+-- Replies: {'ok', entry_id, event_id} | {'exists'} | {'missing'} | {'conflict'} | {'fenced'}
+--          | {'illegal', old_status, new_status}
+local plan = cjson.decode(ARGV[1])
+local job = KEYS[1]
+local cur = redis.call('HMGET', job, 'rev', 'status', 'attempt', 'entry', 'released')
+
+-- 1. The record must be the one the plan was built from (optimistic check-and-set on rev).
+if plan.create then
+  if cur[1] then return {'exists'} end
+else
+  if not cur[1] then return {'missing'} end
+  if tonumber(cur[1]) ~= plan.rev then return {'conflict'} end
+end
+
+-- 2. Fencing: only the current attempt of a running job may write.
+if plan.fence_attempt then
+  if cur[2] ~= 'running' or tonumber(cur[3]) ~= plan.fence_attempt or cur[4] ~= plan.fence_entry then
+    return {'fenced'}
+  end
+end
+
+-- 3. A reaper acts only on an entry it still holds (its owner did not renew it meanwhile).
+if plan.owned_by then
+  local p = redis.call('XPENDING', KEYS[2], plan.group, plan.ack, plan.ack, 1)
+  if #p == 0 or p[1][2] ~= plan.owned_by then return {'fenced'} end
+end
+
+-- 4. The lifecycle table.
+local old = cur[2] or 'queued'
+local status = plan.status or old
+if not plan.create and status ~= old and not allowed(old, status) then
+  return {'illegal', old, status}
+end
+
+-- 5. Move the stream entry. Acknowledging always deletes, so the stream holds only live entries.
+local entry = cur[4] or ''
+if plan.ack and plan.ack ~= '' then
+  redis.call('XACK', KEYS[2], plan.group, plan.ack)
+  redis.call('XDEL', KEYS[2], plan.ack)
+  entry = ''
+end
+if plan.undelay then redis.call('ZREM', KEYS[3], plan.job_id) end
+if plan.delay_until_ms then
+  redis.call('ZADD', KEYS[3], plan.delay_until_ms, plan.job_id)
+  entry = ''
+end
+if plan.payload then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('XGROUP', 'CREATE', KEYS[2], plan.group, '0', 'MKSTREAM')
+  end
+  entry = redis.call('XADD', KEYS[2], '*', 'payload', plan.payload)
+end
+
+-- 6. Write the record and the fields scripts check.
+local rev = tonumber(cur[1] or '0') + 1
+local released = tonumber(cur[5] or '0') + (plan.released_incr or 0)
+local fields = {'rev', rev, 'status', status, 'entry', entry, 'released', released}
+if ARGV[2] ~= '' then
+  table.insert(fields, 'record'); table.insert(fields, ARGV[2])
+  table.insert(fields, 'attempt'); table.insert(fields, plan.attempt)
+  table.insert(fields, 'cancel'); table.insert(fields, plan.cancel and '1' or '0')
+  table.insert(fields, 'model'); table.insert(fields, plan.model)
+end
+redis.call('HSET', job, unpack(fields))
+
+-- 7. The event, in the model's feed and the job's own stream under the same id.
+local event_id = ''
+if plan.event then
+  local ev = {'job_id', plan.job_id, 'status', status, 'attempt', tostring(plan.attempt),
+              'at', plan.at, 'reason', plan.event}
+  event_id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', plan.events_maxlen, '*', unpack(ev))
+  redis.call('XADD', KEYS[5], event_id, unpack(ev))
+end
+
+-- 8. The dead letter, keeping the error.
+if plan.dead then
+  local d = {'job_id', plan.job_id, 'model', plan.model, 'reason', plan.dead, 'at', plan.at}
+  if plan.dead_code then table.insert(d, 'code'); table.insert(d, plan.dead_code) end
+  if plan.dead_message then table.insert(d, 'message'); table.insert(d, plan.dead_message) end
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', plan.events_maxlen, '*', unpack(d))
+end
+
+return {'ok', entry, event_id}

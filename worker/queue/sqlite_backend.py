@@ -1,0 +1,389 @@
+"""Embedded SQLite backend: the same semantics as Redis in one file, for one machine.
+
+Every read-modify-write runs in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting
+up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its own connection
+(the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column
+(wall clock: every process shares the machine's clock); fencing compares ``attempt`` and the claim's
+``token``. Statuses are changed only through ``records`` (``check_transition``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from worker.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.queue import keys, records
+from worker.queue.base import Claim, EnqueueResult, Event, IdempotencyConflict, Outcome, UnknownJob, WorkerHeartbeat
+from worker.queue.ordering import order_models
+from worker.queue.sqlite_schema import SCHEMA
+
+__all__ = ["SqliteQueue"]
+
+_POLL_S = 0.05  # how often a blocking claim looks again (there is no server to wake it)
+
+# A fenced change: run inside the transaction with the current record and its release count.
+_Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
+
+
+class SqliteQueue:
+    """``JobQueue`` on one SQLite file (embedded mode)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        lease_ttl_s: float = 30.0,
+        max_attempts: int = 3,
+        retry_backoff_s: float = 2.0,
+        starve_after_s: float = 60.0,
+        durable: bool = True,
+    ) -> None:
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.lease_ttl_s = lease_ttl_s
+        self.max_attempts = max_attempts
+        self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
+        self.starve_after_s = starve_after_s
+        # FULL: a commit survives power loss; NORMAL (WAL): it survives a process crash only.
+        self._synchronous = "FULL" if durable else "NORMAL"
+        self._local = threading.local()
+        self._last_reclaim = float("-inf")
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._conn().executescript(SCHEMA)
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():  # never share across fork
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _load(self, conn: sqlite3.Connection, job_id: str) -> tuple[GenerationRecord, int, str | None] | None:
+        row = conn.execute("SELECT record, released, token FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        return GenerationRecord.model_validate_json(row[0]), int(row[1]), row[2]
+
+    def _store(
+        self,
+        conn: sqlite3.Connection,
+        rec: GenerationRecord,
+        *,
+        event: str | None = None,
+        ready_at: float | None = None,
+        token: str | None = None,
+        released_incr: int = 0,
+    ) -> None:
+        """Write the record and its query columns; queue/lease columns follow the new status."""
+        queued, running = rec.status is Status.queued, rec.status is Status.running
+        conn.execute(
+            """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, released = released + ?,
+                   ready_at = ?, queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs)
+                   END, token = ?, lease_expires_at = ? WHERE id = ?""",
+            (
+                rec.status.value,
+                rec.attempt,
+                int(rec.cancel_requested),
+                rec.model_dump_json(),
+                released_incr,
+                (ready_at if ready_at is not None else time.time()) if queued else None,
+                queued,
+                token if running else None,
+                time.time() + self.lease_ttl_s if running else None,
+                rec.id,
+            ),
+        )
+        if event is not None:
+            self._event(conn, rec, event)
+
+    def _event(self, conn: sqlite3.Connection, rec: GenerationRecord, reason: str) -> None:
+        conn.execute(
+            "INSERT INTO events (job_id, status, attempt, at, reason) VALUES (?, ?, ?, ?, ?)",
+            (rec.id, rec.status.value, rec.attempt, utcnow().isoformat(), reason),
+        )
+
+    def _dead(self, conn: sqlite3.Connection, job_id: str, model: str, reason: str, **extra: str | None) -> None:
+        conn.execute(
+            "INSERT INTO dead_letters (job_id, model, reason, code, message, at, raw) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job_id, model, reason, extra.get("code"), extra.get("message"), utcnow().isoformat(), extra.get("raw")),
+        )
+
+    # ------------------------------------------------------------------------------------ API side
+    def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> EnqueueResult:
+        record = records.enqueued(record, max_attempts=self.max_attempts)
+        now = time.time()
+        with self._tx() as conn:
+            if idempotency_key is not None:
+                row = conn.execute(
+                    "SELECT job_id, request_hash FROM idempotency WHERE project = ? AND key = ? AND expires_at > ?",
+                    (record.project, idempotency_key, now),
+                ).fetchone()
+                if row is not None:
+                    if row[1] != (request_hash or ""):
+                        raise IdempotencyConflict(row[0])
+                    stored = self._load(conn, row[0])
+                    if stored is not None:
+                        return EnqueueResult(stored[0], replayed=True)
+                conn.execute(
+                    "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?)",
+                    (record.project, idempotency_key, record.id, request_hash or "", now + keys.IDEMPOTENCY_TTL_S),
+                )
+            existing = self._load(conn, record.id)
+            if existing is not None:
+                return EnqueueResult(existing[0], replayed=False)
+            conn.execute(
+                "INSERT INTO jobs (id, model, project, status, record, created_ms) VALUES (?, ?, ?, 'queued', ?, ?)",
+                (
+                    record.id,
+                    record.model,
+                    record.project,
+                    record.model_dump_json(),
+                    record.created_at.timestamp() * 1000,
+                ),
+            )
+            self._store(conn, record, event="enqueued", ready_at=now)
+        return EnqueueResult(record, replayed=False)
+
+    def get(self, job_id: str) -> GenerationRecord | None:
+        row = self._conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else GenerationRecord.model_validate_json(row[0])
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
+        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
+        args_: list[object] = [project]
+        if cursor:
+            score, _, last_id = cursor.partition(":")
+            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
+            args_ += [float(score), float(score), last_id]
+        rows = self._conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
+        page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
+        more = len(rows) > limit and bool(page)
+        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
+
+    def cancel(self, job_id: str) -> GenerationRecord:
+        with self._tx() as conn:
+            loaded = self._load(conn, job_id)
+            if loaded is None:
+                raise UnknownJob(job_id)
+            rec = loaded[0]
+            if rec.status is Status.queued:
+                rec = records.canceled(rec)
+                self._store(conn, rec, event="canceled")
+            elif rec.status is Status.running and not rec.cancel_requested:
+                rec = records.with_cancel_flag(rec)
+                # Only the record and the flag: the lease stays the worker's.
+                conn.execute("UPDATE jobs SET record = ?, cancel = 1 WHERE id = ?", (rec.model_dump_json(), job_id))
+                self._event(conn, rec, "cancel_requested")
+            return rec
+
+    def depth(self, model: str) -> int:
+        row = self._conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
+        return int(row.fetchone()[0])
+
+    def position(self, job_id: str) -> int | None:
+        conn = self._conn()
+        row = conn.execute("SELECT model, status, ready_at, queue_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None or row[1] != "queued":
+            return None
+        ahead = conn.execute(
+            """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
+               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
+            (row[0], row[2], row[2], row[3]),
+        ).fetchone()[0]
+        return int(ahead)
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (time.time(),))
+            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
+        return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
+                (beat.worker_id, beat.model_dump_json(), time.time() + ttl_s),
+            )
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        sql = "SELECT id, job_id, status, attempt, at, reason FROM events WHERE id > ?"
+        args: list[object] = [int(after or 0)]
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            args.append(job_id)
+        rows = self._conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+        return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, str]]:
+        cur = self._conn().execute(
+            "SELECT id, job_id, model, reason, code, message, at, raw FROM dead_letters ORDER BY id LIMIT ?", (limit,)
+        )
+        names = [d[0] for d in cur.description]
+        return [{n: str(v) for n, v in zip(names, row, strict=True) if v is not None} for row in cur.fetchall()]
+
+    # ------------------------------------------------------------------------------------ worker side
+    def claim(
+        self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
+    ) -> Claim | None:
+        hosted = list(dict.fromkeys(models))
+        deadline = time.monotonic() + block_s
+        while hosted:
+            if time.monotonic() - self._last_reclaim >= self.lease_ttl_s / 2:  # a write lock: not every poll
+                self._last_reclaim = time.monotonic()
+                self.reclaim_expired()
+            claim = self._claim_once(worker_id, hosted, prefer)
+            if claim is not None or time.monotonic() >= deadline:
+                return claim
+            time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+        return None
+
+    def _claim_once(self, worker_id: str, models: list[str], prefer: Sequence[str]) -> Claim | None:
+        marks = ",".join("?" * len(models))
+        with self._tx() as conn:
+            now = time.time()
+            rows = conn.execute(
+                f"""SELECT model, MIN(ready_at) FROM jobs WHERE status = 'queued' AND ready_at <= ?
+                    AND model IN ({marks}) GROUP BY model""",
+                (now, *models),
+            ).fetchall()
+            for model in order_models({m: now - t for m, t in rows}, prefer, self.starve_after_s):
+                for job_id, raw in conn.execute(
+                    """SELECT id, record FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?
+                       ORDER BY ready_at, queue_seq LIMIT 20""",
+                    (model, now),
+                ).fetchall():
+                    try:
+                        rec = GenerationRecord.model_validate_json(raw)
+                    except ValidationError:
+                        # Never crash the consumer: set the row aside as a dead letter and go on.
+                        self._dead(conn, job_id, model, "record is not a valid GenerationRecord", raw=raw[:2000])
+                        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+                        continue
+                    rec = records.started(rec)
+                    token = uuid.uuid4().hex
+                    self._store(conn, rec, event=f"claimed by {worker_id}", token=token)
+                    return Claim(rec.id, model, rec.attempt, rec, token=token)
+        return None
+
+    def _fenced(self, claim: Claim, change: _Change) -> bool:
+        with self._tx() as conn:
+            loaded = self._load(conn, claim.job_id)
+            if loaded is None:
+                return False
+            rec, released, token = loaded
+            if rec.status is not Status.running or rec.attempt != claim.attempt or token != claim.token:
+                return False
+            change(conn, rec, released)
+            return True
+
+    def renew(self, claim: Claim) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute(
+                """UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND status = 'running' AND attempt = ?
+                   AND token = ?""",
+                (time.time() + self.lease_ttl_s, claim.job_id, claim.attempt, claim.token),
+            )
+            return cur.rowcount == 1
+
+    def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            conn.execute(
+                "UPDATE jobs SET record = ? WHERE id = ?",
+                (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
+            )
+
+        return self._fenced(claim, change)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        row = self._conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row[0])
+
+    def finish(self, claim: Claim, outcome: Outcome) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            reason = outcome.status.value + (f": {outcome.error.code.value}" if outcome.error else "")
+            self._store(conn, records.finished(rec, outcome), event=reason)
+
+        return self._fenced(claim, change)
+
+    def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            if rec.attempt - released >= rec.max_attempts:
+                self._fail_dead(conn, rec, error, "out of attempts")
+            else:
+                requeued = records.requeued(rec, error=error)
+                self._store(
+                    conn, requeued, event=f"retry: {error.code.value}", ready_at=time.time() + max(0.0, delay_s)
+                )
+
+        return self._fenced(claim, change)
+
+    def release(self, claim: Claim) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            # A drain is not a failure: it does not use up an attempt.
+            self._store(conn, records.requeued(rec), event="released", released_incr=1)
+
+        return self._fenced(claim, change)
+
+    def _fail_dead(self, conn: sqlite3.Connection, rec: GenerationRecord, error: ErrorInfo, reason: str) -> None:
+        self._store(conn, records.dead_lettered(rec, error), event=f"failed: {error.code.value} ({reason})")
+        self._dead(conn, rec.id, rec.model, reason, code=error.code.value, message=error.message)
+
+    def reclaim_expired(self) -> int:
+        with self._tx() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM jobs WHERE status = 'running' AND lease_expires_at < ? LIMIT 1000", (time.time(),)
+                )
+            ]
+            for job_id in ids:
+                loaded = self._load(conn, job_id)
+                assert loaded is not None
+                rec, released, _ = loaded
+                if rec.cancel_requested:
+                    ended = records.finished(rec, Outcome(status=Status.canceled))
+                    self._store(conn, ended, event="canceled: lease lapsed")
+                elif rec.attempt - released >= rec.max_attempts:
+                    self._fail_dead(conn, rec, records.worker_lost(rec.attempt), "worker_lost")
+                else:
+                    self._store(conn, records.requeued(rec), event="lease_expired")
+        return len(ids)
+
+    def close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
