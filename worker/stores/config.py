@@ -23,3 +23,10 @@ class StoreSettings(BaseModel):
     s3_region: str = "us-east-1"
     s3_access_key_id: SecretStr | None = None
     s3_secret_access_key: SecretStr | None = None
+    # Presigned URLs are signed for this host when clients reach the store by another address than
+    # the workers do (e.g. an internal endpoint vs a public one); None: s3_endpoint_url.
+    s3_public_endpoint_url: str | None = None
+    # botocore "standard" retries (exponential backoff with jitter) on connection errors, 5xx, throttling.
+    s3_max_attempts: int = Field(default=5, ge=1, le=20)
+    s3_connect_timeout_s: float = Field(default=5.0, gt=0)
+    s3_read_timeout_s: float = Field(default=60.0, gt=0)

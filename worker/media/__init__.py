@@ -1,0 +1,2 @@
+"""Media building blocks behind ``worker.encoder``: ffmpeg command lines and codec choice
+(``ffmpeg``), and frame/audio shaping (``frames``). Pure functions, unit-tested without ffmpeg."""

@@ -1,0 +1,147 @@
+"""The local directory store: artifacts under one root, downloads through HMAC-signed URLs.
+
+For the embedded mode (one machine, no S3). Files are written atomically (temp file in the target
+directory, fsync, ``os.replace``), so a reader never sees half a video. Keys are confined to the root.
+A signed URL is ``{public_base_url}/v1/artifacts/{key}?expires=<unix>&sig=<hex>`` where ``sig`` is
+HMAC-SHA256 over ``key`` and ``expires``; ``local_http.artifact_app`` serves them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from worker.errors import ErrorCode, JobError, TransientError
+from worker.stores.base import SignedUrl, StoredObject
+
+__all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
+
+# Where the API mounts ``artifact_app``; signed URLs point there.
+ARTIFACTS_PATH = "/v1/artifacts"
+_COPY_BLOCK = 1 << 20
+_MAX_KEY_CHARS = 1024
+
+
+class InvalidKey(ValueError):
+    """A key that could escape the root or is not a plain relative path."""
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a safe relative path (``a/b/c.mp4``), else raise ``InvalidKey``."""
+    if not key or len(key) > _MAX_KEY_CHARS:
+        raise InvalidKey("key must be 1..1024 characters")
+    if key.startswith("/") or "\\" in key:
+        raise InvalidKey(f"key must be a relative path with '/' separators: {key!r}")
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in key):
+        raise InvalidKey(f"key contains control characters: {key!r}")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no file name can hold them
+        raise InvalidKey(f"key is not valid UTF-8: {key!r}") from None
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidKey(f"key has an empty, '.' or '..' segment: {key!r}")
+    return key
+
+
+class LocalStore:
+    def __init__(self, root: Path, secret: bytes, public_base_url: str, ttl_s: int) -> None:
+        if len(secret) < 16:
+            raise ValueError("the signing secret must be at least 16 bytes")
+        self.root = root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._secret = secret
+        self.public_base_url = public_base_url.rstrip("/")
+        self.ttl_s = ttl_s
+
+    def path_for(self, key: str) -> Path:
+        """The file behind ``key``; raises ``InvalidKey`` for a key that is not confined to the root."""
+        path = self.root.joinpath(*check_key(key).split("/"))
+        # Belt and braces: a symlinked directory inside the root must not lead out of it either.
+        if not path.resolve().is_relative_to(self.root):
+            raise InvalidKey(f"key leads outside the store: {key!r}")
+        return path
+
+    def put_file(self, key: str, path: Path, *, content_type: str, sha256: str | None = None) -> StoredObject:
+        try:
+            target = self.path_for(key)
+        except InvalidKey as e:
+            raise JobError(ErrorCode.upload_failed, str(e)) from None
+        try:
+            digest, size = _copy_atomically(path, target)
+        except OSError as e:  # disk full, permissions: an operator can fix it, so retry later
+            raise TransientError(ErrorCode.upload_failed, f"cannot store {key}: {e}") from e
+        if sha256 is not None and digest != sha256:
+            target.unlink(missing_ok=True)
+            raise TransientError(ErrorCode.upload_failed, f"checksum mismatch for {key}: {digest} != {sha256}")
+        return StoredObject(key=key, bytes=size, sha256=digest, content_type=content_type)
+
+    def sign_url(self, key: str, *, ttl_s: int | None = None) -> SignedUrl:
+        check_key(key)
+        # Rounded up: the URL is valid for at least the TTL, never a fraction of a second less.
+        expires = math.ceil(time.time()) + (self.ttl_s if ttl_s is None else ttl_s)
+        query = urlencode({"expires": expires, "sig": self.signature(key, expires)})
+        url = f"{self.public_base_url}{ARTIFACTS_PATH}/{quote(key, safe='/')}?{query}"
+        return SignedUrl(url=url, expires_at=datetime.fromtimestamp(expires, UTC))
+
+    def signature(self, key: str, expires: int) -> str:
+        # The newline cannot occur in a key, so (key, expires) pairs never collide.
+        message = f"{key}\n{expires}".encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def verify(self, key: str, expires: str | int, sig: str, now: float | None = None) -> bool:
+        """True when ``sig`` signs (``key``, ``expires``) with this store's secret and has not expired."""
+        try:
+            check_key(key)
+            expires_at = int(expires)
+        except (TypeError, ValueError):  # InvalidKey is a ValueError
+            return False
+        if (time.time() if now is None else now) > expires_at:
+            return False
+        # Bytes, not str: compare_digest refuses non-ASCII str, and a URL can carry anything.
+        return hmac.compare_digest(self.signature(key, expires_at).encode(), sig.encode("utf-8", "replace"))
+
+    def exists(self, key: str) -> bool:
+        return self.path_for(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self.path_for(key).unlink(missing_ok=True)
+
+
+def _copy_atomically(source: Path, target: Path) -> tuple[str, int]:
+    """Copy ``source`` to ``target`` via a temp file in the same directory; return (sha256, bytes)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with open(fd, "wb") as out, source.open("rb") as src:
+            while block := src.read(_COPY_BLOCK):
+                digest.update(block)
+                size += len(block)
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    return digest.hexdigest(), size
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
