@@ -1,0 +1,9 @@
+"""Model families behind one adapter contract (``pipelines.base``), loaded lazily from the catalog.
+
+Modules: ``base`` (Adapter, Media, AudioTrack), ``registry`` (catalog entry -> adapter, weights, device),
+``cache`` (ModelCache), ``wan`` and ``ltx2`` (the families), ``prompt_extend`` (extension and fallback),
+``runtime`` (GPU knobs, uint8 frames, audio fitting), ``tiny`` (offline tiny-model builders).
+
+Importing this package (or registry/cache) never imports diffusers, transformers or torch; adapters do it
+inside ``load``. Nothing here touches Redis, S3 or HTTP.
+"""

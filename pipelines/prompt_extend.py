@@ -1,0 +1,207 @@
+"""Prompt extension: rewrite a short prompt into a detailed one, or fall back to the original.
+
+Two methods, chosen by the catalog (``spec.prompt_extend.method``):
+- ``chat_llm`` (Wan): a chat LLM named in the catalog (``AutoModelForCausalLM`` + its chat template), loaded
+  lazily by the adapter and kept with it (``ChatLLM``);
+- ``text_encoder`` (LTX-2.0): the pipeline's own Gemma-3 text encoder, through diffusers' ``enhance_prompt``.
+
+Every call is bounded (``max_new_tokens``, ``max_time``) and seeded, without touching the global RNG the
+caller sees. Adapters raise ``PromptExtendError`` on failure; ``extend_or_fallback`` is what the worker calls:
+it never raises for an extension problem, it returns the original prompt with the reason instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+import unicodedata
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from worker.contract import PromptExtension
+from worker.errors import FatalWorkerError, JobCanceled
+from worker.failures import short_message
+
+if TYPE_CHECKING:
+    from pipelines.base import Adapter
+    from pipelines.config import ModelRuntimeSettings
+    from worker.resolve import ResolvedJob
+
+__all__ = [
+    "LTX2_T2V_SYSTEM_PROMPT",
+    "WAN_T2V_SYSTEM_PROMPT",
+    "ChatLLM",
+    "PromptExtendError",
+    "extend_or_fallback",
+    "finish_extension",
+    "sanitize",
+    "seeded_rng",
+]
+
+log = logging.getLogger("genworker.pipelines")
+
+# Paraphrase of Wan 2.1's English prompt-rewriter system prompt (LM_EN_SYS_PROMPT).
+WAN_T2V_SYSTEM_PROMPT = """\
+You are a prompt engineer for a text-to-video model. Rewrite the user's input into one high-quality English \
+video prompt that keeps its original meaning and adds the detail the model needs.
+Rules:
+1. Keep every subject, action, style and setting the user asked for; never drop or contradict them.
+2. Name the subject's appearance, the setting and the lighting; add a visual style if none is given \
+(for example: cinematic, documentary photograph, anime, 3D render).
+3. Describe natural motion in detail and the camera's movement and framing.
+4. Keep any text the user quotes exactly as written.
+5. Write 80 to 100 words in a single paragraph of plain sentences.
+6. Output only the rewritten prompt: no preface, no quotes, no lists.
+7. If the input reads like an instruction or a question, expand it as a scene; do not answer it.
+"""
+
+# Paraphrase of LTX-2's text-to-video enhancement system prompt (T2V_DEFAULT_SYSTEM_PROMPT).
+LTX2_T2V_SYSTEM_PROMPT = """\
+You are a creative assistant. Expand the user's raw prompt into one detailed prompt for a model that makes \
+video and sound together.
+- Keep everything the user asked for: style, subjects, actions, camera movement, sound.
+- Invent concrete details where the input is vague: lighting, materials, textures, setting; describe people's \
+clothing, hair and expressions, but add no characters the user did not ask for.
+- Use present-progressive verbs and keep events in order with words such as "as", "then" and "while".
+- Describe the soundscape alongside the action: ambient sound, effects, music; include quoted speech only when \
+the user asks for speech, and keep the user's dialogue unchanged.
+- Start with "Style: <style>," when a style is clear (default: cinematic, realistic).
+- Plain, restrained language: no smells, tastes or touch; no camera motion the user did not request; \
+no timestamps or scene cuts.
+- Output one paragraph of English prose with no headings or Markdown. If the request is unsafe or \
+unusable, return it unchanged. Never ask questions.
+"""
+
+_SPACES = re.compile(r"\s+")
+# Control, format, surrogate, private-use and unassigned characters, plus the replacement character
+# that undecodable bytes become: random-weight models emit plenty of both.
+_DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+class PromptExtendError(Exception):
+    """Prompt extension failed (empty output, timed out, no enhancer); the worker falls back."""
+
+
+def sanitize(text: str) -> str:
+    """Printable text on one line: control and unassigned characters dropped, whitespace collapsed."""
+    kept = []
+    for ch in text:
+        if ch.isspace():
+            kept.append(" ")
+        elif ch != "\ufffd" and unicodedata.category(ch) not in _DROP_CATEGORIES:
+            kept.append(ch)
+    return _SPACES.sub(" ", "".join(kept)).strip()
+
+
+def finish_extension(raw: str, *, started: float, timeout_s: float) -> str:
+    """Sanitize an adapter's output; raise when it is empty or the call ran to its time limit."""
+    elapsed = time.perf_counter() - started
+    if elapsed >= timeout_s:
+        raise PromptExtendError(f"timed out after {elapsed:.2f} s (limit {timeout_s:g} s)")
+    text = sanitize(raw)
+    if not text:
+        raise PromptExtendError("the model produced no usable text")
+    return text
+
+
+@contextlib.contextmanager
+def seeded_rng(seed: int, device: str) -> Iterator[None]:
+    """Seed torch for one sampling call and restore the caller's RNG state afterwards."""
+    import torch
+
+    devices: list[int] = []
+    if device.startswith("cuda") and torch.cuda.is_available():
+        devices = [torch.device(device).index or torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+class ChatLLM:
+    """A chat LLM (``AutoModelForCausalLM`` + tokenizer chat template) that rewrites prompts.
+
+    With ``offload`` it rests on the CPU and visits ``device`` only for the call (Wan's upstream does the
+    same), so it does not hold video-model memory between jobs.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, device: str, offload: bool) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.offload = offload
+
+    @classmethod
+    def load(cls, ref: str, runtime: ModelRuntimeSettings, *, tiny: bool, device: str, dtype: str) -> ChatLLM:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from pipelines.registry import resolve_weights
+        from pipelines.runtime import torch_dtype
+
+        path = resolve_weights(ref, runtime, tiny=tiny)
+        started = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).eval()
+        offload = runtime.cpu_offload != "none" and device.startswith("cuda")
+        model.to("cpu" if offload else device)
+        log.info("chat LLM loaded", extra={"llm": ref, "elapsed_ms": round(1000 * (time.perf_counter() - started))})
+        return cls(model, tokenizer, device=device, offload=offload)
+
+    def rewrite(self, system_prompt: str, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        import torch
+
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+        inputs = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        ).to(self.device)
+        if self.offload:
+            self.model.to(self.device)
+        try:
+            with torch.no_grad(), seeded_rng(seed, self.device):
+                output = self.model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    # A real rewrite is never this short; it keeps random tiny models from stopping at once.
+                    min_new_tokens=min(8, max_new_tokens),
+                    max_time=timeout_s,
+                    do_sample=True,
+                    temperature=0.7,
+                    top_p=0.9,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
+        finally:
+            if self.offload:
+                self.model.to("cpu")
+        new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        return str(self.tokenizer.decode(new_tokens, skip_special_tokens=True))
+
+    def unload(self) -> None:
+        self.model = None
+        self.tokenizer = None
+
+
+def extend_or_fallback(adapter: Adapter, job: ResolvedJob) -> tuple[str, PromptExtension]:
+    """The prompt to generate with and what happened: ``applied``, or ``fallback`` with the reason.
+
+    Any failure of the extension itself (load, generation, timeout, empty output) falls back to the
+    original prompt; only a cancel or a fatal worker error propagates.
+    """
+    spec = adapter.spec
+    settings = spec.prompt_extend
+    if settings is None:
+        return job.prompt, PromptExtension(status="fallback", reason=f"{spec.id} has no prompt extension")
+    try:
+        raw = adapter.extend_prompt(
+            job.prompt, max_new_tokens=settings.max_new_tokens, timeout_s=settings.timeout_s, seed=job.seed
+        )
+        text = sanitize(raw)[: spec.prompt_max_chars].strip()
+        if not text:
+            raise PromptExtendError("the model produced no usable text")
+    except (JobCanceled, FatalWorkerError):
+        raise
+    except Exception as e:
+        reason = f"{type(e).__name__}: {short_message(e)}"
+        log.warning("prompt extension fell back", extra={"model": spec.id, "reason": reason})
+        return job.prompt, PromptExtension(status="fallback", reason=reason)
+    return text, PromptExtension(status="applied")

@@ -1,0 +1,157 @@
+"""What every diffusers-based adapter does the same way: dtypes, GPU knobs, memory, frame and audio output.
+
+GPU knobs come from ``ModelRuntimeSettings``; their defaults do nothing, so a CPU run is plain ``pipe.to("cpu")``.
+Frames leave the device as uint8 a few at a time, so the host never holds the video as float32.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipelines.base import AudioTrack
+
+if TYPE_CHECKING:
+    import torch
+
+    from pipelines.config import ModelRuntimeSettings
+
+__all__ = [
+    "CHUNK_FRAMES",
+    "apply_runtime",
+    "fit_audio",
+    "free_device_memory",
+    "module_bytes",
+    "quiet_progress_bars",
+    "step_reporter",
+    "torch_dtype",
+    "uint8_chunks",
+]
+
+log = logging.getLogger("genworker.pipelines")
+
+# Frames converted per step: bounds the temporary float copy to a few frames whatever the video length.
+CHUNK_FRAMES = 8
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def quiet_progress_bars() -> None:
+    """No tqdm bars from loading or denoising: the worker reports progress on the record, not stderr."""
+    import diffusers
+    import transformers
+
+    diffusers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def apply_runtime(pipe: Any, runtime: ModelRuntimeSettings, device: str, *, denoisers: list[str]) -> None:
+    """Place ``pipe`` on ``device`` with the configured knobs (attention backend, compile, tiling, offload).
+
+    ``denoisers`` names the repeated-block transformers (``transformer``, ``transformer_2``): they get the
+    attention backend and regional compilation. Offloading needs an accelerator; on CPU it is skipped.
+    """
+    pipe.set_progress_bar_config(disable=True)
+    models = [m for name in denoisers if (m := getattr(pipe, name, None)) is not None]
+    if runtime.attention_backend:
+        for model in models:
+            model.set_attention_backend(runtime.attention_backend)
+    if runtime.compile_blocks:
+        for model in models:
+            # Regional compilation: one compiled block reused N times; far shorter cold start than whole-model.
+            model.compile_repeated_blocks(fullgraph=True)
+    if runtime.vae_tiling:
+        pipe.vae.enable_tiling()
+    offload = runtime.cpu_offload
+    if offload != "none" and not device.startswith("cuda"):
+        log.warning("cpu_offload=%s needs a CUDA device; running on %s without offload", offload, device)
+        offload = "none"
+    if offload == "model":
+        # One swap per component per job: a few seconds over PCIe, small against minutes of denoising.
+        pipe.enable_model_cpu_offload(device=device)
+    elif offload == "group":
+        import torch
+
+        # Leaf-level groups with a CUDA stream overlap weight copies with compute; the VAEs stay resident.
+        small = [n for n in ("vae", "audio_vae", "vocoder") if getattr(pipe, n, None) is not None]
+        pipe.enable_group_offload(
+            onload_device=torch.device(device), offload_type="leaf_level", use_stream=True, exclude_modules=small
+        )
+    else:
+        pipe.to(device)
+
+
+def step_reporter(on_step: Callable[[int, int], None]) -> Any:
+    """A diffusers ``callback_on_step_end`` calling ``on_step(done, total)``.
+
+    diffusers calls it right after each scheduler step without catching anything, so whatever ``on_step``
+    raises (``JobCanceled``) leaves the denoising loop at once: a cancel costs at most the step in flight.
+    """
+
+    def callback(pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+        on_step(index + 1, int(pipe.num_timesteps))
+        return tensors
+
+    return callback
+
+
+def module_bytes(*objects: Any) -> int:
+    """Bytes of parameters and buffers of every ``torch.nn.Module`` among ``objects`` and their attributes."""
+    import torch
+
+    seen: set[int] = set()
+    total = 0
+    for obj in objects:
+        candidates = [obj] if isinstance(obj, torch.nn.Module) else list(getattr(obj, "components", {}).values())
+        for module in candidates:
+            if not isinstance(module, torch.nn.Module):
+                continue
+            for tensor in [*module.parameters(), *module.buffers()]:
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def free_device_memory(device: str) -> None:
+    """Return freed memory to the allocator's owner: Python objects first, then CUDA's cached blocks."""
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def uint8_chunks(video: torch.Tensor, chunk_frames: int = CHUNK_FRAMES) -> Iterator[np.ndarray]:
+    """Yield a decoded video (1, C, F, H, W) in [-1, 1] as uint8 (n, H, W, C) host arrays, ``chunk_frames`` at a time.
+
+    Quantising happens on the tensor's device, so a GPU copies bytes, not floats, to the host. The rounding
+    matches diffusers' own postprocessing ((x / 2 + 0.5).clamp(0, 1) * 255, rounded).
+    """
+    import torch
+
+    frames = video.shape[2]
+    for start in range(0, frames, chunk_frames):
+        part = video[0, :, start : start + chunk_frames]
+        with torch.no_grad():
+            scaled = (part.float() / 2 + 0.5).clamp_(0, 1).mul_(255).round_()
+            quantised = scaled.to(torch.uint8).permute(1, 2, 3, 0).contiguous()
+        yield quantised.cpu().numpy()
+
+
+def fit_audio(waveform: torch.Tensor, sample_rate: int, seconds: float) -> AudioTrack:
+    """A (1, channels, n) waveform as float32 host samples trimmed or zero-padded to exactly ``seconds``."""
+    samples = waveform[0].float().clamp(-1, 1).cpu().numpy()
+    want = round(seconds * sample_rate)
+    have = samples.shape[1]
+    samples = samples[:, :want] if have >= want else np.pad(samples, ((0, 0), (0, want - have)))
+    return AudioTrack(samples=np.ascontiguousarray(samples, dtype=np.float32), sample_rate=int(sample_rate))

@@ -1,0 +1,230 @@
+"""Wan text-to-video (diffusers ``WanPipeline``): Wan 2.1 T2V 1.3B/14B and Wan 2.2 T2V-A14B (two experts).
+
+Read top to bottom: ``load`` once, then per job ``check_inputs -> scheduler -> negative prompt -> denoise ->
+decode``. Wan-specific facts handled here:
+- the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (UniPC calls it ``flow_shift``,
+  flow-match Euler ``shift``);
+- Wan 2.2 A14B switches from ``transformer`` (high noise, ``guidance_scale``) to ``transformer_2`` (low noise,
+  ``guidance_scale_2``) at ``boundary_ratio`` of the schedule; the ratio arrives in ``pipeline_kwargs``;
+- diffusers defaults the negative prompt to ``""``: the reference one from the job is passed explicitly,
+  and its embedding is computed once per model and reused (it is constant);
+- denoising stops at ``output_type="latent"`` and the adapter decodes itself, so frames leave the device as
+  uint8 chunks and decode time is measured on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pipelines.base import Media, StepCallback
+from pipelines.prompt_extend import WAN_T2V_SYSTEM_PROMPT, ChatLLM, PromptExtendError, finish_extension
+from pipelines.registry import resolve_weights
+from pipelines.runtime import (
+    apply_runtime,
+    free_device_memory,
+    module_bytes,
+    quiet_progress_bars,
+    step_reporter,
+    torch_dtype,
+    uint8_chunks,
+)
+from worker.errors import ErrorCode, JobError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pipelines.config import ModelRuntimeSettings
+    from worker.catalog import ModelSpec
+    from worker.resolve import ResolvedJob
+
+__all__ = ["WanTextToVideo"]
+
+DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+
+
+class WanTextToVideo:
+    """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``generate``."""
+
+    def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:
+        self.spec = spec
+        self.runtime = runtime
+        self.pipe = pipe
+        self.device = device
+        self.dtype = dtype
+        self.last_timings: dict[str, float] = {}
+        self._base_scheduler_config = dict(pipe.scheduler.config)
+        self._shift: float | None = None
+        self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
+        self._llm: ChatLLM | None = None
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanTextToVideo:
+        from diffusers import WanPipeline
+
+        quiet_progress_bars()
+        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
+        pipe = WanPipeline.from_pretrained(path, dtype=torch_dtype(dtype))
+        apply_runtime(pipe, runtime, device, denoisers=["transformer", "transformer_2"])
+        return cls(spec, runtime, pipe, device=device, dtype=dtype)
+
+    # ------------------------------------------------------------------------------------------ generate
+
+    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+        import torch
+
+        pipe = self._pipe()
+        # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
+        self._check_inputs(job)
+        kwargs = dict(job.pipeline_kwargs)
+        max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.
+        self._set_shift(job.flow_shift)
+        self._set_boundary(kwargs.pop("boundary_ratio", None))
+        if job.guidance_scale_2 is not None:
+            kwargs["guidance_scale_2"] = job.guidance_scale_2
+        # 3. The constant negative prompt, encoded once.
+        negative = None
+        if job.guidance_scale > 1.0:
+            negative = self._negative_embeds(job.negative_prompt, max_sequence_length)
+        # 4. Denoise to latents; the step callback reports progress and may raise to cancel.
+        generator = torch.Generator(self.device).manual_seed(job.seed)
+        started = time.perf_counter()
+        latents = pipe(
+            prompt=job.prompt,
+            negative_prompt_embeds=negative,
+            height=job.gen_height,
+            width=job.gen_width,
+            num_frames=job.num_frames,
+            num_inference_steps=job.steps,
+            guidance_scale=job.guidance_scale,
+            generator=generator,
+            output_type="latent",
+            callback_on_step_end=step_reporter(on_step),
+            max_sequence_length=max_sequence_length,
+            **kwargs,
+        ).frames
+        denoised = time.perf_counter()
+        # 5. Decode on the device; frames leave as uint8 chunks when the encoder pulls them.
+        video = self._decode(latents)
+        self.last_timings = {"denoise_s": denoised - started, "decode_s": time.perf_counter() - denoised}
+        _, _, frames, height, width = video.shape
+        if (frames, height, width) != (job.num_frames, job.gen_height, job.gen_width):
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id} produced {frames}x{height}x{width}, expected "
+                f"{job.num_frames}x{job.gen_height}x{job.gen_width}",
+            )
+        return Media(
+            width=width, height=height, fps=float(job.fps), num_frames=frames, chunks=uint8_chunks(video), audio=None
+        )
+
+    def _check_inputs(self, job: ResolvedJob) -> None:
+        pipe = self.pipe
+        temporal = pipe.vae_scale_factor_temporal
+        patch = (pipe.transformer or pipe.transformer_2).config.patch_size
+        spatial = pipe.vae_scale_factor_spatial * patch[1]
+        problems = []
+        if job.gen_width % spatial or job.gen_height % spatial:
+            problems.append(f"size {job.gen_width}x{job.gen_height} is not a multiple of {spatial}")
+        if job.num_frames % temporal != 1:
+            problems.append(f"{job.num_frames} frames is not {temporal}k+1")
+        if problems:
+            raise JobError(ErrorCode.invalid_parameter, f"{self.spec.id}: " + "; ".join(problems))
+
+    def _set_shift(self, shift: float | None) -> None:
+        """Rebuild the scheduler from the shipped config with the variant's shift (cheap; only on change)."""
+        if shift is None or shift == self._shift:
+            return
+        config = self._base_scheduler_config
+        if "flow_shift" in config:  # UniPCMultistepScheduler (the Wan checkpoints' scheduler)
+            override = {"flow_shift": shift}
+        elif "shift" in config:  # FlowMatchEulerDiscreteScheduler
+            override = {"shift": shift}
+        else:
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: scheduler {type(self.pipe.scheduler).__name__} has no shift to set",
+            )
+        self.pipe.scheduler = type(self.pipe.scheduler).from_config(config, **override)
+        self._shift = shift
+
+    def _set_boundary(self, boundary_ratio: float | None) -> None:
+        if boundary_ratio is None:
+            return
+        if self.pipe.transformer_2 is None:
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: boundary_ratio needs a second expert (transformer_2) in the weights",
+            )
+        if self.pipe.config.boundary_ratio != boundary_ratio:
+            self.pipe.register_to_config(boundary_ratio=float(boundary_ratio))
+
+    def _negative_embeds(self, negative_prompt: str, max_sequence_length: int) -> torch.Tensor:
+        import torch
+
+        key = (negative_prompt, max_sequence_length)
+        if self._negative is None or self._negative[0] != key:
+            with torch.no_grad():
+                embeds, _ = self.pipe.encode_prompt(
+                    prompt=negative_prompt,
+                    do_classifier_free_guidance=False,
+                    max_sequence_length=max_sequence_length,
+                    device=self.pipe._execution_device,
+                )
+            self._negative = (key, embeds)
+        return self._negative[1]
+
+    def _decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents -> video (1, 3, F, H, W) in [-1, 1] on the VAE's device (what WanPipeline does, minus numpy)."""
+        import torch
+        from diffusers.utils.torch_utils import get_module_execution_device
+
+        vae = self.pipe.vae
+        latents = latents.to(get_module_execution_device(vae), dtype=vae.dtype)
+        shape = (1, vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
+        std = torch.tensor(vae.config.latents_std).view(shape).to(latents.device, latents.dtype)
+        with torch.no_grad():
+            video: torch.Tensor = vae.decode(latents * std + mean, return_dict=False)[0]
+        self.pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
+        return video
+
+    # ------------------------------------------------------------------------------------------ prompt
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model)."""
+        settings = self.spec.prompt_extend
+        if settings is None or settings.method != "chat_llm" or not settings.llm:
+            raise PromptExtendError(f"{self.spec.id} has no chat LLM for prompt extension")
+        if self._llm is None:
+            self._llm = ChatLLM.load(
+                settings.llm, self.runtime, tiny=self.spec.tiny, device=self.device, dtype=self.dtype
+            )
+        started = time.perf_counter()
+        raw = self._llm.rewrite(
+            WAN_T2V_SYSTEM_PROMPT, prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed
+        )
+        return finish_extension(raw, started=started, timeout_s=timeout_s)
+
+    # ------------------------------------------------------------------------------------------ memory
+
+    def memory_bytes(self) -> int:
+        """Parameter and buffer bytes held by this model (the chat LLM included once loaded)."""
+        extra = [self._llm.model] if self._llm is not None and self._llm.model is not None else []
+        return module_bytes(self.pipe, *extra) if self.pipe is not None else 0
+
+    def unload(self) -> None:
+        if self.pipe is not None and self.runtime.cpu_offload != "none":
+            self.pipe.remove_all_hooks()
+        self.pipe = None
+        self._negative = None
+        if self._llm is not None:
+            self._llm.unload()
+            self._llm = None
+        free_device_memory(self.device)
+
+    def _pipe(self) -> Any:
+        if self.pipe is None:
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
+        return self.pipe
