@@ -10,6 +10,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 pytest_plugins = [
     "tests.fixtures.redis_server",
+    "tests.fixtures.redis_cluster",
     "tests.fixtures.seaweed",
     "tests.fixtures.tiny_models",
 ]

@@ -35,5 +35,22 @@ def version() -> None:
     typer.echo(_v("genworker"))
 
 
+# The worker daemon and the one-shot generator (worker/worker_cli.py).
+from worker import worker_cli as _worker_cli  # noqa: E402
+
+app.command("worker")(_worker_cli.worker_command)
+app.command("generate")(_worker_cli.generate_command)
+
+# `genworker client ...`: the client library from a shell (client/cli.py).
+from client.cli import app as _client_app  # noqa: E402
+
+app.add_typer(_client_app, name="client")
+
+
+# The HTTP tier: `genworker api`, `genworker up`, `genworker keys ...` (api/cli.py).
+from api.cli import register as _register_api  # noqa: E402
+
+_register_api(app)
+
 if __name__ == "__main__":
     app()

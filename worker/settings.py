@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import (
@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from pipelines.config import ModelRuntimeSettings
+from worker.media.settings import EncoderSettings
 from worker.queue.config import QueueSettings
 from worker.stores.config import StoreSettings
 
@@ -30,17 +31,59 @@ _yaml_file: ContextVar[str | None] = ContextVar("genworker_yaml_file", default=N
 
 
 class WorkerSettings(BaseModel):
+    """The ``worker`` section (env ``GENWORKER_WORKER__*``): what a daemon hosts and how it behaves."""
+
+    # Empty worker_id: "<hostname>-<pid>", unique per process so a restarted worker is a new consumer.
+    worker_id: str = ""
     hosted_models: list[str] = Field(default_factory=lambda: ["tiny-wan", "tiny-ltx2"])
+    # Loaded before the worker reports ready (/readyz, heartbeat ``ready``).
     preload: list[str] = Field(default_factory=list)
+    # /metrics, /healthz and /readyz; None disables the HTTP server, 0 picks a free port (logged).
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     heartbeat_s: float = Field(default=5.0, gt=0)
+    # SIGTERM: stop claiming, let running work finish within this grace, else release it.
     drain_grace_s: float = Field(default=60.0, ge=0)
+    # Encode+upload of job N overlaps the denoising of job N+1 (at most one job behind the GPU).
+    overlap: bool = True
+    # How long one claim call waits for work; bounds how fast a drain is noticed while idle.
+    claim_block_s: float = Field(default=1.0, ge=0, le=30)
+    # Progress writes per job are at most one per this interval (stage changes are always written).
+    progress_interval_s: float = Field(default=0.25, ge=0)
+    # How often this worker re-queues other workers' lapsed leases (the claim path does it too).
+    reclaim_interval_s: float = Field(default=10.0, gt=0)
+    # A job still running this long after its time limit is stuck inside one step: its lease is
+    # dropped (re-delivery) and the worker reports unhealthy so its orchestrator restarts it.
+    hang_margin_s: float = Field(default=60.0, ge=0)
+    # Cap of the exponential retry backoff for transient errors (base: queue.retry_backoff_s).
+    max_backoff_s: float = Field(default=300.0, ge=0)
+    # Build the tiny CPU models when a hosted tiny model is missing from models.tiny_models_dir.
+    build_tiny_models: bool = True
 
 
 class ApiSettings(BaseModel):
+    """The ``api`` section (env ``GENWORKER_API__*``): the HTTP tier (``genworker api`` / ``up``)."""
+
     host: str = "127.0.0.1"
-    port: int = 8000
-    max_body_bytes: int = 1_000_000
+    port: int = Field(default=8000, ge=0, le=65535)
+    # Bodies above this are refused with 413 before they are read whole.
+    max_body_bytes: int = Field(default=1_000_000, ge=1)
+    # API keys: "auto" = Redis when the queue is on Redis, else SQLite at <data_dir>/keys.db.
+    keys_backend: Literal["auto", "sqlite", "redis"] = "auto"
+    keys_redis_url: str | None = None  # default: queue.redis_url
+    # Per-key token bucket: sustained requests per second and burst. With the SQLite key store the
+    # bucket lives in the API process; with Redis it is a shared fixed-window counter.
+    rate_limit_per_s: float = Field(default=20.0, gt=0)
+    rate_limit_burst: int = Field(default=60, ge=1)
+    # Retry-After while a generation is not terminal: poll_first_s during the first
+    # poll_first_window_s after create, then a jittered value in [poll_min_s, poll_max_s].
+    poll_first_s: int = Field(default=5, ge=0)
+    poll_first_window_s: float = Field(default=30.0, ge=0)
+    poll_min_s: int = Field(default=10, ge=0)
+    poll_max_s: int = Field(default=15, ge=0)
+    list_max_limit: int = Field(default=100, ge=1, le=1000)
+    # Interactive docs at /docs (the schema is always at /v1/openapi.json).
+    docs: bool = True
 
 
 class Settings(BaseSettings):
@@ -52,6 +95,7 @@ class Settings(BaseSettings):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     models: ModelRuntimeSettings = Field(default_factory=ModelRuntimeSettings)
+    encoder: EncoderSettings = Field(default_factory=EncoderSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import redis
-
 from worker.queue.base import JobQueue
+from worker.queue.cluster import redis_client
 from worker.queue.config import QueueSettings
 from worker.queue.redis_backend import RedisQueue
 from worker.queue.sqlite_backend import SqliteQueue
@@ -13,15 +12,14 @@ __all__ = ["open_queue"]
 
 
 def open_queue(settings: QueueSettings) -> JobQueue:
-    """A ``RedisQueue`` (``backend: redis``) or a ``SqliteQueue`` (``backend: sqlite``, the default)."""
+    """A ``RedisQueue`` (``backend: redis``) or a ``SqliteQueue`` (``backend: sqlite``, the default).
+
+    Redis is reached in ``settings.redis_mode`` (one server, Cluster or Sentinel; see ``cluster``)."""
     common = {
         "lease_ttl_s": settings.lease_ttl_s,
         "max_attempts": settings.max_attempts,
         "retry_backoff_s": settings.retry_backoff_s,
     }
     if settings.backend == "redis":
-        # Redis Cluster (redis.cluster.RedisCluster) slots in here later: every atomic step already
-        # stays within one slot.
-        client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-        return RedisQueue(client, **common)  # type: ignore[arg-type]
+        return RedisQueue(redis_client(settings), **common)  # type: ignore[arg-type]
     return SqliteQueue(settings.sqlite_path, **common)  # type: ignore[arg-type]

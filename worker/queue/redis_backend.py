@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
+from redis.cluster import RedisCluster
 
 from worker.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.queue import keys, records
@@ -40,7 +41,7 @@ class RedisQueue(RedisReads):
 
     def __init__(
         self,
-        client: redis.Redis | str,
+        client: redis.Redis | RedisCluster | str,
         *,
         lease_ttl_s: float = 30.0,
         max_attempts: int = 3,

@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+# genworker API tier (CPU): `genworker api` over the shared Redis and S3-compatible store. No model runs
+# here; N replicas behind a load balancer, each stateless (keys and rate limits live in Redis).
+#
+# Build:  docker build -t genworker-api .
+#         docker build --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> -t genworker-api .
+# Run:    docker run -p 8000:8000 -e GENWORKER_QUEUE__BACKEND=redis \
+#           -e GENWORKER_QUEUE__REDIS_URL=redis://redis:6379/0 -e GENWORKER_STORE__BACKEND=s3 ... genworker-api
+# Create a key:  docker run --rm -e ... genworker-api keys create --project acme --scope generate --scope read
+FROM python:3.11-slim-bookworm
+
+# The API never imports torch, but the package depends on torch==2.13.0 (the worker needs it). The
+# default index's Linux x86_64 wheel is the CUDA build (about 4 GB with its CUDA wheels); point
+# TORCH_INDEX_URL at PyTorch's CPU wheel index to install the same version's CPU wheel (about 200 MB),
+# as the Makefile's venv does.
+ARG TORCH_INDEX_URL=""
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    GENWORKER_DATA_DIR=/var/lib/genworker \
+    GENWORKER_API__HOST=0.0.0.0 \
+    GENWORKER_API__PORT=8000
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+RUN pip install --upgrade "pip>=25" \
+ && if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" "torch==2.13.0"; \
+    else pip install "torch==2.13.0"; fi
+
+# The project as the Makefile installs it (same pyproject pins), without the test/dev/bench extras.
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY worker ./worker
+COPY pipelines ./pipelines
+COPY api ./api
+COPY client ./client
+COPY configs ./configs
+COPY scripts ./scripts
+RUN pip install /app && genworker version
+
+RUN useradd --create-home --uid 10001 genworker \
+ && mkdir -p /var/lib/genworker && chown genworker:genworker /var/lib/genworker
+USER 10001:10001
+EXPOSE 8000
+
+# /v1/models needs the catalog and the queue (Redis): a replica that cannot reach Redis is unhealthy.
+# Shell form on purpose: it follows GENWORKER_API__PORT.
+# hadolint ignore=DL3025
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v1/models' % os.environ['GENWORKER_API__PORT'], timeout=4)" || exit 1
+
+# uvicorn finishes in-flight requests on SIGTERM; every request is short (create, get, list).
+ENTRYPOINT ["genworker"]
+CMD ["api"]

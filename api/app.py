@@ -1,0 +1,101 @@
+"""``create_app``: the public HTTP tier over a queue, an artifact store, the catalog and a key store.
+
+Dependencies are passed in, never looked up: ``genworker api`` and ``genworker up`` build them from
+settings, tests build them over real backends. Routes live in ``api/routes``; the error shape in
+``api/errors``; auth in ``api/auth``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.types import ASGIApp
+
+from api.auth import Authenticator
+from api.errors import install_error_handlers
+from api.keys import KeyStore
+from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
+from api.routes import generations, models
+from api.services import Services
+from worker.catalog import Catalog
+from worker.contract import CreateRequest
+from worker.queue.base import JobQueue
+from worker.settings import Settings
+from worker.stores.base import ArtifactStore
+
+__all__ = ["ARTIFACTS_PATH", "create_app"]
+
+# Where the local store's signed-file app is mounted (its signed URLs point here).
+ARTIFACTS_PATH = "/v1/artifacts"
+
+_DESCRIPTION = """Asynchronous video generation. Create a generation (`202`, `status: queued`), poll it by id
+following `Retry-After` until a terminal status (`succeeded`, `failed`, `canceled`), then download each
+artifact through its short-lived signed `download_url` (re-signed on every GET).
+
+Every error has the body `{"error": {"code", "message", "param"}}` with a stable `code`."""
+
+
+def create_app(
+    settings: Settings,
+    *,
+    queue: JobQueue,
+    store: ArtifactStore,
+    catalog: Catalog,
+    keys: KeyStore,
+    limiter: RateLimiter | None = None,
+    artifacts_app: ASGIApp | None = None,
+) -> FastAPI:
+    """Build the app. ``artifacts_app`` (the local store's file server) is mounted at ``/v1/artifacts``
+    in the embedded mode; with S3 the signed URLs point at the store itself."""
+    api = settings.api
+    app = FastAPI(
+        title="genworker",
+        version="1",
+        description=_DESCRIPTION,
+        openapi_url="/v1/openapi.json",
+        docs_url="/docs" if api.docs else None,
+        redoc_url=None,
+    )
+    limiter = limiter or TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
+    svc = Services(
+        settings=settings,
+        queue=queue,
+        store=store,
+        catalog=catalog,
+        keys=keys,
+        auth=Authenticator(keys, limiter),
+    )
+    install_error_handlers(app)
+    app.include_router(generations.build_router(svc))
+    app.include_router(models.build_router(svc))
+    if artifacts_app is not None:
+        app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
+    app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
+    app.state.services = svc  # for introspection only; routes get it through their factories
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _openapi_schema(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _openapi_schema(app: FastAPI) -> dict[str, Any]:
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    # The create body is read raw (so malformed JSON gets our 400, not FastAPI's 422); its model is
+    # added here for the requestBody reference the route declares.
+    request_schema = CreateRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(request_schema.pop("$defs", {}))
+    components["CreateRequest"] = request_schema
+    # FastAPI documents a 422 for every route with parameters; ours answer 400 instead.
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    return schema

@@ -1,0 +1,90 @@
+"""Turning a create call into a queued record: parse, resolve against the catalog, price, fingerprint.
+
+Everything is validated before anything is enqueued, so a refused request leaves no trace. The stored
+parameters are the resolved ones (catalog defaults and a seed filled in) so a retried attempt, or the
+client reading the record, sees exactly what is generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+
+from api.errors import ApiError
+from worker.catalog import Catalog
+from worker.contract import CreateRequest, GenerationRecord, RecordInput, RecordParameters, parse_create_request
+from worker.errors import ErrorCode
+from worker.resolve import resolve
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "build_record",
+    "check_idempotency_key",
+    "new_generation_id",
+    "parse_body",
+    "request_hash",
+]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_IDEMPOTENCY_KEY = re.compile(r"[\x20-\x7e]{1,255}")
+
+
+def check_idempotency_key(value: str | None) -> str | None:
+    """None when absent; the key when it is 1-255 printable ASCII characters; else 400."""
+    if value is None:
+        return None
+    if not _IDEMPOTENCY_KEY.fullmatch(value):
+        raise ApiError(
+            400,
+            ErrorCode.invalid_request,
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+            IDEMPOTENCY_HEADER,
+        )
+    return value
+
+
+def parse_body(body: bytes) -> CreateRequest:
+    """Decode JSON and validate it; malformed JSON is ``invalid_request``, bad fields their own code."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and bad UTF-8
+        raise ApiError(400, ErrorCode.invalid_request, "request body is not valid JSON") from None
+    return parse_create_request(data)
+
+
+def request_hash(request: CreateRequest) -> str:
+    """SHA-256 of the parsed request in canonical JSON: equal requests hash equal whatever their
+    key order, whitespace or explicit nulls."""
+    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def new_generation_id() -> str:
+    return "gen_" + uuid.uuid4().hex
+
+
+def build_record(request: CreateRequest, catalog: Catalog, *, project: str, max_attempts: int) -> GenerationRecord:
+    """The queued record for a valid request; raises ``RequestRejected`` when the catalog refuses it."""
+    job, hold = resolve(request, catalog)
+    parameters = request.parameters.model_dump()
+    parameters.update(
+        resolution=job.resolution,
+        ratio=job.ratio,
+        duration_seconds=job.duration_seconds,
+        audio=job.audio,
+        prompt_extend=job.prompt_extend,
+        seed=job.seed,  # drawn by resolve when absent; stored so every attempt reproduces it
+    )
+    return GenerationRecord(
+        id=new_generation_id(),
+        project=project,
+        model=request.model,
+        mode=request.mode,
+        variant=request.variant,
+        parameters=RecordParameters(**parameters),
+        input=RecordInput(prompt=request.input.prompt),
+        price_hold=hold,
+        max_attempts=max_attempts,
+    )

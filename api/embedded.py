@@ -1,0 +1,198 @@
+"""``genworker up``: the whole service on one machine, nothing else to install.
+
+One data directory holds everything: ``queue.db`` (SQLite queue), ``artifacts/`` (the local store,
+whose HMAC-signed URLs the API serves at ``/v1/artifacts``; its secret is ``store-secret``),
+``models/`` (tiny CPU models, built on first start), ``keys.db`` and ``dev-api-key`` (a key for
+project ``default`` with both scopes, made on first start). One ``genworker worker`` subprocess
+shares the directory through ``GENWORKER_*`` variables. Ctrl-C or SIGTERM stops the worker
+(SIGTERM, a grace period, then kill) and then the API.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from api.keys import KeyStore, Scope, SqliteKeyStore
+from worker.settings import Settings, load_settings
+
+__all__ = ["EmbeddedPaths", "embedded_settings", "ensure_dev_key", "run_embedded", "worker_env"]
+
+DEV_PROJECT = "default"
+
+
+@dataclass(frozen=True)
+class EmbeddedPaths:
+    root: Path
+
+    @property
+    def queue(self) -> Path:
+        return self.root / "queue.db"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys.db"
+
+    @property
+    def dev_key(self) -> Path:
+        return self.root / "dev-api-key"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.root / "worker.log"
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def embedded_settings(paths: EmbeddedPaths, *, host: str, port: int, models_dir: Path) -> Settings:
+    return load_settings(
+        data_dir=str(paths.root),
+        queue={"backend": "sqlite", "sqlite_path": str(paths.queue)},
+        store={
+            "backend": "local",
+            "local_root": str(paths.artifacts),
+            "public_base_url": f"http://{host}:{port}",
+        },
+        models={"tiny_models_dir": str(models_dir)},
+        api={"host": host, "port": port, "keys_backend": "sqlite"},
+    )
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The worker subprocess's environment: the same data dir, queue, store and models as the API."""
+    store = settings.store
+    # No signing secret here: both processes read (or create once) <data_dir>/store-secret.
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "GENWORKER_DATA_DIR": settings.data_dir,
+        "GENWORKER_QUEUE__BACKEND": "sqlite",
+        "GENWORKER_QUEUE__SQLITE_PATH": settings.queue.sqlite_path,
+        "GENWORKER_STORE__BACKEND": "local",
+        "GENWORKER_STORE__LOCAL_ROOT": store.local_root,
+        "GENWORKER_STORE__PUBLIC_BASE_URL": store.public_base_url,
+        "GENWORKER_MODELS__TINY_MODELS_DIR": settings.models.tiny_models_dir,
+        "GENWORKER_WORKER__DRAIN_GRACE_S": "10",
+    }
+
+
+def ensure_dev_key(keys: KeyStore, paths: EmbeddedPaths) -> tuple[str, bool]:
+    """The dev key (created on first start, or again when the stored one was revoked); True if new."""
+    if paths.dev_key.exists():
+        key = paths.dev_key.read_text(encoding="utf-8").strip()
+        if keys.authenticate(key) is not None:
+            return key, False
+    _, key = keys.create(DEV_PROJECT, [Scope.generations_write, Scope.generations_read])
+    _write_private(paths.dev_key, key + "\n")
+    return key, True
+
+
+def _banner(settings: Settings, key: str, created: bool, paths: EmbeddedPaths) -> str:
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    note = "created a dev API key" if created else "dev API key"
+    return f"""
+genworker is starting at {base}  (data: {paths.root}, worker log: {paths.worker_log})
+{note} for project '{DEV_PROJECT}' (also in {paths.dev_key}):
+
+  {key}
+
+Try it:
+
+  curl -s {base}/v1/generations \\
+    -H "Authorization: Bearer {key}" \\
+    -H "Content-Type: application/json" \\
+    -H "Idempotency-Key: $(uuidgen 2>/dev/null || date +%s%N)" \\
+    -d '{{"model": "tiny-wan", "mode": "text_to_video", "variant": "standard",
+         "parameters": {{"resolution": "144p", "duration_seconds": 2, "ratio": "16:9"}},
+         "input": {{"prompt": "a red fox running through snow"}}}}'
+
+Models: curl -s {base}/v1/models    API schema: {base}/v1/openapi.json    Stop: Ctrl-C
+"""
+
+
+def _start_worker(settings: Settings, paths: EmbeddedPaths) -> subprocess.Popen[bytes]:
+    log = paths.worker_log.open("ab")
+    # A new session: Ctrl-C in the terminal reaches only `up`, which then stops the worker once,
+    # cleanly (a second signal would make the worker stop at once instead of draining).
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker"],
+        env=worker_env(settings),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _stop_worker(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        typer.echo(f"worker did not stop within {grace_s:.0f}s; killing it", err=True)
+        proc.kill()
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_embedded(data_dir: Path, *, host: str, port: int, models_dir: Path | None, grace_s: float) -> int:
+    """Run until stopped; the exit status is nonzero when the worker died on its own."""
+    from api.server import build_app, make_server, serve
+
+    paths = EmbeddedPaths(data_dir.resolve())
+    paths.root.mkdir(parents=True, exist_ok=True)
+    models = (models_dir or paths.root / "models").resolve()
+    settings = embedded_settings(paths, host=host, port=port, models_dir=models)
+
+    from pipelines.tiny import TINY_MODELS, build_all, is_built
+
+    if not all(is_built(models / name) for name in TINY_MODELS):
+        typer.echo(f"building the tiny CPU models into {models} (first start only) ...", err=True)
+        build_all(models)
+
+    keys = SqliteKeyStore(paths.keys)
+    key, created = ensure_dev_key(keys, paths)
+    keys.close()
+    app = build_app(settings)
+    server = make_server(app, host, port)
+    worker = _start_worker(settings, paths)
+    worker_died = threading.Event()
+
+    def watch() -> None:
+        code = worker.wait()
+        if not server.should_exit:  # not our own shutdown
+            typer.echo(f"\nthe worker exited with code {code}; last lines of {paths.worker_log}:", err=True)
+            typer.echo(_tail(paths.worker_log), err=True)
+            worker_died.set()
+            server.should_exit = True
+
+    threading.Thread(target=watch, name="worker-watch", daemon=True).start()
+    typer.echo(_banner(settings, key, created, paths))
+    try:
+        serve(server)
+    finally:
+        server.should_exit = True
+        _stop_worker(worker, grace_s)
+    return 1 if worker_died.is_set() else 0

@@ -1,0 +1,138 @@
+"""Request-size limit and per-key rate limits.
+
+``BodyLimitMiddleware`` refuses an oversized body before it is read whole: a declared
+``Content-Length`` above the limit is answered at once, and a chunked body is counted as it streams.
+
+Rate limits are per API key. ``TokenBucketLimiter`` lives in the process (the embedded mode runs one
+API process); ``RedisWindowLimiter`` shares one fixed-window counter per key across API replicas.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+from worker.errors import ErrorCode
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["BodyLimitMiddleware", "RateDecision", "RateLimiter", "RedisWindowLimiter", "TokenBucketLimiter"]
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """A small ASGI middleware: 413 ``payload_too_large`` for bodies above ``max_bytes``."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _BodyTooLarge:
+            if started:  # pragma: no cover - routes read the body before answering
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            413,
+            ErrorCode.payload_too_large,
+            f"request body exceeds {self.max_bytes} bytes",
+            None,
+            {"Connection": "close"},  # the unread rest of the body must not be parsed as a next request
+        )
+        await response(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    allowed: bool
+    retry_after_s: int = 0
+
+
+class RateLimiter(Protocol):
+    def hit(self, key_id: str) -> RateDecision: ...
+
+
+class TokenBucketLimiter:
+    """In-process token bucket per key: ``burst`` requests at once, refilled at ``rate_per_s``."""
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, last refill monotonic)
+        self._lock = threading.Lock()
+
+    def hit(self, key_id: str) -> RateDecision:
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate_per_s)
+            if tokens >= 1.0:
+                self._buckets[key_id] = (tokens - 1.0, now)
+                return RateDecision(True)
+            self._buckets[key_id] = (tokens, now)
+            wait = (1.0 - tokens) / self.rate_per_s
+            return RateDecision(False, max(1, math.ceil(wait)))
+
+
+# Redis key of one key's counter for one window; a single key per call keeps it Cluster-safe.
+RATE_KEY = "gw:ratelimit:{key_id}:{window}"
+
+
+class RedisWindowLimiter:
+    """A fixed window of ``burst`` requests per ``burst / rate_per_s`` seconds, shared by replicas."""
+
+    def __init__(self, client: redis.Redis, rate_per_s: float, burst: int) -> None:
+        self.client = client
+        self.burst = burst
+        self.window_s = max(1, math.ceil(burst / rate_per_s))
+
+    def hit(self, key_id: str) -> RateDecision:
+        now = time.time()
+        window = int(now // self.window_s)
+        key = RATE_KEY.format(key_id=key_id, window=window)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, self.window_s + 1)
+        count = int(pipe.execute()[0])
+        if count <= self.burst:
+            return RateDecision(True)
+        return RateDecision(False, max(1, math.ceil((window + 1) * self.window_s - now)))

@@ -1,0 +1,27 @@
+"""Strict query strings: an unknown query parameter is a 400, like an unknown body field.
+
+A typo such as ``?limt=5`` would otherwise be ignored silently and the client would get the default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Depends, Request
+
+from api.errors import ApiError
+from worker.errors import ErrorCode
+
+__all__ = ["only_query"]
+
+
+def only_query(*allowed: str) -> Any:
+    """A route dependency refusing query parameters other than ``allowed``."""
+    names = frozenset(allowed)
+
+    def dependency(request: Request) -> None:
+        for name in request.query_params:
+            if name not in names:
+                raise ApiError(400, ErrorCode.invalid_parameter, f"unknown query parameter {name!r}", name or None)
+
+    return Depends(dependency)

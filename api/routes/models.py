@@ -1,0 +1,36 @@
+"""``GET /v1/models``: the public catalog with live availability and queue depth. No key needed."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.errors import responses_for
+from api.query import only_query
+from api.services import Services
+from api.views import ModelList, model_view
+
+__all__ = ["build_router"]
+
+
+def build_router(svc: Services) -> APIRouter:
+    router = APIRouter(prefix="/v1/models", tags=["models"])
+
+    @router.get(
+        "",
+        response_model=ModelList,
+        summary="The model catalog",
+        responses=responses_for(),
+        dependencies=[only_query()],
+    )
+    def list_models() -> ModelList:
+        hosted: set[str] = set()
+        for beat in svc.queue.live_workers():
+            hosted.update(beat.hosted_models)
+        return ModelList(
+            data=[
+                model_view(spec, available=spec.id in hosted, queue_depth=svc.queue.depth(spec.id))
+                for spec in svc.catalog.models.values()
+            ]
+        )
+
+    return router

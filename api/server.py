@@ -1,0 +1,111 @@
+"""Building the API's backends from ``Settings`` and serving it with uvicorn (``genworker api``).
+
+The distributed mode runs N replicas of this process over one Redis (queue, keys, rate limits) and
+one S3-compatible store; nothing is held in a replica that another needs, except the in-process
+token bucket used with the SQLite key store (the embedded mode has one API process).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Literal
+
+from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
+from api.limits import RateLimiter, RedisWindowLimiter, TokenBucketLimiter
+from worker.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+    from starlette.types import ASGIApp
+
+    from worker.stores.base import ArtifactStore
+
+__all__ = ["artifacts_app_for", "build_app", "keys_backend", "make_server", "open_key_store", "open_limiter", "serve"]
+
+log = logging.getLogger("genworker.api")
+
+
+def keys_backend(settings: Settings) -> Literal["sqlite", "redis"]:
+    if settings.api.keys_backend != "auto":
+        return settings.api.keys_backend
+    return "redis" if settings.queue.backend == "redis" else "sqlite"
+
+
+def _keys_redis_url(settings: Settings) -> str:
+    return settings.api.keys_redis_url or settings.queue.redis_url
+
+
+def open_key_store(settings: Settings) -> KeyStore:
+    if keys_backend(settings) == "redis":
+        return RedisKeyStore.from_url(_keys_redis_url(settings))
+    return SqliteKeyStore(Path(settings.data_dir) / "keys.db")
+
+
+def open_limiter(settings: Settings) -> RateLimiter:
+    api = settings.api
+    if keys_backend(settings) == "redis":
+        import redis
+
+        client = redis.Redis.from_url(_keys_redis_url(settings))
+        return RedisWindowLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
+    return TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
+
+
+def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
+    """The local store serves its own signed files; an S3 store's URLs point at S3 instead."""
+    from worker.stores.local import LocalStore
+    from worker.stores.local_http import artifact_app
+
+    return artifact_app(store) if isinstance(store, LocalStore) else None
+
+
+def build_app(settings: Settings) -> FastAPI:
+    """The app over the backends the settings name (queue, store, keys, catalog)."""
+    from api.app import create_app
+    from worker.catalog import load_catalog
+    from worker.queue.factory import open_queue
+    from worker.stores.factory import open_store
+
+    store = open_store(settings.store, data_dir=settings.data_dir)
+    return create_app(
+        settings,
+        queue=open_queue(settings.queue),
+        store=store,
+        catalog=load_catalog(settings.catalog_path),
+        keys=open_key_store(settings),
+        limiter=open_limiter(settings),
+        artifacts_app=artifacts_app_for(store),
+    )
+
+
+class _Stop(Exception):
+    """SIGTERM after uvicorn's graceful shutdown: unwinds ``serve`` so callers can clean up."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def make_server(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> uvicorn.Server:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
+
+
+def serve(server: uvicorn.Server) -> None:
+    """Run uvicorn until SIGINT/SIGTERM (or ``server.should_exit``); return after a graceful shutdown.
+
+    uvicorn re-raises the signal it caught once it has shut down; a SIGTERM handler that raises lets
+    the caller's ``finally`` run instead of the process dying on the default action.
+    """
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        server.run()
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

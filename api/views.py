@@ -1,0 +1,179 @@
+"""Public views: what clients see of records and of the catalog (documented in the OpenAPI schema).
+
+Records keep object keys; views carry freshly signed URLs instead. Catalog views carry capabilities
+and rates; never weights, hub ids, adapters or endpoints.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from worker.catalog import ModelSpec
+from worker.contract import (
+    Artifact,
+    AudioInfo,
+    ErrorInfo,
+    GenerationRecord,
+    Money,
+    PromptExtension,
+    RecordInput,
+    RecordParameters,
+    Stage,
+    Status,
+    Usage,
+)
+from worker.stores.base import ArtifactStore
+
+__all__ = [
+    "ArtifactView",
+    "GenerationList",
+    "GenerationView",
+    "ModeView",
+    "ModelList",
+    "ModelView",
+    "RatesView",
+    "artifact_view",
+    "generation_view",
+    "model_view",
+]
+
+
+class ArtifactView(BaseModel):
+    kind: Literal["video", "poster"]
+    content_type: str
+    bytes: int
+    sha256: str
+    width: int
+    height: int
+    fps: float | None = None
+    frames: int | None = None
+    duration_seconds: float | None = None
+    audio: AudioInfo | None = None
+    download_url: str = Field(description="Short-lived signed URL, newly signed on every GET of the generation.")
+    expires_at: datetime = Field(description="When download_url stops working.")
+
+
+class GenerationView(BaseModel):
+    id: str
+    object: Literal["generation"] = "generation"
+    status: Status
+    stage: Stage
+    progress: float = Field(ge=0.0, le=1.0)
+    queue_position: int | None = Field(default=None, description="0-based place in the model's queue while queued.")
+    model: str
+    mode: str
+    variant: str
+    parameters: RecordParameters = Field(description="As resolved at create: defaults and the seed filled in.")
+    input: RecordInput
+    actual_prompt: str | None = None
+    prompt_extension: PromptExtension | None = None
+    price_hold: Money = Field(description="USD hold taken at create; the final price never exceeds it.")
+    price: Money | None = None
+    usage: Usage | None = None
+    artifacts: list[ArtifactView] = Field(default_factory=list)
+    error: ErrorInfo | None = None
+    attempt: int
+    max_attempts: int
+    cancel_requested: bool = False
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class GenerationList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[GenerationView]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
+
+
+def artifact_view(artifact: Artifact, store: ArtifactStore) -> ArtifactView:
+    signed = store.sign_url(artifact.key)
+    fields = artifact.model_dump(exclude={"key"})
+    return ArtifactView(**fields, download_url=signed.url, expires_at=signed.expires_at)
+
+
+def generation_view(record: GenerationRecord, store: ArtifactStore, *, queue_position: int | None) -> GenerationView:
+    # Only a succeeded generation offers downloads; a failed attempt's partial objects stay private.
+    artifacts = [artifact_view(a, store) for a in record.artifacts] if record.status is Status.succeeded else []
+    return GenerationView(
+        **record.model_dump(exclude={"artifacts", "project", "object"}),
+        artifacts=artifacts,
+        queue_position=queue_position if record.status is Status.queued else None,
+    )
+
+
+# ------------------------------------------------------------------------------------------- catalog
+
+
+class RatesView(BaseModel):
+    currency: Literal["USD"] = "USD"
+    per_second: dict[str, str] = Field(description="USD per output second, by resolution (decimal strings).")
+    audio_per_second: str = Field(description="USD per output second added when audio is on.")
+
+
+class VariantView(BaseModel):
+    steps: int
+    rate_multiplier: str = Field(description="Applied to the model's rates (decimal string).")
+
+
+class ModeView(BaseModel):
+    variants: dict[str, VariantView]
+
+
+class ModelView(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    display_name: str
+    family: str
+    modes: dict[str, ModeView]
+    resolutions: list[str]
+    ratios: list[str]
+    durations: list[int]
+    defaults: dict[str, str | int | bool]
+    fps: int
+    audio: bool
+    prompt_extend: bool
+    prompt_max_chars: int
+    rates: RatesView
+    available: bool = Field(description="A live worker hosting this model sent a heartbeat recently.")
+    queue_depth: int = Field(description="Generations of this model waiting for a worker.")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelView]
+
+
+def model_view(spec: ModelSpec, *, available: bool, queue_depth: int) -> ModelView:
+    return ModelView(
+        id=spec.id,
+        display_name=spec.display_name,
+        family=spec.family,
+        modes={
+            name: ModeView(
+                variants={
+                    v: VariantView(steps=variant.steps, rate_multiplier=str(variant.rate_multiplier))
+                    for v, variant in mode.variants.items()
+                }
+            )
+            for name, mode in spec.modes.items()
+        },
+        resolutions=list(spec.resolutions),
+        ratios=list(spec.ratios),
+        durations=list(spec.durations),
+        defaults=dict(spec.defaults),
+        fps=spec.fps,
+        audio=spec.audio,
+        prompt_extend=spec.prompt_extend is not None,
+        prompt_max_chars=spec.prompt_max_chars,
+        rates=RatesView(
+            per_second={label: str(rate) for label, rate in spec.rates.per_second.items()},
+            audio_per_second=str(spec.rates.audio_per_second),
+        ),
+        available=available,
+        queue_depth=queue_depth,
+    )

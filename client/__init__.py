@@ -1,0 +1,39 @@
+"""genworker's client: create, poll, download and cancel generations the way the spec asks.
+
+``Client`` (blocking) and ``AsyncClient`` (asyncio) share one set of rules: a stable Idempotency-Key
+per logical generation reused on every retry, the new id handed to ``on_created`` first, polling at
+~5 s then 10-15 s with jitter and never sooner than ``Retry-After``, downloads verified against the
+record and retried once with a freshly signed URL. See ``docs/client.md``.
+"""
+
+from __future__ import annotations
+
+from client.aio import AsyncClient
+from client.cadence import PollCadence
+from client.errors import ApiError, ClientError, IntegrityError, TransportFailed, WaitTimeout
+from client.ledger import KeyLedger, LedgerConflict, new_idempotency_key
+from client.models import TERMINAL_STATUSES, Artifact, Generation, GenerationError, GenerationPage, Model, Money
+from client.retry import RetryPolicy
+from client.sync import Client
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "ApiError",
+    "Artifact",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "Generation",
+    "GenerationError",
+    "GenerationPage",
+    "IntegrityError",
+    "KeyLedger",
+    "LedgerConflict",
+    "Model",
+    "Money",
+    "PollCadence",
+    "RetryPolicy",
+    "TransportFailed",
+    "WaitTimeout",
+    "new_idempotency_key",
+]

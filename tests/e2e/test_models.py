@@ -1,0 +1,68 @@
+"""``GET /v1/models`` as an anonymous client: the catalog, live availability and depth, no secrets."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.e2e.conftest import Stack, create_body
+from worker.queue.base import WorkerHeartbeat
+
+
+def models(stack: Stack) -> dict[str, dict]:
+    with httpx.Client(base_url=stack.base_url) as anon:
+        r = anon.get("/v1/models")
+    assert r.status_code == 200, r.text
+    return {m["id"]: m for m in r.json()["data"]}
+
+
+def test_models_need_no_key_and_describe_the_catalog(fresh_stack: Stack) -> None:
+    listed = models(fresh_stack)
+    assert set(listed) == set(fresh_stack.catalog.models)
+    wan = listed["tiny-wan"]
+    spec = fresh_stack.catalog.models["tiny-wan"]
+    assert wan["family"] == "wan"
+    assert wan["modes"]["text_to_video"]["variants"]["fast"]["rate_multiplier"] == "0.5"
+    assert (wan["resolutions"], wan["durations"], wan["fps"]) == (spec.resolutions, spec.durations, spec.fps)
+    assert wan["rates"] == {"currency": "USD", "per_second": {"144p": "0.01", "240p": "0.02"}, "audio_per_second": "0"}
+    assert (wan["audio"], wan["prompt_extend"]) == (False, True)
+    assert listed["tiny-ltx2"]["audio"] is True
+    assert listed["tiny-ltx2"]["rates"]["audio_per_second"] == "0.005"
+
+
+PUBLIC_FIELDS = {
+    "id", "object", "display_name", "family", "modes", "resolutions", "ratios", "durations", "defaults", "fps",
+    "audio", "prompt_extend", "prompt_max_chars", "rates", "available", "queue_depth",
+}  # fmt: skip
+
+
+def test_models_leak_no_weights_paths_or_adapters(fresh_stack: Stack) -> None:
+    with httpx.Client(base_url=fresh_stack.base_url) as anon:
+        r = anon.get("/v1/models")
+    for model in r.json()["data"]:
+        assert set(model) == PUBLIC_FIELDS
+        assert set(model["modes"]["text_to_video"]["variants"]["standard"]) == {"steps", "rate_multiplier"}
+    text = r.text
+    for spec in fresh_stack.catalog.models.values():
+        assert spec.adapter not in text
+        if not spec.tiny:  # a tiny model's weights dir is named like its id
+            assert spec.weights not in text
+        if spec.prompt_extend and spec.prompt_extend.llm:
+            assert spec.prompt_extend.llm not in text
+    for leak in ("Wan-AI/", "Lightricks/", "Qwen/", "var/models", "pipelines.", "http"):
+        assert leak not in text
+
+
+def test_availability_follows_live_heartbeats_and_depth_counts_queued(fresh_stack: Stack) -> None:
+    before = models(fresh_stack)
+    assert not any(m["available"] for m in before.values())
+    assert before["tiny-wan"]["queue_depth"] == 0
+    with fresh_stack.client("alpha") as c:
+        for _ in range(3):
+            assert c.post("/v1/generations", json=create_body()).status_code == 202
+    beat = WorkerHeartbeat(worker_id="e2e-worker", hosted_models=["tiny-wan"], ready=True)
+    fresh_stack.queue.heartbeat(beat, ttl_s=60)
+    after = models(fresh_stack)
+    assert after["tiny-wan"]["available"] is True
+    assert after["tiny-ltx2"]["available"] is False
+    assert after["tiny-wan"]["queue_depth"] == 3
+    assert after["tiny-ltx2"]["queue_depth"] == 0

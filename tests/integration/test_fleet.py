@@ -1,0 +1,195 @@
+"""A fleet on one Redis: three real ``genworker worker`` processes hosting different model sets, 100
+tiny jobs, and ``GET /v1/models`` (the real app, in-process, over the same Redis) following the fleet.
+
+- worker ``fleet-wan`` hosts {tiny-wan}, ``fleet-ltx`` {tiny-ltx2}, ``fleet-both`` {tiny-wan, tiny-ltx2};
+- which worker ran a job comes from the job's own events (``claimed by <worker id>``, written by the
+  claim in the same atomic step that starts the attempt), cross-checked with each worker's
+  ``genworker_jobs_total`` on ``/metrics``.
+
+Jobs use the ``fast`` variant at 144p for 1 s (two denoising steps on CPU) so 100 of them fit in
+about a minute on two cores. Nothing here asserts on time; waits poll with generous deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
+from worker.catalog import Catalog, load_catalog
+from worker.contract import GenerationRecord, Status
+from worker.queue.base import JobQueue
+from worker.queue.config import QueueSettings
+from worker.queue.factory import open_queue
+from worker.settings import Settings
+from worker.stores.config import StoreSettings
+
+FLEET = {
+    "fleet-wan": ["tiny-wan"],
+    "fleet-ltx": ["tiny-ltx2"],
+    "fleet-both": ["tiny-wan", "tiny-ltx2"],
+}
+JOBS_PER_MODEL = 50
+HEARTBEAT_S = 1.0  # heartbeats live 3 beats: a stopped worker leaves /v1/models within ~3 s
+WAIT_S = 300.0
+
+
+class Fleet:
+    """The shared Redis, store and catalog, and the worker processes started on them."""
+
+    def __init__(self, tmp: Path, redis_url: str, tiny_models_dir: Path) -> None:
+        self.tmp = tmp
+        self.redis_url = redis_url
+        self.tiny_models_dir = tiny_models_dir
+        self.catalog_path = write_test_catalog(tmp / "catalog.yaml")
+        self.catalog: Catalog = load_catalog(self.catalog_path)
+        self.artifacts = tmp / "artifacts"
+        self.queue: JobQueue = open_queue(QueueSettings(backend="redis", redis_url=redis_url))
+        self.workers: dict[str, WorkerProcess] = {}
+
+    def start(self, worker_id: str, models: list[str]) -> WorkerProcess:
+        env = {
+            "GENWORKER_DATA_DIR": str(self.tmp / worker_id),
+            "GENWORKER_CATALOG_PATH": str(self.catalog_path),
+            "GENWORKER_QUEUE__BACKEND": "redis",
+            "GENWORKER_QUEUE__REDIS_URL": self.redis_url,
+            "GENWORKER_STORE__BACKEND": "local",
+            "GENWORKER_STORE__LOCAL_ROOT": str(self.artifacts),
+            "GENWORKER_MODELS__TINY_MODELS_DIR": str(self.tiny_models_dir),
+            "GENWORKER_WORKER__WORKER_ID": worker_id,
+            "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(models),
+            "GENWORKER_WORKER__PRELOAD": json.dumps(models),
+            "GENWORKER_WORKER__HEARTBEAT_S": str(HEARTBEAT_S),
+            "GENWORKER_WORKER__BUILD_TINY_MODELS": "false",
+            # Two cores, three workers: one torch thread each keeps them from fighting over cores.
+            "OMP_NUM_THREADS": "1",
+        }
+        worker = WorkerProcess(env, self.tmp / f"{worker_id}.log").start()
+        self.workers[worker_id] = worker
+        return worker
+
+    def enqueue(self, model: str) -> GenerationRecord:
+        record = make_record(self.catalog, model, variant="fast", resolution="144p", duration_seconds=1)
+        return self.queue.enqueue(record).record
+
+    def api(self) -> TestClient:
+        """The real API app over the fleet's Redis (what `genworker api` serves)."""
+        from api.server import build_app
+
+        settings = Settings(
+            data_dir=str(self.tmp / "api"),
+            catalog_path=str(self.catalog_path),
+            queue=QueueSettings(backend="redis", redis_url=self.redis_url),
+            store=StoreSettings(backend="local", local_root=str(self.artifacts)),
+        )
+        return TestClient(build_app(settings))
+
+    def stop_all(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        self.queue.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: Any, tiny_models_dir: Path) -> Iterator[Fleet]:
+    client = redis_server.client()
+    client.flushall()
+    client.close()
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), redis_server.url, tiny_models_dir)
+    try:
+        for worker_id, models in FLEET.items():
+            fleet.start(worker_id, models)
+        for worker in fleet.workers.values():
+            worker.wait_ready()
+        yield fleet
+    finally:
+        fleet.stop_all()
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def claimed_by(queue: JobQueue, job_id: str) -> list[str]:
+    """The worker ids that claimed the job, from its events, in order."""
+    prefix = "claimed by "
+    return [e.reason[len(prefix) :] for e in queue.events(job_id) if e.reason and e.reason.startswith(prefix)]
+
+
+def test_each_of_100_jobs_runs_once_on_a_worker_that_hosts_its_model(fleet: Fleet) -> None:
+    queue = fleet.queue
+    jobs = [fleet.enqueue(model) for _ in range(JOBS_PER_MODEL) for model in ("tiny-wan", "tiny-ltx2")]
+    ids = [r.id for r in jobs]
+    wait_until(lambda: all(queue.get(i).terminal for i in ids), "100 jobs to finish")  # type: ignore[union-attr]
+
+    ran_on: dict[str, Counter[str]] = {"tiny-wan": Counter(), "tiny-ltx2": Counter()}
+    for record in jobs:
+        done = queue.get(record.id)
+        assert done is not None and done.status is Status.succeeded, (record.id, done and done.error)
+        assert done.attempt == 1
+        workers = claimed_by(queue, record.id)
+        assert len(workers) == 1, (record.id, workers)  # claimed exactly once
+        assert record.model in FLEET[workers[0]], (record.model, workers[0])  # only by a host of its model
+        assert [e.status for e in queue.events(record.id)] == [Status.queued, Status.running, Status.succeeded]
+        video = next(a for a in done.artifacts if a.kind == "video")
+        assert (fleet.artifacts / video.key).stat().st_size == video.bytes
+        ran_on[record.model][workers[0]] += 1
+
+    # Load spreads: every worker hosting a model ran some of its jobs.
+    assert set(ran_on["tiny-wan"]) == {"fleet-wan", "fleet-both"}, ran_on
+    assert set(ran_on["tiny-ltx2"]) == {"fleet-ltx", "fleet-both"}, ran_on
+    # Each worker's own count of succeeded jobs per model agrees with what the events say it ran.
+    for worker_id, worker in fleet.workers.items():
+        for model in FLEET[worker_id]:
+            counted = worker.metric("genworker_jobs_total", model=model, status="succeeded")
+            assert counted == ran_on[model][worker_id], (worker_id, model)
+    assert queue.depth("tiny-wan") == 0 and queue.depth("tiny-ltx2") == 0
+
+
+def _models(api: TestClient) -> dict[str, dict[str, Any]]:
+    response = api.get("/v1/models")
+    assert response.status_code == 200, response.text
+    return {m["id"]: m for m in response.json()["data"]}
+
+
+def test_models_follow_the_fleet_as_workers_stop_and_start(fleet: Fleet) -> None:
+    api = fleet.api()
+    models = _models(api)
+    assert models["tiny-wan"]["available"] and models["tiny-ltx2"]["available"]
+    assert not models["slow-wan"]["available"]  # in the catalog, hosted by nobody
+
+    # fleet-both stops: each model still has a worker.
+    fleet.workers["fleet-both"].signal(signal.SIGTERM)
+    assert fleet.workers["fleet-both"].wait_exit() == 0
+    wait_until(lambda: {w.worker_id for w in fleet.queue.live_workers()} == {"fleet-wan", "fleet-ltx"}, "heartbeat")
+    models = _models(api)
+    assert models["tiny-wan"]["available"] and models["tiny-ltx2"]["available"]
+
+    # The last tiny-ltx2 worker stops: the model turns unavailable and its jobs wait, counted.
+    fleet.workers["fleet-ltx"].signal(signal.SIGTERM)
+    assert fleet.workers["fleet-ltx"].wait_exit() == 0
+    wait_until(lambda: not _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn unavailable")
+    waiting = [fleet.enqueue("tiny-ltx2") for _ in range(3)]
+    models = _models(api)
+    assert models["tiny-wan"]["available"] and models["tiny-wan"]["queue_depth"] == 0
+    assert not models["tiny-ltx2"]["available"] and models["tiny-ltx2"]["queue_depth"] == 3
+
+    # A new tiny-ltx2 worker starts: available again, and it drains the waiting jobs.
+    fleet.start("fleet-ltx-2", ["tiny-ltx2"]).wait_ready()
+    wait_until(lambda: _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn available again")
+    wait_until(lambda: all(fleet.queue.get(r.id).terminal for r in waiting), "waiting jobs")  # type: ignore[union-attr]
+    assert all(claimed_by(fleet.queue, r.id) == ["fleet-ltx-2"] for r in waiting)
+    assert _models(api)["tiny-ltx2"]["queue_depth"] == 0

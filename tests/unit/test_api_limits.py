@@ -1,0 +1,35 @@
+"""Per-key rate limits: the in-process token bucket and the shared Redis window."""
+
+from __future__ import annotations
+
+from api.limits import RedisWindowLimiter, TokenBucketLimiter
+
+
+def test_token_bucket_allows_a_burst_then_refuses_with_retry_after() -> None:
+    limiter = TokenBucketLimiter(rate_per_s=0.5, burst=3)
+    assert [limiter.hit("k1").allowed for _ in range(3)] == [True, True, True]
+    refused = limiter.hit("k1")
+    assert not refused.allowed
+    assert refused.retry_after_s == 2  # one token takes 1 / 0.5 s
+
+
+def test_token_bucket_is_per_key() -> None:
+    limiter = TokenBucketLimiter(rate_per_s=0.01, burst=1)
+    assert limiter.hit("a").allowed
+    assert not limiter.hit("a").allowed
+    assert limiter.hit("b").allowed
+
+
+def test_redis_window_is_shared_between_limiters(redis_server) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    # Two replicas over one Redis share one counter per key.
+    a = RedisWindowLimiter(client, rate_per_s=0.01, burst=2)
+    b = RedisWindowLimiter(client, rate_per_s=0.01, burst=2)
+    assert a.hit("key_shared").allowed
+    assert b.hit("key_shared").allowed
+    refused = a.hit("key_shared")
+    assert not refused.allowed and refused.retry_after_s >= 1
+    assert b.hit("key_other").allowed
+    client.close()

@@ -1,0 +1,120 @@
+"""Lease renewal, hang detection and per-step checkpoints against a real (SQLite) queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.worker_harness import make_record
+from worker.catalog import load_catalog
+from worker.contract import Stage, Status
+from worker.errors import ErrorCode, JobCanceled, JobError
+from worker.failures import JobInterrupted, StaleClaim
+from worker.lease import LeaseKeeper
+from worker.progress import JobProgress
+from worker.queue.base import Claim
+from worker.queue.sqlite_backend import SqliteQueue
+
+CATALOG = load_catalog()
+LEASE_S = 1.5
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[SqliteQueue]:
+    q = SqliteQueue(tmp_path / "queue.db", lease_ttl_s=LEASE_S)
+    yield q
+    q.close()
+
+
+def claimed(queue: SqliteQueue, worker_id: str = "w1") -> Claim:
+    queue.enqueue(make_record(CATALOG, "tiny-wan"))
+    claim = queue.claim(worker_id, ["tiny-wan"])
+    assert claim is not None
+    return claim
+
+
+def test_held_leases_are_renewed_and_dropped_ones_lapse(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+    keeper.start()
+    try:
+        lease = keeper.hold(claim, max_job_seconds=300)
+        time.sleep(2 * LEASE_S)
+        assert queue.reclaim_expired() == 0  # renewed all along
+        assert not lease.stale.is_set()
+        keeper.drop(lease)
+        time.sleep(2 * LEASE_S)
+        assert queue.reclaim_expired() == 1  # no longer renewed: re-queued
+        record = queue.get(claim.job_id)
+        assert record is not None and record.status is Status.queued
+    finally:
+        keeper.stop()
+
+
+def test_a_renewal_refused_marks_the_lease_stale(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    assert queue.release(claim)  # someone else ended this attempt
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+    lease = keeper.hold(claim, max_job_seconds=300)
+    keeper.tick()
+    assert lease.stale.is_set()
+
+
+def test_a_job_far_past_its_limit_is_given_up_and_reported(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    reasons: list[str] = []
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=0, on_hang=reasons.append)
+    lease = keeper.hold(claim, max_job_seconds=0)
+    time.sleep(0.01)
+    keeper.tick()
+    assert lease.hung and claim.job_id in reasons[0]
+
+
+def progress_for(queue: SqliteQueue, claim: Claim, *, limit_s: float = 300, interval_s: float = 60) -> JobProgress:
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+    lease = keeper.hold(claim, max_job_seconds=limit_s)
+    return JobProgress(queue, lease, interval_s=interval_s, stop_now=threading.Event())
+
+
+def test_progress_writes_are_throttled_but_the_last_step_is_written(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    progress = progress_for(queue, claim)
+    progress.enter(Stage.denoising)
+    progress.on_step(1, 4)
+    progress.on_step(2, 4)
+    record = queue.get(claim.job_id)
+    # Entering the stage wrote 0.0 just now; steps within the interval are not written.
+    assert record is not None and record.stage is Stage.denoising and record.progress == 0.0
+    progress.on_step(4, 4)
+    record = queue.get(claim.job_id)
+    assert record is not None and record.progress == 1.0
+
+
+def test_cancel_flag_is_seen_at_the_next_step(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    progress = progress_for(queue, claim)
+    progress.enter(Stage.denoising)
+    progress.on_step(1, 10)
+    queue.cancel(claim.job_id)
+    with pytest.raises(JobCanceled):
+        progress.on_step(2, 10)
+
+
+def test_time_limit_stop_and_stale_claim_stop_the_job(queue: SqliteQueue) -> None:
+    claim = claimed(queue)
+    timed_out = progress_for(queue, claim, limit_s=0)
+    with pytest.raises(JobError) as info:
+        timed_out.on_step(1, 10)
+    assert info.value.code is ErrorCode.timeout
+    stopping = progress_for(queue, claim)
+    stopping._stop_now.set()
+    with pytest.raises(JobInterrupted):
+        stopping.on_step(1, 10)
+    stale = progress_for(queue, claim)
+    assert queue.release(claim)
+    with pytest.raises(StaleClaim):
+        stale.enter(Stage.encoding)  # the write is refused: the attempt is over

@@ -1,0 +1,140 @@
+"""One claimed attempt as it moves through the worker, and how it ends (``settle``).
+
+``Attempt`` bundles what every stage needs: the claim, its lease, progress checkpoints and a logger
+with the job bound. ``Settler`` turns an exception into the queue call ``worker.failures`` prescribes
+and is the only place that ends an attempt other than success.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.contract import ErrorInfo, PromptExtension, Status
+from worker.errors import ErrorCode
+from worker.failures import Verdict, backoff_s, classify
+from worker.lease import Lease, LeaseKeeper
+from worker.logs import JobLogger
+from worker.metrics import WorkerMetrics
+from worker.progress import JobProgress
+from worker.queue.base import Claim, JobQueue, Outcome
+
+if TYPE_CHECKING:
+    from pipelines.base import Media
+    from worker.resolve import ResolvedJob
+
+__all__ = ["Attempt", "Generated", "Settler"]
+
+_TRACED = frozenset({ErrorCode.pipeline_error, ErrorCode.internal_error, ErrorCode.out_of_memory})
+
+
+@dataclass
+class Attempt:
+    claim: Claim
+    lease: Lease
+    progress: JobProgress
+    log: JobLogger
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def job_id(self) -> str:
+        return self.claim.job_id
+
+
+@dataclass
+class Generated:
+    """What the GPU hands to post-processing: the media plus what the final record needs."""
+
+    attempt: Attempt
+    job: ResolvedJob
+    media: Media
+    gpu_seconds: float
+    prompt_used: str
+    extension: PromptExtension | None
+    work_dir: Path
+
+
+class Settler:
+    """Ends attempts that did not succeed, and releases the bookkeeping of every attempt."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        leases: LeaseKeeper,
+        metrics: WorkerMetrics,
+        *,
+        backoff_base_s: float,
+        backoff_cap_s: float,
+    ) -> None:
+        self._queue = queue
+        self._leases = leases
+        self._metrics = metrics
+        self._backoff_base_s = backoff_base_s
+        self._backoff_cap_s = backoff_cap_s
+
+    def settle(self, attempt: Attempt, exc: BaseException) -> None:
+        """End ``attempt`` as ``exc`` prescribes. Re-raises ``FatalWorkerError`` after releasing the job."""
+        verdict = classify(exc)
+        log, model = attempt.log, attempt.claim.model
+        extra = {"stage": attempt.progress.stage.value, "code": verdict.code.value if verdict.code else None}
+        if verdict.action == "abandon":
+            log.info("claim is stale; attempt abandoned", extra=extra)
+            self._metrics.abandoned.labels(model).inc()
+            return
+        self._log(attempt, verdict, exc, extra)
+        try:
+            accepted = self._report(attempt.claim, verdict)
+        except Exception as e:  # queue unreachable: the lease lapses and the queue re-delivers the job
+            log.error("could not report the outcome: %s", e, extra=extra)
+            accepted = False
+        if accepted:
+            self._count(model, verdict)
+        else:
+            log.info("queue refused the outcome: the claim was stale", extra=extra)
+            self._metrics.abandoned.labels(model).inc()
+        if verdict.action == "fatal":
+            raise exc
+
+    def _log(self, attempt: Attempt, verdict: Verdict, exc: BaseException, extra: dict[str, str | None]) -> None:
+        log = attempt.log
+        if verdict.action in ("release", "fatal"):
+            log.warning("releasing the job for re-delivery: %s", verdict.message, extra=extra)
+        elif verdict.action == "retry":
+            log.warning("transient failure, retrying: %s", verdict.message, extra=extra)
+        elif verdict.action == "canceled":
+            log.info("canceled", extra=extra)
+        else:
+            # Model-code failures deserve a traceback in the log; coded errors (bad input, timeout) do not.
+            trace = exc if verdict.code in _TRACED else None
+            log.error("failed: %s", verdict.message, extra=extra, exc_info=trace)
+
+    def _report(self, claim: Claim, verdict: Verdict) -> bool:
+        """The queue call for ``verdict``; False when the queue refused it (stale claim)."""
+        if verdict.action in ("release", "fatal"):
+            return self._queue.release(claim)
+        if verdict.action == "canceled":
+            return self._queue.finish(claim, Outcome(status=Status.canceled))
+        assert verdict.code is not None
+        error = ErrorInfo(code=verdict.code, message=verdict.message)
+        if verdict.action == "retry":
+            delay_s = backoff_s(claim.attempt, self._backoff_base_s, self._backoff_cap_s)
+            return self._queue.retry(claim, error, delay_s=delay_s)
+        return self._queue.finish(claim, Outcome(status=Status.failed, error=error))
+
+    def _count(self, model: str, verdict: Verdict) -> None:
+        code = verdict.code.value if verdict.code else ""
+        if verdict.action == "retry":
+            self._metrics.retries.labels(model, code).inc()
+        elif verdict.action == "canceled":
+            self._metrics.jobs.labels(model, "canceled", "").inc()
+        elif verdict.action == "failed":
+            self._metrics.jobs.labels(model, "failed", code).inc()
+        else:
+            self._metrics.released.labels(model).inc()
+
+    def close(self, attempt: Attempt) -> None:
+        """Stop renewing the lease; the attempt has ended one way or another."""
+        self._leases.drop(attempt.lease)
+        self._metrics.in_flight.dec()

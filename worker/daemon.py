@@ -1,0 +1,132 @@
+"""``genworker worker``: a long-running daemon that turns queued jobs into uploaded videos.
+
+Threads and who owns what:
+
+- **main** — setup, then supervision: it only waits, so signals are handled at once (see
+  ``worker.lifecycle``). On drain it gives running work ``drain_grace_s``, then interrupts it; work
+  that does not stop within a few seconds (stuck inside one CUDA call) has its claims released from
+  here and the process exits.
+- **gpu** — ``process()``: claim → run on the GPU → hand over to post-processing, until draining.
+- **postprocess** — encode → upload → finish, one job behind the GPU (``worker.postprocess``).
+- **lease-keeper**, **heartbeat**, **status-http** — ``worker.lease`` and ``worker.health``.
+
+A job is never left ``running``: it ends with a status, is retried or released, or — if this
+process dies — its lease lapses and the queue re-delivers it (or dead-letters it at the attempt
+limit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from worker.errors import FatalWorkerError
+from worker.lifecycle import Shutdown
+from worker.queue.base import Claim
+from worker.services import Services, start_services
+from worker.settings import Settings
+
+__all__ = ["Worker", "run_worker"]
+
+log = logging.getLogger("genworker.worker")
+
+# After the drain grace, running work gets this long to notice the interrupt and release its job.
+_INTERRUPT_WAIT_S = 5.0
+_MAX_QUEUE_BACKOFF_S = 30.0
+
+
+class Worker:
+    def __init__(self, services: Services, shutdown: Shutdown) -> None:
+        self.s = services
+        self.shutdown = shutdown
+        self.exit_code = 0
+
+    # ------------------------------------------------------------------------------------- gpu thread
+    def process(self) -> None:
+        """The GPU loop: claim the next job, run it, hand it over; until a drain starts."""
+        failures = 0
+        while not self.shutdown.draining.is_set():
+            try:
+                claim = self.claim_next()
+                if claim is not None:
+                    self.run_job(claim)
+                failures = 0
+            except FatalWorkerError as e:
+                log.critical("fatal: %s", e)
+                self.exit_code = 1
+                self.shutdown.request_drain("fatal error")
+            except Exception as e:  # the queue is unreachable: back off and try again
+                failures += 1
+                delay_s = min(_MAX_QUEUE_BACKOFF_S, 2.0 ** min(failures, 5))
+                log.error("worker loop error, retrying in %.0f s: %s", delay_s, e, exc_info=e)
+                self.shutdown.draining.wait(delay_s)
+        try:
+            self.s.post.wait()  # the job behind the GPU finishes too (within the drain grace)
+        except FatalWorkerError:
+            self.exit_code = 1
+
+    def claim_next(self) -> Claim | None:
+        s = self.s
+        return s.queue.claim(
+            s.worker_id, s.hosted_models, prefer=s.cache.loaded(), block_s=s.settings.worker.claim_block_s
+        )
+
+    def run_job(self, claim: Claim) -> None:
+        s = self.s
+        attempt = s.runner.begin(claim)
+        s.current_job = claim.job_id
+        try:
+            generated = s.runner.run_on_gpu(attempt)
+        finally:
+            s.current_job = None
+        if generated is not None:
+            s.post.submit(generated)
+
+    # ------------------------------------------------------------------------------------ main thread
+    def supervise(self, gpu: threading.Thread) -> None:
+        """Wait for the GPU thread; on drain give it the grace, then interrupt, then force."""
+        while gpu.is_alive() and not self.shutdown.draining.is_set():
+            gpu.join(0.2)
+        self.s.health.set_ready(False, "draining")
+        grace_end = (self.shutdown.drain_started or time.monotonic()) + self.s.settings.worker.drain_grace_s
+        while gpu.is_alive() and not self.shutdown.stop_now.is_set() and time.monotonic() < grace_end:
+            gpu.join(0.2)
+        if not gpu.is_alive():
+            return
+        self.shutdown.request_stop("drain grace over")
+        gpu.join(_INTERRUPT_WAIT_S)
+        if gpu.is_alive():
+            self.force_exit()
+
+    def force_exit(self) -> None:
+        """Work is stuck in a call nothing can interrupt: release its claims so others take them now."""
+        for lease in self.s.leases.held():
+            released = self.s.queue.release(lease.claim)
+            log.warning("released stuck job", extra={"job_id": lease.claim.job_id, "released": released})
+        logging.shutdown()
+        os._exit(self.exit_code)
+
+
+def run_worker(settings: Settings, *, install_signals: bool = True) -> int:
+    """Set up, run until drained, tear down. Returns the process exit code."""
+    shutdown = Shutdown()
+    if install_signals:
+        shutdown.install()
+    try:
+        services = start_services(settings, shutdown)
+    except FatalWorkerError as e:
+        log.critical("cannot start: %s", e)
+        return 2
+    worker = Worker(services, shutdown)
+    gpu = threading.Thread(target=worker.process, name="gpu", daemon=True)
+    if not shutdown.draining.is_set():
+        services.health.set_ready(True, "ready")
+        services.heartbeat.tick()
+        log.info("ready", extra={"worker_id": services.worker_id, "models": services.hosted_models})
+        gpu.start()
+        worker.supervise(gpu)
+    services.stop()
+    log.info("stopped", extra={"exit_code": worker.exit_code})
+    return worker.exit_code

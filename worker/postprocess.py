@@ -1,0 +1,158 @@
+"""The post-GPU side of one job: encode → upload → finish, and the line that overlaps it with the GPU.
+
+``PostLine`` runs post-processing in one background thread so encoding and uploading job N overlap
+the denoising of job N+1. It is bounded: before handing over job N+1 the GPU thread waits for job N,
+so at most one job is post-processed behind the GPU and host memory holds at most two clips. The
+lease keeper keeps renewing the waiting job's lease meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.attempt import Generated, Settler
+from worker.catalog import Catalog
+from worker.contract import Artifact, Money, Stage, Status, Usage
+from worker.metrics import WorkerMetrics
+from worker.queue.base import JobQueue, Outcome
+from worker.resolve import ResolvedJob, compute_price
+from worker.runner import stage
+from worker.stores.base import ArtifactStore, artifact_key
+
+if TYPE_CHECKING:
+    from worker.encoder import EncoderSettings
+
+__all__ = ["PostLine", "PostProcessor", "final_price"]
+
+log = logging.getLogger("genworker.post")
+
+
+def final_price(catalog: Catalog, job: ResolvedJob, hold: Money, output_seconds: Decimal) -> Money:
+    """The price of the seconds delivered, never above the hold taken at create."""
+    spec = catalog.models[job.model]
+    variant = spec.modes[job.mode].variants[job.variant]
+    price = compute_price(spec, variant, job.resolution, output_seconds, job.audio)
+    return hold if Decimal(price.amount) > Decimal(hold.amount) else price
+
+
+class PostProcessor:
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        queue: JobQueue,
+        store: ArtifactStore,
+        encoder: EncoderSettings,
+        settler: Settler,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self._catalog = catalog
+        self._queue = queue
+        self._store = store
+        self._encoder = encoder
+        self._settler = settler
+        self._metrics = metrics
+
+    def run(self, gen: Generated) -> None:
+        """Encode, upload and finish; any failure is settled. Never raises except ``FatalWorkerError``."""
+        attempt = gen.attempt
+        try:
+            artifacts = self.encode(gen)
+            stored = self.upload(gen, artifacts)
+            self.succeed(gen, stored)
+        except Exception as e:
+            self._settler.settle(attempt, e)
+        finally:
+            shutil.rmtree(gen.work_dir, ignore_errors=True)
+            self._settler.close(attempt)
+
+    def encode(self, gen: Generated) -> list[tuple[Artifact, Path]]:
+        """Encode the clip (and its poster) into the attempt's work directory."""
+        from worker.encoder import encode_video
+
+        job = gen.job
+        with stage(gen.attempt, self._metrics, Stage.encoding):
+            encoded = encode_video(
+                gen.media,
+                keep_frames=job.keep_frames,
+                width=job.width,
+                height=job.height,
+                out_dir=gen.work_dir,
+                settings=self._encoder,
+            )
+        gen.attempt.progress.check()
+        return encoded.artifacts()
+
+    def upload(self, gen: Generated, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
+        """Upload under attempt-scoped keys, so a retry never overwrites an earlier attempt's objects."""
+        claim = gen.attempt.claim
+        stored: list[Artifact] = []
+        with stage(gen.attempt, self._metrics, Stage.uploading):
+            for artifact, path in files:
+                key = artifact_key(claim.job_id, claim.attempt, path.name)
+                obj = self._store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
+                stored.append(artifact.model_copy(update={"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}))
+        gen.attempt.progress.check()
+        return stored
+
+    def succeed(self, gen: Generated, artifacts: list[Artifact]) -> None:
+        job, attempt = gen.job, gen.attempt
+        seconds = Decimal(job.keep_frames) / Decimal(job.fps)
+        outcome = Outcome(
+            status=Status.succeeded,
+            artifacts=artifacts,
+            usage=Usage(output_seconds=float(seconds), gpu_seconds=round(gen.gpu_seconds, 3)),
+            price=final_price(self._catalog, job, attempt.claim.record.price_hold, seconds),
+            actual_prompt=gen.prompt_used,
+            prompt_extension=gen.extension,
+        )
+        if self._queue.finish(attempt.claim, outcome):
+            elapsed_ms = round((time.monotonic() - attempt.started) * 1000, 1)
+            attempt.log.info("succeeded", extra={"stage": "done", "elapsed_ms": elapsed_ms})
+            self._metrics.jobs.labels(job.model, "succeeded", "").inc()
+        else:
+            attempt.log.info("queue refused the success: the claim was stale", extra={"stage": "done"})
+            self._metrics.abandoned.labels(job.model).inc()
+
+
+class PostLine:
+    """Post-processing inline (``overlap=False``) or one job behind the GPU in a background thread."""
+
+    def __init__(self, processor: PostProcessor, *, overlap: bool) -> None:
+        self._processor = processor
+        self._overlap = overlap
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="postprocess") if overlap else None
+        self._pending: Future[None] | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, gen: Generated) -> None:
+        """Hand ``gen`` over; blocks while the previous job is still post-processing (the bound)."""
+        if self._pool is None:
+            self._processor.run(gen)
+            return
+        self.wait()
+        with self._lock:
+            self._pending = self._pool.submit(self._processor.run, gen)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for the job in post-processing; True when none is left. Re-raises a fatal error."""
+        with self._lock:
+            pending = self._pending
+        if pending is None:
+            return True
+        pending.result(timeout=timeout_s)
+        with self._lock:
+            if self._pending is pending:
+                self._pending = None
+        return True
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=False)

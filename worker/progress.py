@@ -1,0 +1,67 @@
+"""Per-attempt checkpoints: stage and progress writes, cancel polling, time limit, stale claim, stop.
+
+``on_step`` is the pipeline's step callback (``callback_on_step_end`` underneath): it polls the
+durable cancel flag at every step, so a cancel ends the job within one step, and writes progress at
+most once per ``interval_s`` (the record is read by pollers, not a log of steps). Whatever it raises
+unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or ``JobInterrupted``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from worker.contract import Stage
+from worker.errors import ErrorCode, JobCanceled, JobError
+from worker.failures import JobInterrupted, StaleClaim
+from worker.lease import Lease
+from worker.queue.base import JobQueue
+
+__all__ = ["JobProgress"]
+
+
+class JobProgress:
+    def __init__(self, queue: JobQueue, lease: Lease, *, interval_s: float, stop_now: threading.Event) -> None:
+        self._queue = queue
+        self._lease = lease
+        self._interval_s = interval_s
+        self._stop_now = stop_now
+        self._stage = Stage.queued
+        self._last_write = 0.0
+        self.steps_seen = 0
+
+    @property
+    def stage(self) -> Stage:
+        return self._stage
+
+    def enter(self, stage: Stage) -> None:
+        """Start ``stage``: check everything, then record it with progress 0 (always written)."""
+        self.check(poll_cancel=True)
+        self._stage = stage
+        self._write(0.0)
+
+    def on_step(self, step: int, total: int) -> None:
+        """Step callback: ``step`` steps of ``total`` are done (1-based, as ``pipelines.runtime`` reports)."""
+        self.steps_seen += 1
+        self.check(poll_cancel=True)
+        done = min(1.0, step / max(1, total))
+        if done >= 1.0 or time.monotonic() - self._last_write >= self._interval_s:
+            self._write(done)
+
+    def check(self, *, poll_cancel: bool = False) -> None:
+        """Raise if this attempt must stop: stale claim, worker stopping, time limit, cancel flag."""
+        claim = self._lease.claim
+        if self._lease.stale.is_set():
+            raise StaleClaim(f"claim of {claim.job_id} attempt {claim.attempt} is stale")
+        if self._stop_now.is_set():
+            raise JobInterrupted("worker stopping")
+        if time.monotonic() > self._lease.deadline:
+            raise JobError(ErrorCode.timeout, "the job ran past its time limit")
+        if poll_cancel and self._queue.cancel_requested(claim.job_id):
+            raise JobCanceled()
+
+    def _write(self, progress: float) -> None:
+        self._last_write = time.monotonic()
+        if not self._queue.progress(self._lease.claim, self._stage, progress):
+            self._lease.stale.set()
+            raise StaleClaim(f"progress refused for {self._lease.claim.job_id}")

@@ -1,0 +1,213 @@
+"""Setup of a worker process: everything built once from ``Settings`` and passed down explicitly.
+
+Order matters: the status server answers ``/healthz`` (and ``/readyz`` 503) while models are still
+loading, heartbeats announce the worker as not ready, and readiness comes only after every preloaded
+model is resident (cog's "ready only after setup").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from worker.attempt import Settler
+from worker.catalog import Catalog, CatalogError, load_catalog
+from worker.errors import FatalWorkerError
+from worker.health import HealthState, StatusServer
+from worker.lease import Heartbeat, LeaseKeeper
+from worker.lifecycle import Shutdown
+from worker.metrics import WorkerMetrics
+from worker.postprocess import PostLine, PostProcessor
+from worker.queue.base import JobQueue, WorkerHeartbeat
+from worker.runner import JobRunner
+from worker.settings import Settings
+from worker.stores.base import ArtifactStore
+
+if TYPE_CHECKING:
+    from pipelines.cache import ModelCache
+
+__all__ = ["Services", "ensure_tiny_models", "start_services"]
+
+log = logging.getLogger("genworker.worker")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    worker_id: str
+    hosted_models: list[str]
+    catalog: Catalog
+    queue: JobQueue
+    store: ArtifactStore
+    cache: ModelCache
+    metrics: WorkerMetrics
+    health: HealthState
+    leases: LeaseKeeper
+    heartbeat: Heartbeat
+    runner: JobRunner
+    post: PostLine
+    status_server: StatusServer | None = None
+    current_job: str | None = field(default=None)
+
+    def beat(self) -> WorkerHeartbeat:
+        return WorkerHeartbeat(
+            worker_id=self.worker_id,
+            hosted_models=self.hosted_models,
+            loaded_models=list(self.cache.loaded()),
+            current_job=self.current_job,
+            ready=self.health.ready,
+        )
+
+    def stop(self) -> None:
+        self.heartbeat.stop()
+        self.leases.stop()
+        self.post.close()
+        if self.status_server is not None:
+            self.status_server.stop()
+        self.queue.close()
+
+
+def hosted_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
+    try:
+        catalog = load_catalog(settings.catalog_path)
+    except CatalogError as e:
+        raise FatalWorkerError(str(e)) from e
+    hosted = list(dict.fromkeys(settings.worker.hosted_models))
+    unknown = [m for m in [*hosted, *settings.worker.preload] if catalog.get(m) is None]
+    if unknown or not hosted:
+        raise FatalWorkerError(f"hosted/preload models not in the catalog {catalog.source}: {unknown or 'none'}")
+    return catalog, hosted
+
+
+def ensure_tiny_models(settings: Settings, catalog: Catalog, hosted: list[str]) -> None:
+    """Build the tiny CPU models (offline, seconds) when a hosted one is missing or outdated on disk."""
+    tiny = [catalog.models[m] for m in hosted if catalog.models[m].tiny]
+    if not tiny:
+        return
+    from pipelines.tiny import build_all, is_built
+
+    root = Path(settings.models.tiny_models_dir)
+    missing = [spec.id for spec in tiny if not is_built(root / spec.weights)]
+    if missing and not settings.worker.build_tiny_models:
+        raise FatalWorkerError(f"tiny models {missing} are missing from {root} (build_tiny_models is off)")
+    if settings.worker.build_tiny_models:
+        started = time.perf_counter()
+        build_all(root)  # skips complete builds; also builds the tiny prompt LLM
+        elapsed_ms = round((time.perf_counter() - started) * 1000)
+        log.info("tiny models ready", extra={"dir": str(root), "elapsed_ms": elapsed_ms, "built": missing})
+
+
+def preload(services: Services) -> None:
+    for model in services.settings.worker.preload:
+        started = time.perf_counter()
+        try:
+            services.cache.get(services.catalog.models[model])
+        except Exception as e:  # a worker that cannot host its preloaded model must not report ready
+            raise FatalWorkerError(f"preloading {model} failed: {e}") from e
+        seconds = time.perf_counter() - started
+        services.metrics.model_load_seconds.labels(model).observe(seconds)
+        log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
+
+
+def start_services(settings: Settings, shutdown: Shutdown) -> Services:
+    """Build and start everything; raise ``FatalWorkerError`` on a configuration the worker cannot run."""
+    from pipelines.cache import ModelCache
+    from worker.queue.factory import open_queue
+    from worker.stores.factory import open_store
+
+    catalog, hosted = hosted_catalog(settings)
+    ensure_tiny_models(settings, catalog, hosted)
+    ws = settings.worker
+    metrics = WorkerMetrics()
+    health = HealthState(metrics)
+    health.set_ready(False, "loading models")
+    status_server = _start_status_server(settings, health, metrics)
+    queue = open_queue(settings.queue)
+    store = open_store(settings.store, data_dir=settings.data_dir)
+    ensure_bucket = getattr(store, "ensure_bucket", None)
+    if ensure_bucket is not None:  # S3: create the bucket once at start, not on the first upload
+        ensure_bucket()
+    leases = LeaseKeeper(queue, settings.queue.lease_ttl_s, ws.hang_margin_s, on_hang=health.mark_unhealthy)
+    cache = ModelCache(settings.models)
+    runner, post = _job_path(
+        settings=settings,
+        catalog=catalog,
+        queue=queue,
+        store=store,
+        cache=cache,
+        leases=leases,
+        metrics=metrics,
+        shutdown=shutdown,
+    )
+    services = Services(
+        settings=settings,
+        worker_id=ws.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        hosted_models=hosted,
+        catalog=catalog,
+        queue=queue,
+        store=store,
+        cache=cache,
+        metrics=metrics,
+        health=health,
+        leases=leases,
+        heartbeat=Heartbeat(queue, ws.heartbeat_s, ws.reclaim_interval_s, lambda: services.beat(), metrics),  # noqa: PLW0108 (bound late)
+        runner=runner,
+        post=post,
+        status_server=status_server,
+    )
+    services.heartbeat.start()
+    preload(services)
+    leases.start()
+    return services
+
+
+def _start_status_server(settings: Settings, health: HealthState, metrics: WorkerMetrics) -> StatusServer | None:
+    ws = settings.worker
+    if ws.metrics_port is None:
+        return None
+    try:
+        server = StatusServer(ws.metrics_host, ws.metrics_port, health, metrics)
+    except OSError as e:
+        raise FatalWorkerError(f"cannot listen on {ws.metrics_host}:{ws.metrics_port}: {e}") from e
+    server.start()
+    return server
+
+
+def _job_path(
+    *,
+    settings: Settings,
+    catalog: Catalog,
+    queue: JobQueue,
+    store: ArtifactStore,
+    cache: ModelCache,
+    leases: LeaseKeeper,
+    metrics: WorkerMetrics,
+    shutdown: Shutdown,
+) -> tuple[JobRunner, PostLine]:
+    """The GPU side and the post-processing side of a job, sharing one settler."""
+    ws = settings.worker
+    settler = Settler(
+        queue, leases, metrics, backoff_base_s=settings.queue.retry_backoff_s, backoff_cap_s=ws.max_backoff_s
+    )
+    work_root = Path(settings.data_dir) / "work"
+    work_root.mkdir(parents=True, exist_ok=True)
+    runner = JobRunner(
+        catalog=catalog,
+        queue=queue,
+        cache=cache,
+        leases=leases,
+        settler=settler,
+        metrics=metrics,
+        stop_now=shutdown.stop_now,
+        progress_interval_s=ws.progress_interval_s,
+        work_root=work_root,
+    )
+    processor = PostProcessor(
+        catalog=catalog, queue=queue, store=store, encoder=settings.encoder, settler=settler, metrics=metrics
+    )
+    return runner, PostLine(processor, overlap=ws.overlap)

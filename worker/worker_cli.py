@@ -1,0 +1,120 @@
+"""The ``genworker worker`` and ``genworker generate`` commands (registered in ``worker.cli``).
+
+Exit codes: 0 done; 1 the job failed (pipeline, encoder) or the worker hit a fatal error;
+2 bad input or configuration (a coded rejection is printed as ``code: message``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from worker.contract import Stage
+
+__all__ = ["generate_command", "worker_command"]
+
+_CONFIG_HELP = "YAML settings file (GENWORKER_* environment variables override it)."
+
+
+_ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=_CONFIG_HELP)]
+
+
+def worker_command(config: _ConfigOption = None) -> None:
+    """Run the worker daemon: claim jobs of the hosted models until SIGTERM (a second one stops at once)."""
+    from worker.daemon import run_worker
+    from worker.logs import configure_logging
+    from worker.settings import load_settings
+
+    settings = load_settings(config)
+    configure_logging(settings.log_level)
+    raise typer.Exit(run_worker(settings))
+
+
+def generate_command(
+    *,
+    model: Annotated[str, typer.Option(help="Model id from the catalog, e.g. tiny-wan.")],
+    prompt: Annotated[str, typer.Option(help="Text prompt.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the MP4 (poster: .jpg).")] = Path(
+        "out.mp4"
+    ),
+    mode: Annotated[str, typer.Option(help="Generation mode.")] = "text_to_video",
+    variant: Annotated[str, typer.Option(help="Variant (recipe) of the mode.")] = "standard",
+    resolution: Annotated[str | None, typer.Option(help="Resolution label, e.g. 144p (default: the model's).")] = None,
+    ratio: Annotated[str | None, typer.Option(help="Aspect ratio, e.g. 16:9 (default: the model's).")] = None,
+    duration: Annotated[int | None, typer.Option(help="Seconds of video (default: the model's).")] = None,
+    audio: Annotated[bool | None, typer.Option("--audio/--no-audio", help="Generate audio (models that can).")] = None,
+    prompt_extend: Annotated[
+        bool | None, typer.Option("--prompt-extend/--no-prompt-extend", help="Extend the prompt.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (default: random).")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt (default: the model's).")] = None,
+    config: _ConfigOption = None,
+) -> None:
+    """Generate one video in this process (same path as the worker, no queue or store)."""
+    from worker.contract import parse_create_request
+    from worker.errors import JobError, RequestRejected
+    from worker.generate import generate_once, prepare_job
+    from worker.logs import configure_logging
+    from worker.settings import load_settings
+
+    settings = load_settings(config)
+    configure_logging("WARNING")
+    params = {"resolution": resolution, "ratio": ratio, "duration_seconds": duration, "audio": audio}
+    params |= {"prompt_extend": prompt_extend, "seed": seed, "negative_prompt": negative_prompt}
+    body = {
+        "model": model,
+        "mode": mode,
+        "variant": variant,
+        "parameters": {k: v for k, v in params.items() if v is not None},
+        "input": {"prompt": prompt},
+    }
+    try:
+        job = prepare_job(settings, parse_create_request(body))
+        with _ProgressBar() as bar:
+            result = generate_once(settings, job, output, on_stage=bar.stage, on_step=bar.step)
+    except RequestRejected as e:
+        typer.echo(f"{e.code.value}: {e.message}" + (f" (param {e.param})" if e.param else ""), err=True)
+        raise typer.Exit(2) from None
+    except JobError as e:
+        typer.echo(f"{e.code.value}: {e.message}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(result.summary(), default=str))
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr: the stage as its label, denoising steps as its progress."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True, force_terminal=sys.stderr.isatty())
+        self._progress: Progress = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: TaskID = self._progress.add_task("starting", total=None)
+
+    def __enter__(self) -> _ProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def stage(self, stage: Stage) -> None:
+        self._progress.update(self._task, description=stage.value)
+
+    def step(self, step: int, total: int) -> None:
+        self._progress.update(self._task, completed=step, total=total)
