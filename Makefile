@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test up lint format bench bench-quick tiny-models schemas clean
+.PHONY: venv deps test up lint format bench bench-quick tiny-models schemas docs clean
 
 # The venv is (re)installed when pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 $(STAMP): pyproject.toml
@@ -51,10 +51,21 @@ format: venv
 schemas: venv
 	$(PY) scripts/export_schemas.py
 
+# Regenerate the config reference in docs/operators.md after changing a settings model.
+docs: venv schemas
+	$(PY) scripts/gen_config_reference.py
+
+# The API benchmark's load generator is wrk (Debian package), installed here when running as root.
+WRK_CHECK = command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 \
+	&& apt-get update -qq && apt-get install -y -qq --no-install-recommends wrk >/dev/null; } \
+	|| echo "wrk is missing (sudo apt-get install wrk): the api section will report an error" >&2
+
 bench: venv deps
+	@$(WRK_CHECK)
 	$(PY) scripts/bench.py
 
 bench-quick: venv deps
+	@$(WRK_CHECK)
 	$(PY) scripts/bench.py --quick
 
 clean:

@@ -11,7 +11,7 @@ import logging
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
 from api.limits import RateLimiter, RedisWindowLimiter, TokenBucketLimiter
@@ -39,19 +39,23 @@ def _keys_redis_url(settings: Settings) -> str:
     return settings.api.keys_redis_url or settings.queue.redis_url
 
 
+def _keys_redis(settings: Settings) -> Any:
+    """A client in the queue's Redis mode (single, cluster, sentinel; TLS/ACL): keys live beside the queue."""
+    from worker.queue.cluster import redis_client
+
+    return redis_client(settings.queue, url=_keys_redis_url(settings))
+
+
 def open_key_store(settings: Settings) -> KeyStore:
     if keys_backend(settings) == "redis":
-        return RedisKeyStore.from_url(_keys_redis_url(settings))
+        return RedisKeyStore(_keys_redis(settings))
     return SqliteKeyStore(Path(settings.data_dir) / "keys.db")
 
 
 def open_limiter(settings: Settings) -> RateLimiter:
     api = settings.api
     if keys_backend(settings) == "redis":
-        import redis
-
-        client = redis.Redis.from_url(_keys_redis_url(settings))
-        return RedisWindowLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
+        return RedisWindowLimiter(_keys_redis(settings), api.rate_limit_per_s, api.rate_limit_burst)
     return TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
 
 
@@ -93,7 +97,16 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 def make_server(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> uvicorn.Server:
     import uvicorn
 
+    logging.getLogger("uvicorn.access").addFilter(_drop_query)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
+
+
+def _drop_query(record: logging.LogRecord) -> bool:
+    """Access lines keep the path only: a query string can carry a signed URL's signature."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+        record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+    return True
 
 
 def serve(server: uvicorn.Server) -> None:

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -73,6 +74,96 @@ def run_section(name: str, module: str, *, quick: bool, gpu: bool, workdir: Path
     return result
 
 
+def _get(data: Any, path: str) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"``; None where any part is missing."""
+    for part in path.split("."):
+        if isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        elif isinstance(data, dict) and part in data:
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _row(figure: str, value: Any, baseline: Any, target: str, met: Any, ratio: Any = None) -> dict[str, Any]:
+    if ratio is None and isinstance(value, int | float) and isinstance(baseline, int | float) and baseline:
+        ratio = round(value / baseline, 3)
+    if value is None:
+        met = "not measured"
+    elif isinstance(met, bool):
+        met = "yes" if met else "NO"
+    return {"figure": figure, "value": value, "baseline": baseline, "ratio": ratio, "target": target, "met": met}
+
+
+def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's figures, each next to its baseline from the same run (value ÷ baseline = ratio)."""
+    w, q, api, scale, media = (sections.get(k, {}) for k in ("worker", "queue", "api", "scale", "media"))
+    rows: list[dict[str, Any]] = []
+    if (ratio := _get(w, "overhead_ratio")) is not None:
+        e2e, direct = (statistics.median(w[k]) for k in ("queue_e2e_samples_ms", "direct_samples_ms"))
+        # The queued run does the direct run's work plus queue hops, so a ratio well under 1 means the
+        # baseline was disturbed (a loaded machine), not that the queue is faster: say so.
+        met: Any = "suspect: baseline slower than queued run" if ratio < 0.9 else ratio <= 1.05
+        rows.append(_row("worker overhead: queue e2e ms vs direct ms (median)", e2e, direct, "≤ 1.05", met))
+    p50 = _get(w, "pickup_p50_ms")
+    rows.append(_row("pick-up p50 ms, idle worker, Redis", p50, None, "< 10 ms", p50 is not None and p50 < 10))
+    bl, base = _get(scale, "backlog.pickup_backlog_p50_ms"), _get(scale, "backlog.pickup_idle_p50_ms")
+    rows.append(_row("pick-up p50 ms, 10,000-job backlog vs idle", bl, base, "< 10 ms, ratio ≤ 1.5", _fits(bl, base)))
+    deep, empty = _get(scale, "backlog.claim_depth10k_p50_ms"), _get(scale, "backlog.claim_depth0_p50_ms")
+    rows.append(_row("queue claim→finish p50 ms, depth 10,000 vs 0", deep, empty, "ratio ≤ 1.5", _fits(deep, empty)))
+    on, off = _get(w, "throughput.overlap_on_jobs_per_min"), _get(w, "throughput.overlap_off_jobs_per_min")
+    rows.append(_row("jobs/min, overlap on vs off", on, off, "> 1", on is not None and off and on / off > 1))
+    warm, cold = _get(w, "loads.warm_get_s"), _get(w, "loads.cold_load_s")
+    rows.append(
+        _row("model get s, warm vs cold load", warm, cold, "≪ 1", warm is not None and cold and warm < cold / 10)
+    )
+    paid = _get(scale, "jobs_that_paid_a_load_after_preload")
+    rows.append(_row("jobs that paid a load, one hosted model", paid, None, "0", paid == 0))
+    mixed, fifo = _get(w, "loads.mixed_batch_jobs_that_paid_a_load"), _get(w, "loads.fifo_would_pay")
+    rows.append(_row("jobs that paid a load, two-model batch vs FIFO", mixed, fifo, "< FIFO", _lt(mixed, fifo)))
+    for preset, enc in (_get(media, "encode") or {}).items():
+        for key, who in (("rss_mb_by_seconds", "encoder process"), ("ffmpeg_rss_mb_by_seconds", "ffmpeg")):
+            short, long_ = (_get(enc, f"{key}.{n}") for n in ("1", "10"))
+            figure = f"{who} peak RSS MB, 10 s vs 1 s of 720p ({preset})"
+            rows.append(_row(figure, long_, short, "≤ 1.2", _le(long_, short, 1.2)))
+        fps = _get(enc, "encode_fps_by_seconds.10")
+        rows.append(_row(f"encode fps, 10 s 720p ({preset})", fps, None, "", ""))
+    bare = _get(api, "bare.rps")
+    fastapi = _get(api, "fastapi_constant.rps")
+    rows.append(_row("API req/s, FastAPI constant route vs bare ASGI (the framework alone)", fastapi, bare, "", ""))
+    for name, label in (("get", "GET /v1/generations/{id}"), ("post", "POST /v1/generations")):
+        rps = _get(api, f"{name}.rps")
+        rows.append(_row(f"API req/s, {label} vs bare ASGI", rps, bare, "≥ 0.5", _ge(rps, bare, 0.5)))
+        rows.append(
+            _row(f"API p99 ms, {label} vs bare ASGI", _get(api, f"{name}.p99_ms"), _get(api, "bare.p99_ms"), "", "")
+        )
+    enq, xadd = _get(q, "redis_queue.enqueue_per_s"), _get(q, "redis_benchmark_xadd.0.rps")
+    rows.append(_row("queue enqueue/s vs redis-benchmark XADD (1 client)", enq, xadd, "", ""))
+    rt, xp50 = _get(q, "redis_queue.claim_finish.p50_ms"), _get(q, "redis_benchmark_xadd.0.p50_ms")
+    rows.append(_row("queue claim→finish p50 ms vs XADD p50 ms", rt, xp50, "", ""))
+    for count in ("2", "4"):
+        jps, one = _get(scale, f"workers.{count}.jobs_per_s"), _get(scale, "workers.1.jobs_per_s")
+        rows.append(_row(f"jobs/s, {count} workers vs 1 ({os.cpu_count()} cores)", jps, one, "see notes", ""))
+    return rows
+
+
+def _fits(value: Any, baseline: Any) -> bool:
+    return value is not None and baseline is not None and value < 10 and value <= 1.5 * max(baseline, 1.0)
+
+
+def _le(value: Any, baseline: Any, limit: float) -> bool:
+    return value is not None and bool(baseline) and value / baseline <= limit
+
+
+def _ge(value: Any, baseline: Any, limit: float) -> bool:
+    return value is not None and bool(baseline) and value / baseline >= limit
+
+
+def _lt(value: Any, baseline: Any) -> bool:
+    return value is not None and baseline is not None and value < baseline
+
+
 def machine() -> dict[str, Any]:
     import psutil
 
@@ -105,9 +196,16 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
     parser.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per section")
+    parser.add_argument("--render-only", action="store_true", help="re-render the docs from an existing --out")
     args = parser.parse_args()
 
     out = Path(args.out)
+    if args.render_only:
+        previous: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        previous["summary"] = summarize(previous["sections"])
+        render_report(previous, docs_path=Path(args.docs), charts_dir=Path(args.docs).parent / "bench")
+        print(f"[bench] rendered {args.docs} from {out}")
+        return
     workdir = out.parent / "sections"
     workdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -117,6 +215,10 @@ def main() -> None:
         "machine": machine(),
         "sections": {},
     }
+    if args.only and out.exists():  # a partial run updates those sections of the last full results
+        kept = json.loads(out.read_text(encoding="utf-8")).get("sections", {})
+        results["sections"] = {k: v for k, v in kept.items() if k not in args.only}
+        results["command"] += f" --only {' '.join(args.only)} (other sections from the previous run)"
     for name in args.only or SECTIONS:
         print(f"[bench] {name} ...", flush=True)
         section = run_section(
@@ -125,6 +227,9 @@ def main() -> None:
         results["sections"][name] = section
         status = "FAILED: " + section["error"] if "error" in section else f"done in {section.get('wall_s')} s"
         print(f"[bench] {name} {status}", flush=True)
+    # Sum of the sections' wall times (for a partial run, including those kept from the previous run).
+    results["wall_s"] = round(sum(float(s.get("wall_s", 0)) for s in results["sections"].values()), 1)
+    results["summary"] = summarize(results["sections"])
     out.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
     render_report(results, docs_path=Path(args.docs), charts_dir=Path(args.docs).parent / "bench")
     print(f"[bench] wrote {out} and {args.docs}")

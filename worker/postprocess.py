@@ -8,6 +8,7 @@ lease keeper keeps renewing the waiting job's lease meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -95,10 +96,18 @@ class PostProcessor:
         claim = gen.attempt.claim
         stored: list[Artifact] = []
         with stage(gen.attempt, self._metrics, Stage.uploading):
-            for artifact, path in files:
-                key = artifact_key(claim.job_id, claim.attempt, path.name)
-                obj = self._store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
-                stored.append(artifact.model_copy(update={"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}))
+            try:
+                for artifact, path in files:
+                    key = artifact_key(claim.job_id, claim.attempt, path.name)
+                    obj = self._store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
+                    update = {"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}
+                    stored.append(artifact.model_copy(update=update))
+            except Exception:
+                # No record will reference this attempt's objects: remove those already stored (best effort).
+                for done in stored:
+                    with contextlib.suppress(Exception):
+                        self._store.delete(done.key)
+                raise
         gen.attempt.progress.check()
         return stored
 

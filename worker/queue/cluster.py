@@ -83,6 +83,8 @@ def _connection_kwargs(settings: QueueSettings, tls: bool, user: str | None, pas
     """Keyword arguments every connection of the client gets (credentials, timeouts, TLS)."""
     kwargs: dict[str, Any] = {
         "decode_responses": True,
+        # Bytes that are not UTF-8 (a stream entry written by something else) must not crash a read.
+        "encoding_errors": "replace",
         "socket_timeout": settings.socket_timeout_s,
         "socket_connect_timeout": settings.connect_timeout_s,
     }

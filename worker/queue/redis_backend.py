@@ -51,7 +51,7 @@ class RedisQueue(RedisReads):
         block_slice_s: float = 0.25,
     ) -> None:
         if isinstance(client, str):
-            client = redis.Redis.from_url(client, decode_responses=True)
+            client = redis.Redis.from_url(client, decode_responses=True, encoding_errors="replace")
         if not client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client made with decode_responses=True")
         self._scripts = Scripts(client, events_maxlen)

@@ -1,0 +1,127 @@
+"""Shared pieces of the reliability suite: the invariant check run after every fault, a worker
+environment for the tiny ``fast`` jobs, and a SeaweedFS that can be stopped and restarted on the same
+ports and data directory (what an operator's restart of the store looks like to the worker)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.seaweed import SeaweedServer, _command, _free_port_block, _stop, _wait_ready, weed_binary
+from tests.integration.worker_harness import WorkerProcess
+from worker.contract import Status
+from worker.queue.base import JobQueue
+from worker.stores.base import ArtifactStore
+
+TERMINAL = {Status.succeeded, Status.failed, Status.canceled}
+
+
+def worker_env(tmp: Path, redis_url: str, models_dir: Path, catalog: Path, **extra: str) -> dict[str, str]:
+    """A worker hosting the tiny models, quick to retry, on a 2 s lease."""
+    return {
+        "GENWORKER_DATA_DIR": str(tmp / "data"),
+        "GENWORKER_CATALOG_PATH": str(catalog),
+        "GENWORKER_QUEUE__BACKEND": "redis",
+        "GENWORKER_QUEUE__REDIS_URL": redis_url,
+        "GENWORKER_QUEUE__LEASE_TTL_S": "2",
+        "GENWORKER_QUEUE__RETRY_BACKOFF_S": "0.2",
+        "GENWORKER_MODELS__TINY_MODELS_DIR": str(models_dir),
+        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(["tiny-wan"]),
+        "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]',
+        "GENWORKER_WORKER__HEARTBEAT_S": "1",
+        "GENWORKER_WORKER__RECLAIM_INTERVAL_S": "1",
+        "GENWORKER_WORKER__MAX_BACKOFF_S": "1",
+        "GENWORKER_ENCODER__PRESET": "ultrafast",
+        **extra,
+    }
+
+
+def assert_invariants(
+    queue: JobQueue, ids: list[str], store: ArtifactStore, worker: WorkerProcess | None = None
+) -> dict[str, Any]:
+    """Every job ends in exactly one terminal state (one terminal event), nothing stays ``running``,
+    every succeeded job's objects exist with their recorded size, failed/canceled jobs reference no
+    artifact, and the worker answers ``/healthz``. Returns the outcome counts."""
+    outcomes: dict[str, int] = {}
+    for job_id in ids:
+        record = queue.get(job_id)
+        assert record is not None, f"{job_id} lost"
+        assert record.status in TERMINAL, f"{job_id} is {record.status}"
+        terminals = [e.status for e in queue.events(job_id) if e.status in TERMINAL]
+        assert terminals == [record.status], f"{job_id}: terminal events {terminals}"
+        if record.status is Status.succeeded:
+            assert {a.kind for a in record.artifacts} >= {"video"}, record
+            for artifact in record.artifacts:
+                assert f"/{job_id}/{record.attempt}/" in artifact.key
+                assert object_size(store, artifact.key) == artifact.bytes, artifact.key
+        else:
+            assert record.artifacts == [], f"{job_id} {record.status} but references {record.artifacts}"
+        label = record.status.value + (f":{record.error.code.value}" if record.error else "")
+        outcomes[label] = outcomes.get(label, 0) + 1
+    if worker is not None:
+        assert worker.get("/healthz")[0] == 200, worker.log_tail()
+        assert worker.proc is not None and worker.proc.poll() is None
+    return outcomes
+
+
+def object_size(store: ArtifactStore, key: str) -> int | None:
+    """The stored object's size: HEAD on S3, stat on the local store."""
+    client = getattr(store, "_client", None) or getattr(store, "client", None)
+    if hasattr(store, "path_for"):
+        path = store.path_for(key)
+        return path.stat().st_size if path.is_file() else None
+    assert client is not None, "unknown store type"
+    try:
+        return int(client.head_object(Bucket=store.bucket, Key=key)["ContentLength"])  # type: ignore[attr-defined]
+    except Exception:  # NoSuchKey, 404
+        return None
+
+
+@dataclass
+class RestartableSeaweed:
+    """``weed mini`` on a fixed block of ports and one data dir: ``stop`` then ``start`` keeps the
+    endpoint, bucket and objects, as an operator's restart does."""
+
+    work_dir: Path
+    server: SeaweedServer | None = None
+    _base: int = 0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> SeaweedServer:
+        config = self.work_dir / "s3-identities.json"
+        if not config.exists():
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            identity = {"name": "t", "credentials": [{"accessKey": "rel-ak", "secretKey": "rel-secret-0123456789"}]}
+            identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
+            config.write_text(json.dumps({"identities": [identity]}))
+            self._base = _free_port_block(10)
+        data = self.work_dir / "data"
+        data.mkdir(exist_ok=True)
+        log = (self.work_dir / "weed.log").open("ab")
+        self._proc = subprocess.Popen(
+            _command(weed_binary(), data, config, self._base),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.work_dir,
+            start_new_session=True,
+        )
+        log.close()
+        self.server = SeaweedServer(
+            endpoint=f"http://127.0.0.1:{self._base + 6}",
+            access_key="rel-ak",
+            secret_key="rel-secret-0123456789",
+            bucket="reliability",
+            region="us-east-1",
+            pid=self._proc.pid,
+            log_path=self.work_dir / "weed.log",
+        )
+        _wait_ready(self._proc, self.server)
+        return self.server
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            _stop(self._proc)
