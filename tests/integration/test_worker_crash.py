@@ -8,7 +8,6 @@ mid-job, finishes it, leaves the next queued job alone and exits 0.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from tests.integration.worker_harness import (
     WorkerProcess,
     make_record,
     redis_db_url,
-    seaweed_env,
+    redis_worker_env,
     status_is,
     terminal,
     wait_for,
@@ -43,19 +42,17 @@ def crash_env(
     redis_url = redis_db_url(redis_server, 3)
     tmp = tmp_path_factory.mktemp("worker-crash")
     catalog_path = write_test_catalog(tmp / "catalog.yaml")
-    env = {
-        "GENWORKER_DATA_DIR": str(tmp / "data"),
-        "GENWORKER_CATALOG_PATH": str(catalog_path),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_QUEUE__LEASE_TTL_S": "3",
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(["slow-wan"]),
-        "GENWORKER_WORKER__PRELOAD": '["slow-wan"]',
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_WORKER__RECLAIM_INTERVAL_S": "1",
-        **seaweed_env(seaweed),
-    }
+    env = redis_worker_env(
+        tmp=tmp,
+        catalog_path=catalog_path,
+        redis_url=redis_url,
+        lease_ttl_s=3,
+        tiny_models_dir=tiny_models_dir,
+        hosted=["slow-wan"],
+        preload=["slow-wan"],
+        seaweed=seaweed,
+        GENWORKER_WORKER__RECLAIM_INTERVAL_S="1",
+    )
     queue = open_queue(QueueSettings(backend="redis", redis_url=redis_url, lease_ttl_s=3))
     workers: list[WorkerProcess] = []
     yield {"env": env, "tmp": tmp, "queue": queue, "catalog": load_catalog(catalog_path), "workers": workers}

@@ -8,7 +8,6 @@ The last test checks that the metrics add up to exactly what the earlier tests d
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from tests.integration.worker_harness import (
     WorkerProcess,
     make_record,
     redis_db_url,
-    seaweed_env,
+    redis_worker_env,
     terminal,
     wait_for,
     write_test_catalog,
@@ -50,19 +49,17 @@ def stack(
     redis_url = redis_db_url(redis_server, 2)
     tmp = tmp_path_factory.mktemp("worker-redis")
     catalog_path = write_test_catalog(tmp / "catalog.yaml")
-    env = {
-        "GENWORKER_DATA_DIR": str(tmp / "data"),
-        "GENWORKER_CATALOG_PATH": str(catalog_path),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_QUEUE__LEASE_TTL_S": "5",
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(HOSTED),
-        "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]',
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_TEST_STEP_LOG": str(tmp / "steps.log"),
-        **seaweed_env(seaweed),
-    }
+    env = redis_worker_env(
+        tmp=tmp,
+        catalog_path=catalog_path,
+        redis_url=redis_url,
+        lease_ttl_s=5,
+        tiny_models_dir=tiny_models_dir,
+        hosted=HOSTED,
+        preload=["tiny-wan"],
+        seaweed=seaweed,
+        GENWORKER_TEST_STEP_LOG=str(tmp / "steps.log"),
+    )
     worker = WorkerProcess(env, tmp / "worker.log").start()
     queue = open_queue(QueueSettings(backend="redis", redis_url=redis_url, lease_ttl_s=5))
     store = open_store(seaweed.store_settings(), data_dir=tmp)

@@ -58,6 +58,34 @@ def seaweed_env(seaweed: Any) -> dict[str, str]:
     }
 
 
+def redis_worker_env(
+    *,
+    tmp: Path,
+    catalog_path: Path,
+    redis_url: str,
+    lease_ttl_s: float,
+    tiny_models_dir: Path,
+    hosted: list[str],
+    preload: list[str],
+    seaweed: Any,
+    **extra: str,
+) -> dict[str, str]:
+    """The environment of a worker on Redis + SeaweedFS, configured as an operator would (env only)."""
+    return {
+        "GENWORKER_DATA_DIR": str(tmp / "data"),
+        "GENWORKER_CATALOG_PATH": str(catalog_path),
+        "GENWORKER_QUEUE__BACKEND": "redis",
+        "GENWORKER_QUEUE__REDIS_URL": redis_url,
+        "GENWORKER_QUEUE__LEASE_TTL_S": f"{lease_ttl_s:g}",
+        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
+        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(hosted),
+        "GENWORKER_WORKER__PRELOAD": json.dumps(preload),
+        "GENWORKER_WORKER__HEARTBEAT_S": "1",
+        **extra,
+        **seaweed_env(seaweed),
+    }
+
+
 def write_test_catalog(path: Path) -> Path:
     """The tiny models of ``configs/models.yaml`` plus the fault-injecting entries of ``catalog_faults.yaml``."""
     base = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
