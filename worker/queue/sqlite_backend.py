@@ -34,6 +34,24 @@ _POLL_S = 0.05  # how often a blocking claim looks again (there is no server to 
 _Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
 
 
+def _enable_wal(conn: sqlite3.Connection, *, deadline_s: float = 30.0) -> None:
+    """Switch to WAL, retrying while other connections hold the file.
+
+    Changing the journal mode needs the database to itself and SQLite answers SQLITE_BUSY at once,
+    without calling the busy handler, so connections opened together (processes starting at once)
+    must retry. Once the file is in WAL mode (it persists) the pragma is a cheap no-op.
+    """
+    give_up = time.monotonic() + deadline_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > give_up:
+                raise
+            time.sleep(0.02)
+
+
 class SqliteQueue:
     """``JobQueue`` on one SQLite file (embedded mode)."""
 
@@ -66,9 +84,9 @@ class SqliteQueue:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():  # never share across fork
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA busy_timeout=30000")
+            _enable_wal(conn)
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
             self._local.conn, self._local.pid = conn, os.getpid()
             with self._all_lock:
                 self._all.append(conn)
