@@ -1,7 +1,10 @@
 """Request-size limit and per-key rate limits.
 
-``BodyLimitMiddleware`` refuses an oversized body before it is read whole: a declared
-``Content-Length`` above the limit is answered at once, and a chunked body is counted as it streams.
+``BodyLimitMiddleware`` refuses an oversized body without holding it: a declared ``Content-Length``
+above the limit is refused before the app runs, and a chunked body is counted as it streams. Before the
+413 is sent, the rest of the body is read and dropped (up to a cap): a server that closes a socket
+with unread request bytes makes the kernel send a reset, which can destroy the 413 before the client
+has read it (clients such as httpx send the whole body before they read the answer).
 
 Rate limits are per API key. ``TokenBucketLimiter`` lives in the process (the embedded mode runs one
 API process); ``RedisWindowLimiter`` shares one fixed-window counter per key across API replicas.
@@ -9,6 +12,7 @@ API process); ``RedisWindowLimiter`` shares one fixed-window counter per key acr
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -26,6 +30,12 @@ if TYPE_CHECKING:
 __all__ = ["BodyLimitMiddleware", "RateDecision", "RateLimiter", "RedisWindowLimiter", "TokenBucketLimiter"]
 
 
+# How much of a refused body is read and dropped so that the 413 reaches the client, and for how long:
+# beyond either the connection is closed unread (a client sending that much gets a reset).
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+DRAIN_TIMEOUT_S = 5.0
+
+
 class _BodyTooLarge(Exception):
     pass
 
@@ -41,18 +51,25 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._refuse(scope, receive, send)
-                return
+        headers = dict(scope.get("headers", []))
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            # A client waiting for "100 Continue" has sent no body: answer without reading (reading
+            # would make the server send the 100 and invite the upload).
+            expects_continue = headers.get(b"expect", b"").lower() == b"100-continue"
+            drain = not expects_continue and int(declared) <= DRAIN_MAX_BYTES
+            await self._refuse(scope, receive, send, drain_from=0 if drain else None)
+            return
         seen = 0
+        more_body = True
         started = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, more_body
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                more_body = bool(message.get("more_body", False))
                 if seen > self.max_bytes:
                     raise _BodyTooLarge
             return message
@@ -68,9 +85,14 @@ class BodyLimitMiddleware:
         except _BodyTooLarge:
             if started:  # pragma: no cover - routes read the body before answering
                 raise
-            await self._refuse(scope, receive, send)
+            # Once the last body message is read, a further receive() would wait for the disconnect.
+            await self._refuse(scope, receive, send, drain_from=seen if more_body else None)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, *, drain_from: int | None) -> None:
+        """Answer 413; first read and drop the rest of the body (``drain_from`` bytes were read already),
+        unless ``drain_from`` is None."""
+        if drain_from is not None:
+            await _drain(receive, drain_from)
         response = error_response(
             413,
             ErrorCode.payload_too_large,
@@ -79,6 +101,22 @@ class BodyLimitMiddleware:
             {"Connection": "close"},  # the unread rest of the body must not be parsed as a next request
         )
         await response(scope, receive, send)
+
+
+async def _drain(receive: Receive, seen: int) -> None:
+    """Read and drop request body messages until the body ends, or the byte or time cap is reached."""
+    deadline = asyncio.get_running_loop().time() + DRAIN_TIMEOUT_S
+    while seen <= DRAIN_MAX_BYTES:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), timeout=remaining)
+        except TimeoutError:
+            return
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        seen += len(message.get("body", b""))
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,14 @@ class GenerationList(BaseModel):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
 
 
+# Fields a view copies from its record as they are (artifacts are re-signed, the position is live).
+_FROM_RECORD = tuple(
+    name
+    for name in GenerationView.model_fields
+    if name in GenerationRecord.model_fields and name not in {"artifacts", "queue_position", "object"}
+)
+
+
 def artifact_view(artifact: Artifact, store: ArtifactStore) -> ArtifactView:
     signed = store.sign_url(artifact.key)
     fields = artifact.model_dump(exclude={"key"})
@@ -99,8 +107,11 @@ def artifact_view(artifact: Artifact, store: ArtifactStore) -> ArtifactView:
 def generation_view(record: GenerationRecord, store: ArtifactStore, *, queue_position: int | None) -> GenerationView:
     # Only a succeeded generation offers downloads; a failed attempt's partial objects stay private.
     artifacts = [artifact_view(a, store) for a in record.artifacts] if record.status is Status.succeeded else []
+    # The record's own field values (nested models included) pass straight in: pydantic keeps model
+    # instances as they are, where a model_dump round trip would rebuild every nested model (this is
+    # the hot path of every poll).
     return GenerationView(
-        **record.model_dump(exclude={"artifacts", "project", "object"}),
+        **{name: getattr(record, name) for name in _FROM_RECORD},
         artifacts=artifacts,
         queue_position=queue_position if record.status is Status.queued else None,
     )

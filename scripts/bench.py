@@ -135,6 +135,7 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
     for name, label in (("get", "GET /v1/generations/{id}"), ("post", "POST /v1/generations")):
         rps = _get(api, f"{name}.rps")
         rows.append(_row(f"API req/s, {label} vs bare ASGI", rps, bare, "≥ 0.5", _ge(rps, bare, 0.5)))
+        rows.append(_row(f"API req/s, {label} vs FastAPI constant route", rps, fastapi, "", ""))
         rows.append(
             _row(f"API p99 ms, {label} vs bare ASGI", _get(api, f"{name}.p99_ms"), _get(api, "bare.p99_ms"), "", "")
         )

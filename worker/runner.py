@@ -28,9 +28,8 @@ from worker.queue.base import Claim, JobQueue
 from worker.resolve import ResolvedJob, resolve
 
 if TYPE_CHECKING:
-    from pipelines.cache import ModelCache
-
     from pipelines.base import Adapter, Media
+    from pipelines.cache import ModelCache
 
 __all__ = ["JobRunner", "rebuild_request", "stage"]
 

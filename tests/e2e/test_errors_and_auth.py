@@ -3,6 +3,8 @@ No 422 anywhere, no stack trace anywhere."""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,6 +129,33 @@ def test_oversized_body_is_413_declared_or_streamed(stack: Stack) -> None:
         assert_error(c.post("/v1/generations", content=chunks()), 413, "payload_too_large")
     with stack.client("alpha") as c:  # the server is fine afterwards
         assert c.post("/v1/generations", json=create_body()).status_code == 202
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_413_arrives_whole_and_the_connection_closes_without_a_reset(stack: Stack, chunked: bool) -> None:
+    """The server reads and drops the refused body before it answers: closing a socket with unread
+    request bytes makes the kernel send a reset, which can destroy the 413 before the client reads it
+    (a CI run once saw httpx fail with "peer closed connection without sending complete message body")."""
+    size = 3 * stack.settings.api.max_body_bytes
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}"
+    head = (
+        f"POST /v1/generations HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {stack.tokens['alpha']}\r\n"
+        f"Content-Type: application/json\r\n{framing}\r\n\r\n"
+    ).encode()
+    body = b" " * size
+    if chunked:
+        step = 65536
+        body = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + step]), body[i : i + step]) for i in range(0, size, step))
+        body += b"0\r\n\r\n"
+    host, port = stack.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head + body)  # raises if the server reset the connection while we were sending
+        reply = b""
+        while chunk := sock.recv(65536):  # raises ConnectionResetError on a reset
+            reply += chunk
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line.split(b" ")[1] == b"413", reply[:200]
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["code"] == "payload_too_large"
 
 
 def test_rate_limit_is_429_with_retry_after(stack: Stack, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -108,4 +110,29 @@ def test_backlog_survives_a_redis_kill_with_aof(redis_factory: Callable[..., Red
     assert finished == 25  # 22 never claimed + 3 whose worker lost Redis mid-job, each once
     for i in ids:
         assert [e.status for e in q.events(i)].count(Status.succeeded) == 1
+    q.close()
+
+
+def test_a_blocked_claim_wakes_for_a_job_of_any_hosted_model(redis_url: str) -> None:
+    """A worker hosting two models blocks on both streams at once: a new job of either wakes it.
+
+    The block slice is 5 s here, so a claim that blocked on one model's stream alone (the rotation
+    this replaced) would leave the other model's job waiting up to 5 s; the bound below is 2 s.
+    """
+    q = RedisQueue(redis_url, lease_ttl_s=30, block_slice_s=5.0)
+    models = ["tiny-wan", "tiny-ltx2"]
+    q.claim("w0", models)  # creates both streams and groups
+    for model in models * 2:
+        result: list[Any] = []
+        claimer = threading.Thread(target=lambda out=result: out.append(q.claim("w0", models, block_s=20.0)))
+        claimer.start()
+        time.sleep(0.3)  # the claim is blocked now
+        record = new_record(model=model)
+        q.enqueue(record)
+        enqueued = time.monotonic()
+        claimer.join(timeout=20)
+        waited = time.monotonic() - enqueued
+        assert result and result[0] is not None and result[0].job_id == record.id, (model, result)
+        assert waited < 2.0, f"a {model} job waited {waited:.2f} s for a blocked claim"
+        assert q.finish(result[0], Outcome(status=Status.succeeded))
     q.close()

@@ -153,7 +153,7 @@ class RedisQueue(RedisReads):
         deadline = time.monotonic() + block_s
         while True:
             self._reclaim_due(hosted)  # throttled: at most twice per lease TTL per model
-            ages = self._waiting_ages(hosted)
+            ages, cursors = self._waiting_ages(hosted)
             for model in order_models(ages, prefer, self.starve_after_s):
                 claim = self._claim_from(worker_id, model, block_ms=0)
                 if claim is not None:
@@ -161,13 +161,20 @@ class RedisQueue(RedisReads):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            # Nothing waiting: block on one stream at a time (a multi-stream XREADGROUP would span
-            # Cluster slots), rotating so a job of any hosted model is seen within a few slices.
-            self._rotation = (self._rotation + 1) % len(hosted)
             block_ms = max(1, int(min(remaining, self._block_slice_s) * 1000))
-            claim = self._claim_from(worker_id, hosted[self._rotation], block_ms=block_ms)
-            if claim is not None:
-                return claim
+            if len(hosted) == 1 or isinstance(self._r, RedisCluster):
+                # Block on one stream at a time (a multi-stream read would span Cluster slots),
+                # rotating so a job of any hosted model is seen within a few slices.
+                self._rotation = (self._rotation + 1) % len(hosted)
+                claim = self._claim_from(worker_id, hosted[self._rotation], block_ms=block_ms)
+                if claim is not None:
+                    return claim
+            else:
+                # One server: wait on every hosted stream at once, from where the group stood at the
+                # scan, so a job of any model wakes the worker at once (a rotation would leave it
+                # blocked on another model's stream for up to a slice). The read only wakes; the
+                # next round claims through the group.
+                self._r.xread({keys.job_stream(m): cursors[m] for m in hosted}, count=1, block=block_ms)
 
     def renew(self, claim: Claim) -> bool:
         entry, consumer = split_token(claim.token)
@@ -285,21 +292,24 @@ class RedisQueue(RedisReads):
         dead["at"] = utcnow().isoformat()
         self._scripts.drop_entry(model, entry_id, dead)
 
-    def _waiting_ages(self, models: list[str]) -> dict[str, float]:
-        """Age (s) of the oldest waiting entry of each model with work; promotes due retries first."""
+    def _waiting_ages(self, models: list[str]) -> tuple[dict[str, float], dict[str, str]]:
+        """Age (s) of the oldest waiting entry of each model with work (due retries promoted first),
+        and each model's group cursor (its last-delivered entry id) at the scan."""
         ages: dict[str, float] = {}
+        cursors: dict[str, str] = {}
         for model in models:
-            now_ms, oldest, due = self._scripts.scan(
+            now_ms, oldest, due, cursor = self._scripts.scan(
                 keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
             )
             if int(due):
                 self._promote_due(model, int(now_ms))
-                now_ms, oldest, due = self._scripts.scan(
+                now_ms, oldest, due, cursor = self._scripts.scan(
                     keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
                 )
             if oldest:
                 ages[model] = (int(now_ms) - int(str(oldest).split("-")[0])) / 1000
-        return ages
+            cursors[model] = str(cursor)
+        return ages, cursors
 
     def _promote_due(self, model: str, now_ms: int) -> None:
         """Move retries whose backoff is over from the delayed zset back to the stream."""
