@@ -148,9 +148,11 @@ def test_each_of_100_jobs_runs_once_on_a_worker_that_hosts_its_model(fleet: Flee
         assert (fleet.artifacts / video.key).stat().st_size == video.bytes
         ran_on[record.model][workers[0]] += 1
 
-    # Load spreads: every worker hosting a model ran some of its jobs.
-    assert set(ran_on["tiny-wan"]) == {"fleet-wan", "fleet-both"}, ran_on
-    assert set(ran_on["tiny-ltx2"]) == {"fleet-ltx", "fleet-both"}, ran_on
+    # Load spreads: every worker ran some jobs. Which model fleet-both helps with is not fixed: it takes
+    # the model whose oldest waiting job is older (worker/queue/ordering.py), and that depends on how
+    # fast the single-model workers drain their own queues.
+    assert set(ran_on["tiny-wan"]) | set(ran_on["tiny-ltx2"]) == set(FLEET), ran_on
+    assert "fleet-wan" in ran_on["tiny-wan"] and "fleet-ltx" in ran_on["tiny-ltx2"], ran_on
     # Each worker's own count of succeeded jobs per model agrees with what the events say it ran.
     for worker_id, worker in fleet.workers.items():
         for model in FLEET[worker_id]:
