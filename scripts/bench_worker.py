@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tests.fixtures.redis_server import start_redis  # noqa: E402
-from tests.integration.worker_harness import WorkerProcess, make_record, terminal  # noqa: E402
+from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
 from worker.catalog import Catalog, load_catalog  # noqa: E402
 from worker.contract import GenerationRecord  # noqa: E402
 from worker.queue.base import JobQueue  # noqa: E402
@@ -115,22 +115,15 @@ def queue_job(queue: JobQueue, catalog: Catalog, shape: dict[str, Any], seed: in
     record = _record(catalog, shape, seed)
     enqueued_at = time.time()
     queue.enqueue(record)
-    done = _wait_terminal(queue, record.id)
+    done, _ = wait_for(queue, record.id, terminal, timeout_s=300, poll_s=_POLL_S)
     assert done.status.value == "succeeded", done.error
     assert done.started_at is not None and done.finished_at is not None
     return (done.finished_at.timestamp() - enqueued_at) * 1000, (done.started_at.timestamp() - enqueued_at) * 1000
 
 
-def _wait_terminal(queue: JobQueue, job_id: str, timeout_s: float = 300.0) -> GenerationRecord:
-    """Poll slowly: the figures come from the worker's own timestamps (``started_at``/``finished_at``),
-    and a tight poll loop would take CPU from the worker it measures (on 2 cores, ~5 % at 20 ms)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = queue.get(job_id)
-        if record is not None and terminal(record):
-            return record
-        time.sleep(0.25)
-    raise TimeoutError(f"{job_id} not terminal within {timeout_s}s")
+# The figures come from the worker's own timestamps (``started_at``/``finished_at``): poll slowly, as a
+# tight poll loop would take CPU from the worker it measures (on 2 cores, ~5 % at 20 ms).
+_POLL_S = 0.25
 
 
 def interleaved(direct: DirectPath, queue: JobQueue, catalog: Catalog, n: int) -> dict[str, Any]:
@@ -159,7 +152,7 @@ def run_batch(queue: JobQueue, catalog: Catalog, shapes: list[dict[str, Any]]) -
     records = [_record(catalog, shape, seed=2000 + i) for i, shape in enumerate(shapes)]
     for record in records:
         queue.enqueue(record)
-    done = [_wait_terminal(queue, r.id, timeout_s=600) for r in records]
+    done = [wait_for(queue, r.id, terminal, timeout_s=600, poll_s=_POLL_S)[0] for r in records]
     assert all(d.status.value == "succeeded" for d in done), [d.error for d in done]
     first = min(d.started_at.timestamp() for d in done if d.started_at)
     last = max(d.finished_at.timestamp() for d in done if d.finished_at)

@@ -121,9 +121,14 @@ def make_record(
 
 
 def wait_for(
-    queue: JobQueue, job_id: str, until: Callable[[GenerationRecord], bool], *, timeout_s: float = 120.0
+    queue: JobQueue,
+    job_id: str,
+    until: Callable[[GenerationRecord], bool],
+    *,
+    timeout_s: float = 120.0,
+    poll_s: float = 0.02,
 ) -> tuple[GenerationRecord, list[GenerationRecord]]:
-    """Poll the record until ``until`` holds; return it and every distinct record seen on the way."""
+    """Poll the record every ``poll_s`` until ``until`` holds; return it and every distinct record seen."""
     seen: list[GenerationRecord] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -137,7 +142,7 @@ def wait_for(
             seen.append(record)
         if until(record):
             return record, seen
-        time.sleep(0.02)
+        time.sleep(poll_s)
     last = seen[-1] if seen else None
     raise AssertionError(f"{job_id} did not reach the expected state in {timeout_s}s; last: {last!r}")
 

@@ -39,6 +39,18 @@ def worker_env(tmp: Path, redis_url: str, models_dir: Path, catalog: Path, **ext
     }
 
 
+def s3_store_env(server: SeaweedServer) -> dict[str, str]:
+    """The worker settings for ``server`` as its S3 store."""
+    return {
+        "GENWORKER_STORE__BACKEND": "s3",
+        "GENWORKER_STORE__S3_ENDPOINT_URL": server.endpoint,
+        "GENWORKER_STORE__S3_BUCKET": server.bucket,
+        "GENWORKER_STORE__S3_REGION": server.region,
+        "GENWORKER_STORE__S3_ACCESS_KEY_ID": server.access_key,
+        "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": server.secret_key,
+    }
+
+
 def assert_invariants(
     queue: JobQueue, ids: list[str], store: ArtifactStore, worker: WorkerProcess | None = None
 ) -> dict[str, Any]:

@@ -25,11 +25,12 @@ import pytest
 from tests.fixtures.redis_server import start_redis
 from tests.fixtures.seaweed import SeaweedServer
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
-from tests.reliability.support import TERMINAL, assert_invariants, worker_env
+from tests.reliability.support import TERMINAL, assert_invariants, s3_store_env, worker_env
 from worker.catalog import load_catalog
 from worker.contract import Status
 from worker.errors import ErrorCode
 from worker.media.ffmpeg import ffmpeg_exe
+from worker.stores.base import artifact_key
 
 pytestmark = pytest.mark.slow
 
@@ -69,23 +70,12 @@ def ffmpeg_fault(
     worker: WorkerProcess | None = None
     try:
         catalog = write_test_catalog(tmp / "catalog.yaml")
-        settings = seaweed.store_settings()
         env = worker_env(
-            tmp,
-            redis.url,
-            tiny_models_dir,
-            catalog,
-            IMAGEIO_FFMPEG_EXE=str(wrapper),
-            GENWORKER_STORE__BACKEND="s3",
-            GENWORKER_STORE__S3_ENDPOINT_URL=seaweed.endpoint,
-            GENWORKER_STORE__S3_BUCKET=seaweed.bucket,
-            GENWORKER_STORE__S3_REGION=seaweed.region,
-            GENWORKER_STORE__S3_ACCESS_KEY_ID=seaweed.access_key,
-            GENWORKER_STORE__S3_SECRET_ACCESS_KEY=seaweed.secret_key,
+            tmp, redis.url, tiny_models_dir, catalog, IMAGEIO_FFMPEG_EXE=str(wrapper), **s3_store_env(seaweed)
         )
         worker = WorkerProcess(env, tmp / "worker.log").start()
         queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2))
-        store = open_store(settings, data_dir=tmp)
+        store = open_store(seaweed.store_settings(), data_dir=tmp)
         worker.wait_ready()
         yield {
             "fault": fault,
@@ -116,9 +106,10 @@ def run_one(env: dict[str, Any], timeout_s: float = 90.0) -> Any:
 
 
 def objects_under(env: dict[str, Any], job_id: str) -> list[str]:
-    client = env["store"]._client
-    listing = client.list_objects_v2(Bucket=env["store"].bucket, Prefix="")
-    return [o["Key"] for o in listing.get("Contents", []) if job_id in o["Key"]]
+    """Every object stored under the job's key prefix (any attempt)."""
+    prefix = artifact_key(job_id, 1, "").rsplit("/", 2)[0] + "/"
+    listing = env["store"]._client.list_objects_v2(Bucket=env["store"].bucket, Prefix=prefix)
+    return [o["Key"] for o in listing.get("Contents", [])]
 
 
 @pytest.mark.parametrize("mode", ["exit", "crash"])

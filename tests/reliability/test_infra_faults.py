@@ -20,7 +20,7 @@ import pytest
 
 from tests.fixtures.redis_server import RedisServer, start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
-from tests.reliability.support import TERMINAL, RestartableSeaweed, assert_invariants, worker_env
+from tests.reliability.support import TERMINAL, RestartableSeaweed, assert_invariants, s3_store_env, worker_env
 from worker.catalog import load_catalog
 from worker.contract import Stage, Status
 from worker.errors import ErrorCode
@@ -41,15 +41,7 @@ def infra(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> It
     try:
         server = weed.start()
         catalog = write_test_catalog(tmp / "catalog.yaml")
-        store_env = {
-            "GENWORKER_STORE__BACKEND": "s3",
-            "GENWORKER_STORE__S3_ENDPOINT_URL": server.endpoint,
-            "GENWORKER_STORE__S3_BUCKET": server.bucket,
-            "GENWORKER_STORE__S3_REGION": server.region,
-            "GENWORKER_STORE__S3_ACCESS_KEY_ID": server.access_key,
-            "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": server.secret_key,
-            "GENWORKER_QUEUE__MAX_ATTEMPTS": "4",
-        }
+        store_env = {**s3_store_env(server), "GENWORKER_QUEUE__MAX_ATTEMPTS": "4"}
         env = worker_env(tmp, redis.url, tiny_models_dir, catalog, **store_env)
         worker = WorkerProcess(env, tmp / "worker.log").start()
         queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2, max_attempts=4))
