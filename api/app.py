@@ -19,8 +19,8 @@ from api.keys import KeyStore
 from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
 from api.routes import generations, models
 from api.services import Services
-from worker.catalog import Catalog
-from worker.contract import CreateRequest
+from worker.core.catalog import Catalog
+from worker.core.contract import CreateRequest
 from worker.queue.base import JobQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore

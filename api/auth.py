@@ -23,7 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.errors import ApiError
 from api.keys import KeyStore, Scope
 from api.limits import RateLimiter
-from worker.errors import ErrorCode
+from worker.core.errors import ErrorCode
 
 __all__ = ["Authenticator", "Principal", "bearer"]
 

@@ -1,4 +1,4 @@
-"""``genworker api``, ``genworker up`` and ``genworker keys ...`` (registered by ``worker.cli``)."""
+"""``genworker api`` and ``genworker keys ...`` (registered by the root command, ``genworker.cli``)."""
 
 from __future__ import annotations
 
@@ -106,23 +106,6 @@ def api_command(
     serve(make_server(build_app(settings), api.host, api.port, log_level=settings.log_level))
 
 
-def up_command(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where everything lives.")] = Path("var"),
-    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
-    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    models_dir: Annotated[
-        Path | None, typer.Option("--models-dir", help="Tiny models (default <data-dir>/models).")
-    ] = None,
-    worker_grace_s: Annotated[float, typer.Option("--worker-grace-s", help="Wait before killing the worker.")] = 20.0,
-) -> None:
-    """Run the whole service here: API on 127.0.0.1:8000, one worker, SQLite queue, local artifacts."""
-    from api.embedded import run_embedded
-
-    code = run_embedded(data_dir, host=host, port=port, models_dir=models_dir, grace_s=worker_grace_s)
-    raise typer.Exit(code)
-
-
 def register(app: typer.Typer) -> None:
     app.command("api")(api_command)
-    app.command("up")(up_command)
     app.add_typer(keys_app, name="keys")

@@ -13,10 +13,10 @@ import re
 import uuid
 
 from api.errors import ApiError
-from worker.catalog import Catalog
-from worker.contract import CreateRequest, GenerationRecord, RecordInput, RecordParameters, parse_create_request
-from worker.errors import ErrorCode
-from worker.resolve import resolve
+from worker.core.catalog import Catalog
+from worker.core.contract import CreateRequest, GenerationRecord, RecordInput, RecordParameters, parse_create_request
+from worker.core.errors import ErrorCode
+from worker.core.resolve import resolve
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from worker.errors import ErrorCode, RequestRejected, TransientError
+from worker.core.errors import ErrorCode, GenworkerError, RequestRejected, TransientError
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -45,7 +45,7 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class ApiError(Exception):
+class ApiError(GenworkerError):
     """Raised by route code; rendered as ``status`` with an ``ErrorBody``."""
 
     def __init__(

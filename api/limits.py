@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
-from worker.errors import ErrorCode
+from worker.core.errors import ErrorCode, GenworkerError
 
 if TYPE_CHECKING:
     import redis
@@ -36,8 +36,8 @@ DRAIN_MAX_BYTES = 64 * 1024 * 1024
 DRAIN_TIMEOUT_S = 5.0
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(GenworkerError):
+    """A request body over the limit, found while streaming it (answered 413)."""
 
 
 class BodyLimitMiddleware:
@@ -71,7 +71,7 @@ class BodyLimitMiddleware:
                 seen += len(message.get("body", b""))
                 more_body = bool(message.get("more_body", False))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -82,7 +82,7 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except _BodyTooLarge:
+        except BodyTooLarge:
             if started:  # pragma: no cover - routes read the body before answering
                 raise
             # Once the last body message is read, a further receive() would wait for the disconnect.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
 from api.limits import RateLimiter, RedisWindowLimiter, TokenBucketLimiter
+from worker.core.errors import GenworkerError
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,8 +62,8 @@ def open_limiter(settings: Settings) -> RateLimiter:
 
 def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
     """The local store serves its own signed files; an S3 store's URLs point at S3 instead."""
+    from api.artifacts import artifact_app
     from worker.stores.local import LocalStore
-    from worker.stores.local_http import artifact_app
 
     return artifact_app(store) if isinstance(store, LocalStore) else None
 
@@ -70,7 +71,7 @@ def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
 def build_app(settings: Settings) -> FastAPI:
     """The app over the backends the settings name (queue, store, keys, catalog)."""
     from api.app import create_app
-    from worker.catalog import load_catalog
+    from worker.core.catalog import load_catalog
     from worker.queue.factory import open_queue
     from worker.stores.factory import open_store
 
@@ -86,12 +87,12 @@ def build_app(settings: Settings) -> FastAPI:
     )
 
 
-class _Stop(Exception):
+class ServerStopped(GenworkerError):
     """SIGTERM after uvicorn's graceful shutdown: unwinds ``serve`` so callers can clean up."""
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
+    raise ServerStopped
 
 
 def make_server(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> uvicorn.Server:
@@ -118,7 +119,7 @@ def serve(server: uvicorn.Server) -> None:
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         server.run()
-    except (_Stop, KeyboardInterrupt):
+    except (ServerStopped, KeyboardInterrupt):
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from api.auth import Authenticator
 from api.keys import KeyStore
-from worker.catalog import Catalog
+from worker.core.catalog import Catalog
 from worker.queue.base import JobQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore

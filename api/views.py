@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worker.catalog import ModelSpec
-from worker.contract import (
+from worker.core.catalog import ModelSpec
+from worker.core.contract import (
     Artifact,
     AudioInfo,
     ErrorInfo,

@@ -1,6 +1,7 @@
-"""Model families behind one adapter contract (``pipelines.base``), loaded lazily from the catalog.
+"""Model families behind one adapter contract (``pipelines.adapter``), loaded lazily from the catalog.
 
-Modules: ``base`` (Adapter, Media, AudioTrack), ``registry`` (catalog entry -> adapter, weights, device),
+Modules: ``adapter`` (the Adapter protocol; the Media it returns is ``worker.core.media``), ``registry``
+(catalog entry -> adapter, weights, device),
 ``cache`` (ModelCache), ``wan`` and ``ltx2`` (the families), ``prompt_extend`` (extension and fallback),
 ``runtime`` (GPU knobs, uint8 frames, audio fitting), ``tiny`` (offline tiny-model builders).
 

@@ -27,9 +27,9 @@ from pipelines.registry import load_adapter, resolve_device
 from pipelines.runtime import free_device_memory
 
 if TYPE_CHECKING:
-    from pipelines.base import Adapter
+    from pipelines.adapter import Adapter
     from pipelines.config import ModelRuntimeSettings
-    from worker.catalog import ModelSpec
+    from worker.core.catalog import ModelSpec
 
 __all__ = ["ModelCache"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from pipelines.base import AudioTrack, Media, StepCallback
 from pipelines.prompt_extend import LTX2_T2V_SYSTEM_PROMPT, PromptExtendError, finish_extension, seeded_rng
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
@@ -31,14 +30,15 @@ from pipelines.runtime import (
     torch_dtype,
     uint8_chunks,
 )
-from worker.errors import ErrorCode, JobError
+from worker.core.errors import ErrorCode, JobError
+from worker.core.media import AudioTrack, Media, StepCallback
 
 if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
-    from worker.catalog import ModelSpec
-    from worker.resolve import ResolvedJob
+    from worker.core.catalog import ModelSpec
+    from worker.core.resolve import ResolvedJob
 
 __all__ = ["GUIDANCE_OFF", "LTX2TextToVideo"]
 

@@ -20,14 +20,13 @@ import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from worker.contract import PromptExtension
-from worker.errors import FatalWorkerError, JobCanceled
-from worker.failures import short_message
+from worker.core.contract import PromptExtension
+from worker.core.errors import FatalWorkerError, GenworkerError, JobCanceled, short_message
 
 if TYPE_CHECKING:
-    from pipelines.base import Adapter
+    from pipelines.adapter import Adapter
     from pipelines.config import ModelRuntimeSettings
-    from worker.resolve import ResolvedJob
+    from worker.core.resolve import ResolvedJob
 
 __all__ = [
     "LTX2_T2V_SYSTEM_PROMPT",
@@ -80,7 +79,7 @@ _SPACES = re.compile(r"\s+")
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 
 
-class PromptExtendError(Exception):
+class PromptExtendError(GenworkerError):
     """Prompt extension failed (empty output, timed out, no enhancer); the worker falls back."""
 
 

@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from worker.errors import ErrorCode, JobError
-from worker.failures import is_out_of_memory
+from worker.core.errors import ErrorCode, JobError, is_out_of_memory
 
 if TYPE_CHECKING:
-    from pipelines.base import Adapter
+    from pipelines.adapter import Adapter
     from pipelines.config import ModelRuntimeSettings
-    from worker.catalog import ModelSpec
+    from worker.core.catalog import ModelSpec
 
 __all__ = ["ModelLoadError", "adapter_class", "load_adapter", "resolve_device", "resolve_dtype", "resolve_weights"]
 

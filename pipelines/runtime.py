@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipelines.base import AudioTrack
+from worker.core.media import AudioTrack
 
 if TYPE_CHECKING:
     import torch

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from pipelines.base import Media, StepCallback
 from pipelines.prompt_extend import WAN_T2V_SYSTEM_PROMPT, ChatLLM, PromptExtendError, finish_extension
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
@@ -29,14 +28,15 @@ from pipelines.runtime import (
     torch_dtype,
     uint8_chunks,
 )
-from worker.errors import ErrorCode, JobError
+from worker.core.errors import ErrorCode, JobError
+from worker.core.media import Media, StepCallback
 
 if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
-    from worker.catalog import ModelSpec
-    from worker.resolve import ResolvedJob
+    from worker.core.catalog import ModelSpec
+    from worker.core.resolve import ResolvedJob
 
 __all__ = ["WanTextToVideo"]
 

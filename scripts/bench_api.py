@@ -190,7 +190,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     _record, token = keys.create("bench", [Scope.generations_read, Scope.generations_write])
     keys.close()
     api_port, bare_port, fastapi_port = _free_port(), _free_port(), _free_port()
-    api_cmd = [sys.executable, "-m", "worker.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
+    api_cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
     api = subprocess.Popen(api_cmd, cwd=ROOT, env=_api_env(data, api_port), stderr=subprocess.DEVNULL)
     bare = subprocess.Popen([sys.executable, "-c", _BARE_APP % bare_port], stderr=subprocess.DEVNULL)
     fastapi = subprocess.Popen([sys.executable, "-c", _FASTAPI_APP % fastapi_port], stderr=subprocess.DEVNULL)

@@ -56,8 +56,8 @@ def _synthetic_chunks(frames: int, spent: list[float]) -> Any:
 
 
 def _child_encode(seconds: int, preset: str) -> dict[str, Any]:
-    from pipelines.base import Media
-    from worker.encoder import EncoderSettings, encode_video
+    from worker.core.media import Media
+    from worker.media.encoder import EncoderSettings, encode_video
 
     frames = seconds * FPS
     source_s = [0.0]

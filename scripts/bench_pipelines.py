@@ -32,8 +32,8 @@ STAGES = ("load", "prompt", "denoise", "decode", "to_uint8")
 
 
 def _job(catalog: Any, model: str, seed: int) -> Any:
-    from worker.contract import CreateRequest
-    from worker.resolve import resolve
+    from worker.core.contract import CreateRequest
+    from worker.core.resolve import resolve
 
     spec = catalog.models[model]
     params = dict(spec.defaults)
@@ -103,7 +103,7 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
     from pipelines.cache import ModelCache
     from pipelines.config import ModelRuntimeSettings
     from pipelines.tiny import build_all
-    from worker.catalog import load_catalog
+    from worker.core.catalog import load_catalog
 
     catalog = load_catalog()
     models = list(TINY)

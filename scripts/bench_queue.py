@@ -27,7 +27,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worker.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
 from worker.queue.base import JobQueue, Outcome  # noqa: E402
 from worker.queue.entries import encode_payload  # noqa: E402
 from worker.queue.redis_backend import RedisQueue  # noqa: E402

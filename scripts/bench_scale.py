@@ -31,8 +31,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from scripts.bench_worker import queue_job  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
-from worker.catalog import Catalog, load_catalog  # noqa: E402
-from worker.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from worker.core.catalog import Catalog, load_catalog  # noqa: E402
+from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
 from worker.queue.base import JobQueue, Outcome  # noqa: E402
 
 JOB: dict[str, Any] = {"model": "tiny-wan", "variant": "fast", "resolution": "144p", "duration_seconds": 1}

@@ -30,8 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
-from worker.catalog import Catalog, load_catalog  # noqa: E402
-from worker.contract import GenerationRecord  # noqa: E402
+from worker.core.catalog import Catalog, load_catalog  # noqa: E402
+from worker.core.contract import GenerationRecord  # noqa: E402
 from worker.queue.base import JobQueue  # noqa: E402
 
 # One job shape for overhead/latency, one where encoding weighs about as much as denoising.
@@ -79,9 +79,9 @@ class DirectPath:
 
     def run_job(self, shape: dict[str, Any], seed: int) -> dict[str, float]:
         """One job; seconds per stage and in total."""
-        from worker.encoder import encode_video
-        from worker.resolve import resolve
-        from worker.runner import rebuild_request
+        from worker.core.resolve import resolve
+        from worker.daemon.runner import rebuild_request
+        from worker.media.encoder import encode_video
         from worker.stores.base import artifact_key
 
         record = _record(self.catalog, shape, seed)

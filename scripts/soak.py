@@ -111,12 +111,12 @@ def processes(env: dict[str, str], logs: Path, workers: int, apis: int) -> Itera
             out = (logs / f"worker-{i}.log").open("wb")
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "worker.cli", "worker"], env=wenv, stdout=out, stderr=subprocess.STDOUT
+                    [sys.executable, "-m", "genworker.cli", "worker"], env=wenv, stdout=out, stderr=subprocess.STDOUT
                 )
             )
         for i in range(apis):
             port = free_port()
-            cmd = [sys.executable, "-m", "worker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
+            cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
             out = (logs / f"api-{i}.log").open("wb")
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
             urls.append(f"http://127.0.0.1:{port}")
@@ -134,7 +134,7 @@ def processes(env: dict[str, str], logs: Path, workers: int, apis: int) -> Itera
 
 
 def create_key(env: dict[str, str], redis_url: str) -> str:
-    cmd = [sys.executable, "-m", "worker.cli", "keys", "create", "--project", "soak", "--redis-url", redis_url]
+    cmd = [sys.executable, "-m", "genworker.cli", "keys", "create", "--project", "soak", "--redis-url", redis_url]
     cmd += ["--scope", "generations:write", "--scope", "generations:read"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.strip()
@@ -280,7 +280,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from worker.catalog import load_catalog
+    from worker.core.catalog import load_catalog
 
     catalog = load_catalog()
     work = Path(tempfile.mkdtemp(prefix="genworker-soak-"))

@@ -15,9 +15,8 @@ from api.keys import Scope
 from api.query import only_query
 from api.services import Services
 from api.views import GenerationList, GenerationView, generation_view
-from worker.contract import GenerationRecord, Status, utcnow
-from worker.errors import ErrorCode
-from worker.queue.base import IdempotencyConflict, UnknownJob
+from worker.core.contract import GenerationRecord, Status, utcnow
+from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
 from worker.settings import ApiSettings
 
 __all__ = ["build_router", "retry_after_s"]

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from client import Generation
+from genworker.cli import app
 from tests.client.conftest import FAST_MODEL, NEVER_RUNS_MODEL, Server
-from worker.cli import app
 
 Invoke = Callable[..., Result]
 

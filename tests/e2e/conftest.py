@@ -19,7 +19,7 @@ from api.app import create_app
 from api.keys import KeyStore, Scope, SqliteKeyStore
 from api.limits import TokenBucketLimiter
 from api.server import artifacts_app_for
-from worker.catalog import Catalog, load_catalog
+from worker.core.catalog import Catalog, load_catalog
 from worker.queue.base import JobQueue
 from worker.queue.factory import open_queue
 from worker.settings import Settings

@@ -22,7 +22,12 @@ pytestmark = pytest.mark.slow
 
 def genworker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "genworker.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -75,10 +80,10 @@ def test_api_and_worker_processes_over_redis_and_s3(
     port = free_port()
     logs = tmp_path / "logs"
     logs.mkdir()
-    api_cmd = [sys.executable, "-m", "worker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
+    api_cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
     api = subprocess.Popen(api_cmd, env=env, stdout=(logs / "api.out").open("wb"), stderr=subprocess.STDOUT)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "genworker.cli", "worker"],
         env=env,
         stdout=(logs / "worker.out").open("wb"),
         stderr=subprocess.STDOUT,

@@ -65,7 +65,7 @@ def test_genworker_up_serves_the_whole_flow(tmp_path: Path, tiny_models_dir: Pat
     data = tmp_path / "var"
     env = {**os.environ, "GENWORKER_API__POLL_FIRST_S": "1", "GENWORKER_API__POLL_MIN_S": "1"}
     env["GENWORKER_API__POLL_MAX_S"] = "1"
-    cmd = [sys.executable, "-m", "worker.cli", "up", "--data-dir", str(data), "--port", str(port)]
+    cmd = [sys.executable, "-m", "genworker.cli", "up", "--data-dir", str(data), "--port", str(port)]
     cmd += ["--models-dir", str(tiny_models_dir)]
     # stderr (uvicorn's access log) to a file: an unread pipe could fill and stall the server.
     errors = (tmp_path / "up.err").open("wb")

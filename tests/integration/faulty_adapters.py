@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from pipelines.base import Media, StepCallback
 from pipelines.config import ModelRuntimeSettings
 from pipelines.wan import WanTextToVideo
-from worker.catalog import ModelSpec
-from worker.resolve import ResolvedJob
+from worker.core.catalog import ModelSpec
+from worker.core.media import Media, StepCallback
+from worker.core.resolve import ResolvedJob
 
 __all__ = ["HangingWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowWan"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from worker.contract import GenerationRecord, Money, RecordInput, RecordParameters
+from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters
 from worker.queue.base import JobQueue
 from worker.queue.redis_backend import RedisQueue
 from worker.queue.sqlite_backend import SqliteQueue

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from tests.fixtures.redis_server import RedisServer
 from tests.integration.queue_support import new_record
 from tests.integration.test_queue_contract import _success
-from worker.contract import Stage, Status
+from worker.core.contract import Stage, Status
 from worker.queue import keys
 from worker.queue.base import JobQueue, WorkerHeartbeat
 from worker.queue.cluster import parse_address

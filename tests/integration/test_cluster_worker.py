@@ -17,8 +17,8 @@ from redis.crc import key_slot
 from tests.fixtures.redis_cluster import LocalCluster
 from tests.integration.worker_harness import WorkerProcess, make_record, seaweed_env, terminal, wait_for
 from tests.integration.worker_media import assert_playable_mp4, fetch_object
-from worker.catalog import load_catalog
-from worker.contract import Stage, Status
+from worker.core.catalog import load_catalog
+from worker.core.contract import Stage, Status
 from worker.queue import keys
 from worker.queue.config import QueueSettings
 from worker.queue.factory import open_queue

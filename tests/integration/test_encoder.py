@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.base import AudioTrack, Media
-from worker.encoder import EncodedVideo, EncoderSettings, encode_video
-from worker.errors import ErrorCode, JobError
+from worker.core.errors import ErrorCode, JobError
+from worker.core.media import AudioTrack, Media
+from worker.media.encoder import EncodedVideo, EncoderSettings, encode_video
 from worker.media.ffmpeg import ffmpeg_exe, list_encoders
 
 # Fast presets keep the suite quick on 2 cores; the command line is the same as production's.

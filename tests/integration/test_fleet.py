@@ -24,8 +24,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
-from worker.catalog import Catalog, load_catalog
-from worker.contract import GenerationRecord, Status
+from worker.core.catalog import Catalog, load_catalog
+from worker.core.contract import GenerationRecord, Status
 from worker.queue.base import JobQueue
 from worker.queue.config import QueueSettings
 from worker.queue.factory import open_queue

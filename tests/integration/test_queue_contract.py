@@ -10,9 +10,9 @@ import pytest
 
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.contract import Artifact, ErrorInfo, Money, Stage, Status, Usage
-from worker.errors import ErrorCode
-from worker.queue.base import IdempotencyConflict, JobQueue, Outcome, UnknownJob, WorkerHeartbeat
+from worker.core.contract import Artifact, ErrorInfo, Money, Stage, Status, Usage
+from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from worker.queue.base import JobQueue, Outcome, WorkerHeartbeat
 
 # The per-backend fixtures (redis, sqlite): every test here runs against both.
 make_queue = queue_support.make_queue

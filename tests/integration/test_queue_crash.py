@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.contract import Status
+from worker.core.contract import Status
 from worker.queue.base import JobQueue, Outcome
 
 make_queue = queue_support.make_queue  # per-backend fixture: redis and sqlite

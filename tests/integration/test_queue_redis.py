@@ -15,7 +15,7 @@ from redis.crc import key_slot
 
 from tests.fixtures.redis_server import RedisServer
 from tests.integration.queue_support import new_record
-from worker.contract import IllegalTransition, Status, check_transition
+from worker.core.contract import IllegalTransition, Status, check_transition
 from worker.queue import keys
 from worker.queue.base import Outcome
 from worker.queue.redis_backend import RedisQueue

@@ -23,13 +23,13 @@ import uvicorn
 from pydantic import SecretStr
 from starlette.applications import Starlette
 
+from api.artifacts import artifact_app
 from tests.fixtures.seaweed import SeaweedServer
-from worker.errors import ErrorCode, JobError, TransientError
+from worker.core.errors import ErrorCode, JobError, TransientError
 from worker.stores.base import ArtifactStore, artifact_key
 from worker.stores.config import StoreSettings
 from worker.stores.factory import SECRET_FILE, open_store
 from worker.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore
-from worker.stores.local_http import artifact_app
 from worker.stores.s3 import S3Store
 
 SECRET = b"local-test-secret-0123456789abcdef"

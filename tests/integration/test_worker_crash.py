@@ -25,8 +25,8 @@ from tests.integration.worker_harness import (
     wait_for,
     write_test_catalog,
 )
-from worker.catalog import load_catalog
-from worker.contract import GenerationRecord, Stage, Status
+from worker.core.catalog import load_catalog
+from worker.core.contract import GenerationRecord, Stage, Status
 from worker.queue.base import JobQueue
 
 pytestmark = pytest.mark.slow

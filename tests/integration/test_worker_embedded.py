@@ -23,8 +23,8 @@ from tests.integration.worker_harness import (
     write_test_catalog,
 )
 from tests.integration.worker_media import assert_playable_mp4
-from worker.catalog import load_catalog
-from worker.contract import Status
+from worker.core.catalog import load_catalog
+from worker.core.contract import Status
 from worker.queue.base import JobQueue
 
 

@@ -19,7 +19,7 @@ def run_generate(args: list[str], tiny_models_dir: Path, tmp_path: Path) -> subp
         "GENWORKER_DATA_DIR": str(tmp_path / "var"),
         "PYTHONPATH": str(ROOT),
     }
-    cmd = [sys.executable, "-m", "worker.cli", "generate", *args]
+    cmd = [sys.executable, "-m", "genworker.cli", "generate", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 

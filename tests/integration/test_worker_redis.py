@@ -27,9 +27,9 @@ from tests.integration.worker_harness import (
     write_test_catalog,
 )
 from tests.integration.worker_media import assert_playable_mp4, fetch_object
-from worker.catalog import load_catalog
-from worker.contract import GenerationRecord, Stage, Status
-from worker.errors import ErrorCode
+from worker.core.catalog import load_catalog
+from worker.core.contract import GenerationRecord, Stage, Status
+from worker.core.errors import ErrorCode
 from worker.queue.base import JobQueue
 
 HOSTED = ["tiny-wan", "tiny-ltx2", "slow-wan", "faulty-raise", "faulty-oom", "faulty-oom-once", "timeout-wan"]

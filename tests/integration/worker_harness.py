@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.catalog import Catalog, default_catalog_path, load_catalog
-from worker.contract import GenerationRecord, RecordInput, RecordParameters, Status, parse_create_request
+from worker.core.catalog import Catalog, default_catalog_path, load_catalog
+from worker.core.contract import GenerationRecord, RecordInput, RecordParameters, Status, parse_create_request
+from worker.core.resolve import resolve
 from worker.queue.base import JobQueue
-from worker.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).with_name("catalog_faults.yaml")
@@ -167,7 +167,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "worker.cli", "worker"]
+        cmd = [sys.executable, "-m", "genworker.cli", "worker"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from worker.catalog import Catalog, load_catalog
-from worker.contract import CreateRequest
-from worker.resolve import ResolvedJob, resolve
+from worker.core.catalog import Catalog, load_catalog
+from worker.core.contract import CreateRequest
+from worker.core.resolve import ResolvedJob, resolve
 
 MakeJob = Callable[..., ResolvedJob]
 

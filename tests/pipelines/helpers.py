@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.base import Media
+from worker.core.media import Media
 
 
 def frames_of(media: Media) -> np.ndarray:

@@ -11,7 +11,7 @@ from pipelines.cache import ModelCache
 from pipelines.config import ModelRuntimeSettings
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.catalog import Catalog
+from worker.core.catalog import Catalog
 
 WAN, LTX = "tiny-wan", "tiny-ltx2"
 

@@ -9,8 +9,8 @@ from pipelines.cache import ModelCache
 from pipelines.ltx2 import LTX2TextToVideo
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.catalog import Catalog
-from worker.errors import ErrorCode, JobCanceled, JobError
+from worker.core.catalog import Catalog
+from worker.core.errors import ErrorCode, JobCanceled, JobError
 
 MODEL = "tiny-ltx2"
 SMALL = {"ratio": "1:1", "duration_seconds": 1}  # 160x160, 9 frames

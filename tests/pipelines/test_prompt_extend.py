@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.base import Adapter
+from pipelines.adapter import Adapter
 from pipelines.cache import ModelCache
 from pipelines.config import ModelRuntimeSettings
 from pipelines.ltx2 import LTX2TextToVideo
 from pipelines.prompt_extend import PromptExtendError, extend_or_fallback, sanitize
 from pipelines.wan import WanTextToVideo
 from tests.pipelines.conftest import MakeJob
-from worker.catalog import Catalog, PromptExtendSpec
+from worker.core.catalog import Catalog, PromptExtendSpec
 
 PROMPT = "a lighthouse in a storm"
 

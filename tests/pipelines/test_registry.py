@@ -16,8 +16,8 @@ from pipelines.registry import (
     resolve_weights,
 )
 from pipelines.wan import WanTextToVideo
-from worker.catalog import Catalog
-from worker.errors import ErrorCode
+from worker.core.catalog import Catalog
+from worker.core.errors import ErrorCode
 
 
 def test_catalog_adapters_resolve(catalog: Catalog) -> None:
@@ -34,7 +34,7 @@ def test_catalog_adapters_resolve(catalog: Catalog) -> None:
         ("pipelines.nope:Thing", "cannot import module 'pipelines.nope'"),
         ("pipelines.wan:Nope", "has no class 'Nope'"),
         ("pipelines.wan", "not of the form"),
-        ("pipelines.base:Media", "lacks the Adapter method 'load'"),
+        ("worker.core.media:Media", "lacks the Adapter method 'load'"),
     ],
 )
 def test_bad_adapter_paths_fail_clearly(path: str, message: str) -> None:

@@ -17,8 +17,8 @@ from pipelines.runtime import CHUNK_FRAMES
 from pipelines.wan import WanTextToVideo
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.catalog import Catalog
-from worker.errors import ErrorCode, JobCanceled, JobError
+from worker.core.catalog import Catalog
+from worker.core.errors import ErrorCode, JobCanceled, JobError
 
 MODEL = "tiny-wan"
 SMALL = {"ratio": "1:1", "duration_seconds": 1}  # 144x144, 5 frames: the cheapest job

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.fixtures.seaweed import SeaweedServer, _command, _free_port_block, _stop, _wait_ready, weed_binary
 from tests.integration.worker_harness import WorkerProcess
-from worker.contract import Status
+from worker.core.contract import Status
 from worker.queue.base import JobQueue
 from worker.stores.base import ArtifactStore
 

@@ -25,9 +25,9 @@ import pytest
 from tests.fixtures.redis_server import start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for, write_test_catalog
 from tests.reliability.support import assert_invariants, worker_env
-from worker.catalog import load_catalog
-from worker.contract import Status
-from worker.errors import ErrorCode
+from worker.core.catalog import load_catalog
+from worker.core.contract import Status
+from worker.core.errors import ErrorCode
 
 pytestmark = pytest.mark.slow
 

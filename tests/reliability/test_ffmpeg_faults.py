@@ -26,9 +26,9 @@ from tests.fixtures.redis_server import start_redis
 from tests.fixtures.seaweed import SeaweedServer
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
 from tests.reliability.support import TERMINAL, assert_invariants, s3_store_env, worker_env
-from worker.catalog import load_catalog
-from worker.contract import Status
-from worker.errors import ErrorCode
+from worker.core.catalog import load_catalog
+from worker.core.contract import Status
+from worker.core.errors import ErrorCode
 from worker.media.ffmpeg import ffmpeg_exe
 from worker.stores.base import artifact_key
 

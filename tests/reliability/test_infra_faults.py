@@ -21,9 +21,9 @@ import pytest
 from tests.fixtures.redis_server import RedisServer, start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
 from tests.reliability.support import TERMINAL, RestartableSeaweed, assert_invariants, s3_store_env, worker_env
-from worker.catalog import load_catalog
-from worker.contract import Stage, Status
-from worker.errors import ErrorCode
+from worker.core.catalog import load_catalog
+from worker.core.contract import Stage, Status
+from worker.core.errors import ErrorCode
 
 pytestmark = pytest.mark.slow
 

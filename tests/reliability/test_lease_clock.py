@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from tests.integration.worker_harness import make_record
-from worker.catalog import load_catalog
+from worker.core.catalog import load_catalog
 from worker.queue.keys import job_stream
 from worker.queue.redis_backend import RedisQueue
 

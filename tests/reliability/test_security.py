@@ -27,7 +27,7 @@ import redis
 
 from api.keys import RedisKeyStore, Scope, SqliteKeyStore
 from tests.e2e.conftest import create_body, free_port
-from worker.catalog import load_catalog
+from worker.core.catalog import load_catalog
 from worker.stores.config import StoreSettings
 from worker.stores.factory import open_store
 
@@ -56,7 +56,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "GENWORKER_API__KEYS_BACKEND": "sqlite",
     }
     log = data / "api.log"
-    cmd = [sys.executable, "-m", "worker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

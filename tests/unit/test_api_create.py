@@ -10,9 +10,9 @@ import pytest
 from api.create import build_record, check_idempotency_key, parse_body, request_hash
 from api.errors import ApiError
 from api.routes.generations import retry_after_s
-from worker.catalog import load_catalog
-from worker.contract import Status, parse_create_request, utcnow
-from worker.errors import ErrorCode, RequestRejected
+from worker.core.catalog import load_catalog
+from worker.core.contract import Status, parse_create_request, utcnow
+from worker.core.errors import ErrorCode, RequestRejected
 from worker.settings import ApiSettings
 
 CATALOG = load_catalog()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.base import AudioTrack
+from worker.core.media import AudioTrack
 from worker.media.ffmpeg import AudioInput, VideoInput, build_command, resolve_codec
 from worker.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio
 from worker.media.settings import EncoderSettings

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stores.local_http import ByteRange, RangeNotSatisfiable, parse_range
+from api.artifacts import ByteRange, RangeNotSatisfiable, parse_range
 
 
 @pytest.mark.parametrize(

@@ -5,15 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.errors import ErrorCode, FatalWorkerError, JobCanceled, JobError, RequestRejected, TransientError
-from worker.failures import (
+from worker.core.errors import (
+    ErrorCode,
+    FatalWorkerError,
+    JobCanceled,
+    JobError,
     JobInterrupted,
+    RequestRejected,
     StaleClaim,
-    backoff_s,
-    classify,
+    TransientError,
     is_out_of_memory,
     short_message,
 )
+from worker.daemon.verdict import backoff_s, classify
 
 
 @pytest.mark.parametrize(

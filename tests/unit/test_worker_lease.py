@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.worker_harness import make_record
-from worker.catalog import load_catalog
-from worker.contract import Stage, Status
-from worker.errors import ErrorCode, JobCanceled, JobError
-from worker.failures import JobInterrupted, StaleClaim
-from worker.lease import LeaseKeeper
-from worker.progress import JobProgress
+from worker.core.catalog import load_catalog
+from worker.core.contract import Stage, Status
+from worker.core.errors import ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from worker.daemon.lease import LeaseKeeper
+from worker.daemon.progress import JobProgress
 from worker.queue.base import Claim
 from worker.queue.sqlite_backend import SqliteQueue
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.health import HealthState, StatusServer
-from worker.lifecycle import Shutdown
-from worker.logs import JsonFormatter, job_logger, log_stage
-from worker.metrics import WorkerMetrics
+from worker.daemon.health import HealthState, StatusServer
+from worker.daemon.lifecycle import Shutdown
+from worker.daemon.logs import JsonFormatter, job_logger, log_stage
+from worker.daemon.metrics import WorkerMetrics
 
 
 class ListHandler(logging.Handler):

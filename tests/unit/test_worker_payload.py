@@ -7,12 +7,12 @@ from decimal import Decimal
 import pytest
 
 from tests.integration.worker_harness import make_record
-from worker.catalog import load_catalog
-from worker.contract import GenerationRecord
-from worker.errors import ErrorCode, RequestRejected
+from worker.core.catalog import load_catalog
+from worker.core.contract import GenerationRecord
+from worker.core.errors import ErrorCode, RequestRejected
+from worker.core.resolve import resolve
+from worker.daemon.runner import rebuild_request
 from worker.queue.base import Claim
-from worker.resolve import resolve
-from worker.runner import rebuild_request
 
 CATALOG = load_catalog()
 
@@ -49,7 +49,7 @@ def test_a_record_the_catalog_refuses_is_rejected_with_its_code() -> None:
 
 
 def test_final_price_is_capped_at_the_hold() -> None:
-    from worker.postprocess import final_price
+    from worker.daemon.postprocess import final_price
 
     record = make_record(CATALOG, "tiny-wan", duration_seconds=2)
     job, hold = resolve(rebuild_request(claim_of(record)), CATALOG)

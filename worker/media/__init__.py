@@ -1,2 +1,2 @@
-"""Media building blocks behind ``worker.encoder``: ffmpeg command lines and codec choice
+"""Media building blocks behind ``worker.media.encoder``: ffmpeg command lines and codec choice
 (``ffmpeg``), and frame/audio shaping (``frames``). Pure functions, unit-tested without ffmpeg."""

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipelines.base import AudioTrack
+from worker.core.media import AudioTrack
 
 __all__ = ["CropBox", "audio_sample_count", "center_crop_box", "exact_fps", "fit_audio"]
 

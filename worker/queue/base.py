@@ -22,30 +22,16 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worker.contract import Artifact, ErrorInfo, GenerationRecord, Money, PromptExtension, Stage, Status, Usage
+from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Money, PromptExtension, Stage, Status, Usage
 
 __all__ = [
     "Claim",
     "EnqueueResult",
     "Event",
-    "IdempotencyConflict",
     "JobQueue",
     "Outcome",
-    "UnknownJob",
     "WorkerHeartbeat",
 ]
-
-
-class UnknownJob(KeyError):
-    """No record with this id."""
-
-
-class IdempotencyConflict(ValueError):
-    """The idempotency key was used before with a different request body."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"idempotency key already used for generation {job_id} with a different body")
-        self.job_id = job_id
 
 
 @dataclass(frozen=True)

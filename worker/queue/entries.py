@@ -11,12 +11,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from worker.core.errors import GenworkerError
+
 __all__ = ["PAYLOAD_FIELD", "EntryPayload", "UnreadableEntry", "encode_payload", "read_payload"]
 
 PAYLOAD_FIELD = "payload"
 
 
-class UnreadableEntry(ValueError):
+class UnreadableEntry(GenworkerError, ValueError):
     """A stream entry that is not a valid job pointer; ``reason`` goes into the dead letter."""
 
     def __init__(self, reason: str, job_id: str = "") -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from worker.contract import ErrorInfo, GenerationRecord, Stage, Status, check_transition, utcnow
-from worker.errors import ErrorCode
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, check_transition, utcnow
+from worker.core.errors import ErrorCode
 from worker.queue.base import Outcome
 
 __all__ = [

@@ -24,9 +24,10 @@ import redis
 from pydantic import ValidationError
 from redis.cluster import RedisCluster
 
-from worker.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records
-from worker.queue.base import Claim, EnqueueResult, IdempotencyConflict, Outcome, UnknownJob
+from worker.queue.base import Claim, EnqueueResult, Outcome
 from worker.queue.entries import UnreadableEntry, encode_payload, read_payload
 from worker.queue.ordering import order_models
 from worker.queue.redis_jobs import MAX_CAS_TRIES, JobWriter, Snapshot, dead_plan, holds, plan_change, split_token

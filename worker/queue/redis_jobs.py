@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.contract import ErrorInfo, GenerationRecord, Status
+from worker.core.contract import ErrorInfo, GenerationRecord, Status
 from worker.queue import keys, records
 from worker.queue.base import Claim
 from worker.queue.redis_scripts import Plan, Reply, Scripts

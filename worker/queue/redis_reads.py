@@ -7,7 +7,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from worker.contract import GenerationRecord, Status
+from worker.core.contract import GenerationRecord, Status
 from worker.queue import keys
 from worker.queue.base import Event, WorkerHeartbeat
 from worker.queue.redis_scripts import Scripts

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.commands.core import Script
 
-from worker.contract import GenerationRecord, Status, utcnow
+from worker.core.contract import GenerationRecord, Status, utcnow
 from worker.queue import keys
 
 __all__ = ["Plan", "Scripts", "lua_source"]

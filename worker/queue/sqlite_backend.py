@@ -20,9 +20,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from worker.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records
-from worker.queue.base import Claim, EnqueueResult, Event, IdempotencyConflict, Outcome, UnknownJob, WorkerHeartbeat
+from worker.queue.base import Claim, EnqueueResult, Event, Outcome, WorkerHeartbeat
 from worker.queue.ordering import order_models
 from worker.queue.sqlite_schema import SCHEMA
 

@@ -3,7 +3,7 @@
 For the embedded mode (one machine, no S3). Files are written atomically (temp file in the target
 directory, fsync, ``os.replace``), so a reader never sees half a video. Keys are confined to the root.
 A signed URL is ``{public_base_url}/v1/artifacts/{key}?expires=<unix>&sig=<hex>`` where ``sig`` is
-HMAC-SHA256 over ``key`` and ``expires``; ``local_http.artifact_app`` serves them.
+HMAC-SHA256 over ``key`` and ``expires``; ``api.artifacts.artifact_app`` serves them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from worker.errors import ErrorCode, JobError, TransientError
+from worker.core.errors import ErrorCode, GenworkerError, JobError, TransientError
 from worker.stores.base import SignedUrl, StoredObject
 
 __all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
@@ -29,7 +29,7 @@ _COPY_BLOCK = 1 << 20
 _MAX_KEY_CHARS = 1024
 
 
-class InvalidKey(ValueError):
+class InvalidKey(GenworkerError, ValueError):
     """A key that could escape the root or is not a plain relative path."""
 
 

@@ -26,7 +26,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from worker.errors import ErrorCode, JobError, TransientError
+from worker.core.errors import ErrorCode, JobError, TransientError
 from worker.stores.base import SignedUrl, StoredObject
 from worker.stores.config import StoreSettings
 

@@ -16,20 +16,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from worker.attempt import Attempt, Generated, Settler
-from worker.catalog import Catalog, ModelSpec
-from worker.contract import MAX_SEED, CreateRequest, PromptExtension, Stage, parse_create_request
-from worker.failures import is_out_of_memory
-from worker.lease import LeaseKeeper
-from worker.logs import job_logger, log_stage
-from worker.metrics import WorkerMetrics
-from worker.progress import JobProgress
+from worker.core.catalog import Catalog, ModelSpec
+from worker.core.contract import MAX_SEED, CreateRequest, PromptExtension, Stage, parse_create_request
+from worker.core.errors import is_out_of_memory
+from worker.core.resolve import ResolvedJob, resolve
+from worker.daemon.attempt import Attempt, Generated, Settler
+from worker.daemon.lease import LeaseKeeper
+from worker.daemon.logs import job_logger, log_stage
+from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.progress import JobProgress
 from worker.queue.base import Claim, JobQueue
-from worker.resolve import ResolvedJob, resolve
 
 if TYPE_CHECKING:
-    from pipelines.base import Adapter, Media
+    from pipelines.adapter import Adapter
     from pipelines.cache import ModelCache
+    from worker.core.media import Media
 
 __all__ = ["JobRunner", "rebuild_request", "stage"]
 

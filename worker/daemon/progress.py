@@ -11,10 +11,9 @@ from __future__ import annotations
 import threading
 import time
 
-from worker.contract import Stage
-from worker.errors import ErrorCode, JobCanceled, JobError
-from worker.failures import JobInterrupted, StaleClaim
-from worker.lease import Lease
+from worker.core.contract import Stage
+from worker.core.errors import ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from worker.daemon.lease import Lease
 from worker.queue.base import JobQueue
 
 __all__ = ["JobProgress"]

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from worker.sizes import RATIOS, SIZE_TABLE
+from worker.core.errors import GenworkerError
+from worker.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
     "Catalog",
@@ -32,7 +33,7 @@ _Forbid = ConfigDict(extra="forbid", frozen=True)
 PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
 
 
-class CatalogError(ValueError):
+class CatalogError(GenworkerError, ValueError):
     """A catalog file that cannot be used; the message names file, entry and field."""
 
 
@@ -167,7 +168,7 @@ class Catalog(BaseModel):
 
 
 def default_catalog_path() -> Path:
-    return Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
+    return Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

@@ -18,17 +18,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.attempt import Generated, Settler
-from worker.catalog import Catalog
-from worker.contract import Artifact, Money, Stage, Status, Usage
-from worker.metrics import WorkerMetrics
+from worker.core.catalog import Catalog
+from worker.core.contract import Artifact, Money, Stage, Status, Usage
+from worker.core.resolve import ResolvedJob, compute_price
+from worker.daemon.attempt import Generated, Settler
+from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.runner import stage
 from worker.queue.base import JobQueue, Outcome
-from worker.resolve import ResolvedJob, compute_price
-from worker.runner import stage
 from worker.stores.base import ArtifactStore, artifact_key
 
 if TYPE_CHECKING:
-    from worker.encoder import EncoderSettings
+    from worker.media.encoder import EncoderSettings
 
 __all__ = ["PostLine", "PostProcessor", "final_price"]
 
@@ -76,7 +76,7 @@ class PostProcessor:
 
     def encode(self, gen: Generated) -> list[tuple[Artifact, Path]]:
         """Encode the clip (and its poster) into the attempt's work directory."""
-        from worker.encoder import encode_video
+        from worker.media.encoder import encode_video
 
         job = gen.job
         with stage(gen.attempt, self._metrics, Stage.encoding):

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from worker.catalog import Catalog, ModelSpec, VariantSpec
-from worker.contract import MAX_SEED, CreateRequest, Money, Parameters
-from worker.errors import ErrorCode, RequestRejected
-from worker.sizes import target_size
+from worker.core.catalog import Catalog, ModelSpec, VariantSpec
+from worker.core.contract import MAX_SEED, CreateRequest, Money, Parameters
+from worker.core.errors import ErrorCode, RequestRejected
+from worker.core.sizes import target_size
 
 __all__ = ["ResolvedJob", "compute_price", "frames_for", "resolve", "round_up"]
 

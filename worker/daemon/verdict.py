@@ -1,5 +1,5 @@
-"""How an exception that ends a job attempt is turned into an outcome (cog: infrastructure errors kept
-apart from model errors; fal/Runway: a stable machine-readable code on every failure).
+"""How an exception that ends a job attempt is turned into an outcome: infrastructure errors kept apart
+from model errors, and a stable machine-readable code on every failure.
 
 =========================================  ==========================================================
 raised                                     outcome
@@ -22,20 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from worker.errors import ErrorCode, FatalWorkerError, JobCanceled, JobError, RequestRejected, TransientError
+from worker.core.errors import (
+    ErrorCode,
+    FatalWorkerError,
+    JobCanceled,
+    JobError,
+    JobInterrupted,
+    RequestRejected,
+    StaleClaim,
+    TransientError,
+    is_out_of_memory,
+    short_message,
+)
 
-__all__ = ["JobInterrupted", "StaleClaim", "Verdict", "backoff_s", "classify", "is_out_of_memory", "short_message"]
-
-_MAX_MESSAGE = 300
-
-
-class StaleClaim(Exception):
-    """A fenced queue call refused this attempt (re-delivered, released or finished elsewhere)."""
-
-
-class JobInterrupted(Exception):
-    """The worker is stopping (drain grace over, or a second signal): release the job for re-delivery."""
-
+__all__ = ["Verdict", "backoff_s", "classify"]
 
 Action = Literal["canceled", "failed", "retry", "abandon", "release", "fatal"]
 
@@ -45,20 +45,6 @@ class Verdict:
     action: Action
     code: ErrorCode | None = None
     message: str = ""
-
-
-def short_message(exc: BaseException) -> str:
-    """First line of the exception text, bounded: records and logs carry no tracebacks or tensors."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA/host allocator exhaustion as torch reports it (the class moved between torch versions)."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & {"OutOfMemoryError", "MemoryError"}:
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
 def classify(exc: BaseException) -> Verdict:

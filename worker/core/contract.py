@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from worker.errors import ErrorCode
+from worker.core.errors import ErrorCode, GenworkerError
 
 __all__ = [
     "TERMINAL",
@@ -61,7 +61,7 @@ _ALLOWED: dict[Status, frozenset[Status]] = {
 }
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(GenworkerError, ValueError):
     """A status change the lifecycle does not allow (e.g. ``succeeded -> running``)."""
 
     def __init__(self, current: Status, new: Status) -> None:
@@ -266,7 +266,7 @@ def parse_create_request(data: object) -> CreateRequest:
     """Validate a decoded JSON body; raise ``RequestRejected`` with a stable code and the field path."""
     from pydantic import ValidationError
 
-    from worker.errors import RequestRejected
+    from worker.core.errors import RequestRejected
 
     if not isinstance(data, dict):
         raise RequestRejected(ErrorCode.invalid_request, "request body must be a JSON object", None)

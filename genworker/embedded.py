@@ -130,7 +130,7 @@ def _start_worker(settings: Settings, paths: EmbeddedPaths) -> subprocess.Popen[
     # A new session: Ctrl-C in the terminal reaches only `up`, which then stops the worker once,
     # cleanly (a second signal would make the worker stop at once instead of draining).
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "genworker.cli", "worker"],
         env=worker_env(settings),
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker.catalog import load_catalog
-from worker.contract import CreateRequest, PromptExtension, Stage
-from worker.resolve import ResolvedJob, resolve
-from worker.services import ensure_tiny_models
+from worker.core.catalog import load_catalog
+from worker.core.contract import CreateRequest, PromptExtension, Stage
+from worker.core.resolve import ResolvedJob, resolve
+from worker.daemon.services import ensure_tiny_models
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from pipelines.base import StepCallback
+    from worker.core.media import StepCallback
 
 __all__ = ["GenerateResult", "generate_once", "prepare_job"]
 
@@ -75,7 +75,7 @@ def generate_once(
 ) -> GenerateResult:
     """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises."""
     from pipelines.cache import ModelCache
-    from worker.encoder import encode_video
+    from worker.media.encoder import encode_video
 
     catalog = load_catalog(settings.catalog_path)
     spec = catalog.models[job.model]

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worker.contract import utcnow
-from worker.metrics import WorkerMetrics
+from worker.core.contract import utcnow
+from worker.daemon.metrics import WorkerMetrics
 from worker.queue.base import Claim, JobQueue, WorkerHeartbeat
 
 __all__ = ["Heartbeat", "Lease", "LeaseKeeper"]

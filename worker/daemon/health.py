@@ -16,7 +16,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from worker.metrics import WorkerMetrics
+from worker.daemon.metrics import WorkerMetrics
 
 __all__ = ["HealthState", "StatusServer"]
 

@@ -2,7 +2,7 @@
 
 The API mounts it where signed URLs point::
 
-    from worker.stores.local_http import artifact_app
+    from api.artifacts import artifact_app
     app.mount("/v1/artifacts", artifact_app(store))   # store: LocalStore
 
 ``GET``/``HEAD /v1/artifacts/<key>?expires=<unix>&sig=<hex>``:
@@ -30,7 +30,7 @@ from urllib.parse import parse_qs
 
 import anyio
 
-from worker.errors import ErrorCode
+from worker.core.errors import ErrorCode, GenworkerError
 from worker.stores.local import InvalidKey, LocalStore
 
 __all__ = ["ByteRange", "RangeNotSatisfiable", "artifact_app", "parse_range"]
@@ -54,7 +54,7 @@ class ByteRange:
         return self.end - self.start + 1
 
 
-class RangeNotSatisfiable(ValueError):
+class RangeNotSatisfiable(GenworkerError, ValueError):
     """A well-formed byte range that selects nothing of the file (416)."""
 
 

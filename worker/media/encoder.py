@@ -28,9 +28,9 @@ from typing import IO
 
 import numpy as np
 
-from pipelines.base import Media
-from worker.contract import Artifact, AudioInfo
-from worker.errors import ErrorCode, JobError
+from worker.core.contract import Artifact, AudioInfo
+from worker.core.errors import ErrorCode, JobError
+from worker.core.media import Media
 from worker.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, resolve_codec
 from worker.media.frames import CropBox, audio_sample_count, center_crop_box, exact_fps, fit_audio
 from worker.media.settings import EncoderSettings

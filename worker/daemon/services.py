@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.attempt import Settler
-from worker.catalog import Catalog, CatalogError, load_catalog
-from worker.errors import FatalWorkerError
-from worker.health import HealthState, StatusServer
-from worker.lease import Heartbeat, LeaseKeeper
-from worker.lifecycle import Shutdown
-from worker.metrics import WorkerMetrics
-from worker.postprocess import PostLine, PostProcessor
+from worker.core.catalog import Catalog, CatalogError, load_catalog
+from worker.core.errors import FatalWorkerError
+from worker.daemon.attempt import Settler
+from worker.daemon.health import HealthState, StatusServer
+from worker.daemon.lease import Heartbeat, LeaseKeeper
+from worker.daemon.lifecycle import Shutdown
+from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.postprocess import PostLine, PostProcessor
+from worker.daemon.runner import JobRunner
 from worker.queue.base import JobQueue, WorkerHeartbeat
-from worker.runner import JobRunner
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
 

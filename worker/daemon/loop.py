@@ -22,10 +22,10 @@ import os
 import threading
 import time
 
-from worker.errors import FatalWorkerError
-from worker.lifecycle import Shutdown
+from worker.core.errors import FatalWorkerError
+from worker.daemon.lifecycle import Shutdown
+from worker.daemon.services import Services, start_services
 from worker.queue.base import Claim
-from worker.services import Services, start_services
 from worker.settings import Settings
 
 __all__ = ["Worker", "run_worker"]

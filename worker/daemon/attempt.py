@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.contract import ErrorInfo, PromptExtension, Status
-from worker.errors import ErrorCode
-from worker.failures import Verdict, backoff_s, classify
-from worker.lease import Lease, LeaseKeeper
-from worker.logs import JobLogger
-from worker.metrics import WorkerMetrics
-from worker.progress import JobProgress
+from worker.core.contract import ErrorInfo, PromptExtension, Status
+from worker.core.errors import ErrorCode
+from worker.daemon.lease import Lease, LeaseKeeper
+from worker.daemon.logs import JobLogger
+from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.progress import JobProgress
+from worker.daemon.verdict import Verdict, backoff_s, classify
 from worker.queue.base import Claim, JobQueue, Outcome
 
 if TYPE_CHECKING:
-    from pipelines.base import Media
-    from worker.resolve import ResolvedJob
+    from worker.core.media import Media
+    from worker.core.resolve import ResolvedJob
 
 __all__ = ["Attempt", "Generated", "Settler"]
 

@@ -16,7 +16,7 @@ import typer
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from worker.contract import Stage
+    from worker.core.contract import Stage
 
 __all__ = ["generate_command", "worker_command"]
 
@@ -28,8 +28,8 @@ _ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=_CONF
 
 def worker_command(config: _ConfigOption = None) -> None:
     """Run the worker daemon: claim jobs of the hosted models until SIGTERM (a second one stops at once)."""
-    from worker.daemon import run_worker
-    from worker.logs import configure_logging
+    from worker.daemon.logs import configure_logging
+    from worker.daemon.loop import run_worker
     from worker.settings import load_settings
 
     settings = load_settings(config)
@@ -58,10 +58,10 @@ def generate_command(
     config: _ConfigOption = None,
 ) -> None:
     """Generate one video in this process (same path as the worker, no queue or store)."""
-    from worker.contract import parse_create_request
-    from worker.errors import JobError, RequestRejected
-    from worker.generate import generate_once, prepare_job
-    from worker.logs import configure_logging
+    from worker.core.contract import parse_create_request
+    from worker.core.errors import JobError, RequestRejected
+    from worker.daemon.generate import generate_once, prepare_job
+    from worker.daemon.logs import configure_logging
     from worker.settings import load_settings
 
     settings = load_settings(config)

@@ -1,0 +1,179 @@
+"""Error codes and the exception tree shared by the worker, the queue and the API.
+
+Every failure that reaches a record or an HTTP body carries one stable, machine-readable code from
+``ErrorCode`` (a closed enum: adding a code is a contract change, removing one is a breaking change).
+
+Exception tree (every exception class the project defines, with the module it lives in when that
+is not this one; ``client`` is a separate package with its own tree in ``client/errors.py``)::
+
+    GenworkerError
+    ├── RequestRejected          a create request or queue payload the catalog refuses (4xx, terminal)
+    ├── JobError                 a job that fails for good, with a code (no retry)
+    │   ├── JobCanceled          the job's cancel flag was seen (ends ``canceled``, not ``failed``)
+    │   └── ModelLoadError       pipelines.registry: unknown adapter, missing weights, failing load
+    ├── TransientError           infrastructure trouble worth a retry with backoff (storage, queue, crash)
+    │   └── BackendUnavailable   a queue, store or key-store backend did not answer (connection refused
+    │                            or reset, timeout, failover, a locked database); the API answers 503
+    ├── FatalWorkerError         the worker itself cannot go on (bad config, lost device); it stops
+    ├── StaleClaim               a fenced queue call refused this attempt (another attempt owns the job)
+    ├── JobInterrupted           the worker is stopping: release the job for re-delivery now
+    ├── UnknownJob               no record with this id (also a ``KeyError``)
+    ├── IdempotencyConflict      an idempotency key reused with another body (also a ``ValueError``)
+    ├── IllegalTransition        contract: a status change the lifecycle forbids (also ``ValueError``)
+    ├── CatalogError             catalog: a catalog file that cannot be used (also ``ValueError``)
+    ├── InvalidKey               stores.local: an object key that could escape the root (``ValueError``)
+    ├── UnreadableEntry          queue.entries: a stream entry that is no job pointer (``ValueError``)
+    ├── PromptExtendError        pipelines.prompt_extend: extension failed; the original prompt is used
+    ├── ApiError                 api.errors: an HTTP error a route raises (status, code, message)
+    ├── RangeNotSatisfiable      api.artifacts: a byte range that selects nothing (416, ``ValueError``)
+    ├── BodyTooLarge             api.limits: a request body over the limit, found while streaming (413)
+    └── ServerStopped            api.server: SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
+
+``short_message`` and ``is_out_of_memory`` read any exception (ours or a library's) the same way
+everywhere: in the daemon's outcome table, in prompt extension, in the model cache's OOM retry.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "BackendUnavailable",
+    "ErrorCode",
+    "FatalWorkerError",
+    "GenworkerError",
+    "IdempotencyConflict",
+    "JobCanceled",
+    "JobError",
+    "JobInterrupted",
+    "RequestRejected",
+    "StaleClaim",
+    "TransientError",
+    "UnknownJob",
+    "is_out_of_memory",
+    "short_message",
+]
+
+_MAX_MESSAGE = 300
+
+
+class ErrorCode(StrEnum):
+    """Every error code the service emits, in records and in HTTP error bodies."""
+
+    # Request validation (HTTP 400 at create; dead-letter reason for a bad queue payload).
+    invalid_request = "invalid_request"  # body is not JSON, or not an object of the expected shape
+    model_not_found = "model_not_found"
+    unsupported_mode = "unsupported_mode"
+    unsupported_variant = "unsupported_variant"
+    invalid_parameter = "invalid_parameter"  # wrong type, out of range, not an allowed value
+    unsupported_parameter = "unsupported_parameter"  # a parameter this model does not support
+    invalid_payload = "invalid_payload"  # a queue entry that is not a valid job (dead-lettered)
+
+    # HTTP tier.
+    unauthenticated = "unauthenticated"  # 401: missing, invalid or revoked API key
+    insufficient_scope = "insufficient_scope"  # 403
+    not_found = "not_found"  # 404
+    method_not_allowed = "method_not_allowed"  # 405
+    idempotency_conflict = "idempotency_conflict"  # 409: same key, different body
+    not_cancelable = "not_cancelable"  # 409: generation already terminal
+    payload_too_large = "payload_too_large"  # 413
+    rate_limited = "rate_limited"  # 429
+    service_unavailable = "service_unavailable"  # 503: queue or store unreachable
+
+    # Job outcomes (on failed records).
+    out_of_memory = "out_of_memory"
+    timeout = "timeout"  # the job ran past the catalog's per-job time limit
+    model_load_failed = "model_load_failed"
+    pipeline_error = "pipeline_error"  # model code raised
+    encode_failed = "encode_failed"  # ffmpeg failed
+    upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
+    worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
+    internal_error = "internal_error"
+
+
+class GenworkerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class RequestRejected(GenworkerError):
+    """A request (or queue payload) refused before any work: a code, a message and the field path."""
+
+    def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+    def __repr__(self) -> str:
+        return f"RequestRejected({self.code.value!r}, {self.message!r}, param={self.param!r})"
+
+
+class JobError(GenworkerError):
+    """A terminal job failure: the job ends ``failed`` with ``code`` and is not retried."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class JobCanceled(JobError):
+    """Raised inside the pipeline's step callback when the job's cancel flag is set."""
+
+    def __init__(self, message: str = "canceled by request") -> None:
+        super().__init__(ErrorCode.internal_error, message)
+
+
+class TransientError(GenworkerError):
+    """A failure worth retrying with backoff; after ``max_attempts`` the job fails with ``code``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class BackendUnavailable(TransientError):
+    """A backend did not answer or refused for now. Queue and store implementations raise it in place of
+    their client library's errors, so callers never import redis, sqlite3 or botocore to decide."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.service_unavailable) -> None:
+        super().__init__(code, message)
+
+
+class FatalWorkerError(GenworkerError):
+    """The worker cannot continue (bad configuration, lost device): it releases its job and exits."""
+
+
+class StaleClaim(GenworkerError):
+    """A fenced queue call refused this attempt (re-delivered, released or finished elsewhere)."""
+
+
+class JobInterrupted(GenworkerError):
+    """The worker is stopping (drain grace over, or a second signal): release the job for re-delivery."""
+
+
+def short_message(exc: BaseException) -> str:
+    """First line of the exception text, bounded: records and logs carry no tracebacks or tensors."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA/host allocator exhaustion as torch reports it (the class moved between torch versions)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"OutOfMemoryError", "MemoryError"}:
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class UnknownJob(GenworkerError, KeyError):
+    """No record with this id."""
+
+
+class IdempotencyConflict(GenworkerError, ValueError):
+    """The idempotency key was used before with a different request body."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"idempotency key already used for generation {job_id} with a different body")
+        self.job_id = job_id
