@@ -33,6 +33,7 @@ RUN pip install --upgrade "pip>=25" \
 # The project as the Makefile installs it (same pyproject pins), without the test/dev/bench extras.
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY genworker ./genworker
 COPY worker ./worker
 COPY pipelines ./pipelines
 COPY api ./api

@@ -18,17 +18,15 @@ from api.errors import install_error_handlers
 from api.keys import KeyStore
 from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
 from api.routes import generations, models
-from api.services import Services
+from api.services import ApiContext
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest
-from worker.queue.base import JobQueue
+from worker.queue.base import ApiQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
+from worker.stores.local import ARTIFACTS_PATH
 
-__all__ = ["ARTIFACTS_PATH", "create_app"]
-
-# Where the local store's signed-file app is mounted (its signed URLs point here).
-ARTIFACTS_PATH = "/v1/artifacts"
+__all__ = ["create_app"]
 
 _DESCRIPTION = """Asynchronous video generation. Create a generation (`202`, `status: queued`), poll it by id
 following `Retry-After` until a terminal status (`succeeded`, `failed`, `canceled`), then download each
@@ -40,15 +38,15 @@ Every error has the body `{"error": {"code", "message", "param"}}` with a stable
 def create_app(
     settings: Settings,
     *,
-    queue: JobQueue,
+    queue: ApiQueue,
     store: ArtifactStore,
     catalog: Catalog,
     keys: KeyStore,
     limiter: RateLimiter | None = None,
     artifacts_app: ASGIApp | None = None,
 ) -> FastAPI:
-    """Build the app. ``artifacts_app`` (the local store's file server) is mounted at ``/v1/artifacts``
-    in the embedded mode; with S3 the signed URLs point at the store itself."""
+    """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
+    signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself."""
     api = settings.api
     app = FastAPI(
         title="genworker",
@@ -59,7 +57,7 @@ def create_app(
         redoc_url=None,
     )
     limiter = limiter or TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
-    svc = Services(
+    ctx = ApiContext(
         settings=settings,
         queue=queue,
         store=store,
@@ -68,12 +66,12 @@ def create_app(
         auth=Authenticator(keys, limiter),
     )
     install_error_handlers(app)
-    app.include_router(generations.build_router(svc))
-    app.include_router(models.build_router(svc))
+    app.include_router(generations.build_router(ctx))
+    app.include_router(models.build_router(ctx))
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
-    app.state.services = svc  # for introspection only; routes get it through their factories
+    app.state.context = ctx  # for introspection only; routes get it through their factories
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -3,7 +3,8 @@
 The API mounts it where signed URLs point::
 
     from api.artifacts import artifact_app
-    app.mount("/v1/artifacts", artifact_app(store))   # store: LocalStore
+    from worker.stores.local import ARTIFACTS_PATH  # "/v1/artifacts"
+    app.mount(ARTIFACTS_PATH, artifact_app(store))   # store: LocalStore
 
 ``GET``/``HEAD /v1/artifacts/<key>?expires=<unix>&sig=<hex>``:
 
@@ -30,7 +31,7 @@ from urllib.parse import parse_qs
 
 import anyio
 
-from worker.core.errors import ErrorCode, GenworkerError
+from worker.core.errors import ErrorCode, GenworkerError, TransientError
 from worker.stores.local import InvalidKey, LocalStore
 
 __all__ = ["ByteRange", "RangeNotSatisfiable", "artifact_app", "parse_range"]
@@ -113,7 +114,7 @@ async def _serve(store: LocalStore, scope: Scope, send: Send, chunk_bytes: int) 
     try:
         path = store.path_for(key)
         size = os.stat(path).st_size if path.is_file() else None
-    except (InvalidKey, OSError):
+    except (InvalidKey, TransientError, OSError):  # the store's path_for, then our own stat
         size = None
     if size is None:
         await _error(send, 404, ErrorCode.not_found, "no such artifact")

@@ -2,14 +2,19 @@
 
 ``ApiError`` is what route code raises. The handlers installed by ``install_error_handlers`` also turn
 FastAPI's own failures into that shape: request validation (FastAPI's 422) becomes 400, Starlette's
-404/405 get codes, queue or store connection trouble becomes 503, and anything else a generic 500
-whose details stay in the server log. A stack trace never reaches a client.
+404/405 get codes, backend trouble becomes 503, and anything else a generic 500 whose details stay in
+the server log. A stack trace never reaches a client.
+
+Backend trouble arrives already translated: the queue, the stores, the key store and the rate limiter
+raise ``BackendUnavailable`` (a ``TransientError``) in place of their client library's errors, so this
+module decides on our own types and never imports redis, sqlite3 or botocore.
+
+``_STATUS_CODES`` is the one table from an HTTP status to its ``ErrorCode``.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -94,26 +99,9 @@ def responses_for(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: ERROR_RESPONSES[s] for s in sorted(wanted)}
 
 
-def _unavailable_types() -> tuple[type[Exception], ...]:
-    """Exceptions meaning "a backend is unreachable" (503), not "the server is broken" (500)."""
-    import redis.exceptions
-
-    types: list[type[Exception]] = [
-        TransientError,
-        ConnectionError,
-        TimeoutError,
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-        redis.exceptions.BusyLoadingError,
-        sqlite3.OperationalError,  # locked or unreadable database file
-    ]
-    try:
-        import botocore.exceptions
-
-        types += [botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError]
-    except ImportError:  # pragma: no cover - boto3 is a dependency; keep the API importable without it
-        pass
-    return tuple(types)
+# "A backend cannot answer now" (503), not "the server is broken" (500). The builtin socket errors
+# stay for one that escaped a client's own wrapping.
+_UNAVAILABLE: tuple[type[Exception], ...] = (TransientError, ConnectionError, TimeoutError)
 
 
 _STATUS_CODES: dict[int, ErrorCode] = {
@@ -136,8 +124,6 @@ def _validation_param(loc: tuple[int | str, ...]) -> str | None:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    unavailable = _unavailable_types()
-
     async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
         return error_response(exc.status, exc.code, exc.message, exc.param, exc.headers)
@@ -163,7 +149,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, unavailable):
+        if isinstance(exc, _UNAVAILABLE):
             log.warning("backend unavailable on %s %s: %r", request.method, request.url.path, exc)
             return error_response(
                 503, ErrorCode.service_unavailable, "a backend is temporarily unavailable; retry later", None
@@ -176,6 +162,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestRejected, on_rejected)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
-    for exc_type in unavailable:
+    for exc_type in _UNAVAILABLE:
         app.add_exception_handler(exc_type, on_unexpected)
     app.add_exception_handler(Exception, on_unexpected)

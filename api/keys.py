@@ -4,6 +4,11 @@ A key reads ``gw_<43 url-safe chars>`` (256 random bits from ``secrets``). Store
 SHA-256 and a short display prefix; the key itself is shown once, at creation. Two stores implement
 ``KeyStore``: ``SqliteKeyStore`` (embedded, ``<data_dir>/keys.db``) and ``RedisKeyStore``
 (distributed, shared by every API replica). Revocation takes effect on the next request.
+
+Both stores translate their client library's "cannot answer now" errors (connection refused, timeout,
+a locked database, a failover) into ``BackendUnavailable`` at each public method, with the queue's
+own rules (``worker.queue.unavailable``): the keys live beside the queue, on the same backend, so the
+HTTP tier answers 503 for them without importing redis or sqlite3.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
+
+from worker.queue.unavailable import redis_unavailable, sqlite_unavailable
 
 if TYPE_CHECKING:
     import redis
@@ -118,6 +125,7 @@ CREATE TABLE IF NOT EXISTS api_keys (
 class SqliteKeyStore:
     """Keys in a SQLite file; one connection per thread (the API calls it from a thread pool)."""
 
+    @sqlite_unavailable
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +141,7 @@ class SqliteKeyStore:
             self._local.conn = conn
         return conn
 
+    @sqlite_unavailable
     def create(self, project: str, scopes: Iterable[Scope]) -> tuple[ApiKey, str]:
         record, key = new_key(project, scopes)
         with self._conn() as conn:
@@ -142,12 +151,14 @@ class SqliteKeyStore:
             )
         return record, key
 
+    @sqlite_unavailable
     def authenticate(self, key: str) -> ApiKey | None:
         key_hash = hash_key(key)
         row = self._conn().execute("SELECT record FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
         record = _matches(ApiKey.model_validate_json(row[0]) if row else None, key_hash)
         return record if record is not None and record.active else None
 
+    @sqlite_unavailable
     def list_keys(self, project: str | None = None) -> list[ApiKey]:
         sql, args = "SELECT record FROM api_keys", tuple[str, ...]()
         if project is not None:
@@ -155,6 +166,7 @@ class SqliteKeyStore:
         rows = self._conn().execute(sql + " ORDER BY rowid", args).fetchall()
         return [ApiKey.model_validate_json(r[0]) for r in rows]
 
+    @sqlite_unavailable
     def revoke(self, key_id: str) -> bool:
         conn = self._conn()
         with conn:
@@ -167,6 +179,7 @@ class SqliteKeyStore:
             conn.execute("UPDATE api_keys SET record = ?, revoked = 1 WHERE id = ?", (record.model_dump_json(), key_id))
         return True
 
+    @sqlite_unavailable
     def close(self) -> None:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
@@ -196,23 +209,27 @@ class RedisKeyStore:
         raw = self.client.get(KEY_BY_HASH.format(key_hash=key_hash))
         return ApiKey.model_validate_json(str(raw)) if raw else None
 
+    @redis_unavailable
     def create(self, project: str, scopes: Iterable[Scope]) -> tuple[ApiKey, str]:
         record, key = new_key(project, scopes)
         self.client.set(KEY_BY_HASH.format(key_hash=record.key_hash), record.model_dump_json())
         self.client.hset(KEY_INDEX, record.id, record.key_hash)
         return record, key
 
+    @redis_unavailable
     def authenticate(self, key: str) -> ApiKey | None:
         key_hash = hash_key(key)
         record = _matches(self._load(key_hash), key_hash)
         return record if record is not None and record.active else None
 
+    @redis_unavailable
     def list_keys(self, project: str | None = None) -> list[ApiKey]:
         index: dict[str, str] = dict(self.client.hgetall(KEY_INDEX))  # type: ignore[arg-type]
         records = [r for h in index.values() if (r := self._load(h)) is not None]
         records.sort(key=lambda r: r.created_at)
         return [r for r in records if project is None or r.project == project]
 
+    @redis_unavailable
     def revoke(self, key_id: str) -> bool:
         key_hash = self.client.hget(KEY_INDEX, key_id)
         record = self._load(str(key_hash)) if key_hash else None
@@ -223,5 +240,6 @@ class RedisKeyStore:
             self.client.set(KEY_BY_HASH.format(key_hash=record.key_hash), record.model_dump_json())
         return True
 
+    @redis_unavailable
     def close(self) -> None:
         self.client.close()

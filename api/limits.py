@@ -7,7 +7,8 @@ with unread request bytes makes the kernel send a reset, which can destroy the 4
 has read it (clients such as httpx send the whole body before they read the answer).
 
 Rate limits are per API key. ``TokenBucketLimiter`` lives in the process (the embedded mode runs one
-API process); ``RedisWindowLimiter`` shares one fixed-window counter per key across API replicas.
+API process); ``RedisWindowLimiter`` shares one fixed-window counter per key across API replicas and
+raises ``BackendUnavailable`` when that Redis cannot answer.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
 from worker.core.errors import ErrorCode, GenworkerError
+from worker.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
     import redis
@@ -163,6 +165,7 @@ class RedisWindowLimiter:
         self.burst = burst
         self.window_s = max(1, math.ceil(burst / rate_per_s))
 
+    @redis_unavailable  # the counter's Redis down: BackendUnavailable, which the API answers 503
     def hit(self, key_id: str) -> RateDecision:
         now = time.time()
         window = int(now // self.window_s)

@@ -42,7 +42,7 @@ def _keys_redis_url(settings: Settings) -> str:
 
 def _keys_redis(settings: Settings) -> Any:
     """A client in the queue's Redis mode (single, cluster, sentinel; TLS/ACL): keys live beside the queue."""
-    from worker.queue.cluster import redis_client
+    from worker.queue.redis_connect import redis_client
 
     return redis_client(settings.queue, url=_keys_redis_url(settings))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import typer
 
 from api.keys import KeyStore, Scope, SqliteKeyStore
-from worker.settings import Settings, load_settings
+from worker.settings import Settings, load_settings, settings_env
 
 __all__ = ["EmbeddedPaths", "embedded_settings", "ensure_dev_key", "run_embedded", "worker_env"]
 
@@ -77,18 +77,14 @@ def worker_env(settings: Settings) -> dict[str, str]:
     """The worker subprocess's environment: the same data dir, queue, store and models as the API."""
     store = settings.store
     # No signing secret here: both processes read (or create once) <data_dir>/store-secret.
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "GENWORKER_DATA_DIR": settings.data_dir,
-        "GENWORKER_QUEUE__BACKEND": "sqlite",
-        "GENWORKER_QUEUE__SQLITE_PATH": settings.queue.sqlite_path,
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": store.local_root,
-        "GENWORKER_STORE__PUBLIC_BASE_URL": store.public_base_url,
-        "GENWORKER_MODELS__TINY_MODELS_DIR": settings.models.tiny_models_dir,
-        "GENWORKER_WORKER__DRAIN_GRACE_S": "10",
+    shared = {
+        "data_dir": settings.data_dir,
+        "queue": {"backend": "sqlite", "sqlite_path": settings.queue.sqlite_path},
+        "store": {"backend": "local", "local_root": store.local_root, "public_base_url": store.public_base_url},
+        "models": {"tiny_models_dir": settings.models.tiny_models_dir},
+        "worker": {"drain_grace_s": 10},
     }
+    return {**os.environ, "HF_HUB_OFFLINE": "1", **settings_env(shared)}
 
 
 def ensure_dev_key(keys: KeyStore, paths: EmbeddedPaths) -> tuple[str, bool]:

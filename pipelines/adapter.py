@@ -1,12 +1,16 @@
 """The adapter contract between the worker and a model family.
 
-An adapter is loaded once (``load``) and then generates many jobs (``generate``). It never touches Redis,
-S3 or HTTP. What it produces is ``worker.core.media.Media``.
+An adapter is loaded once (``load``) and then serves many jobs, each in two calls the worker times as
+two stages: ``denoise`` (the diffusion loop, reporting every step) returns the family's ``Latents``, and
+``decode`` turns them into ``worker.core.media.Media``. It never touches Redis, S3 or HTTP.
+
+``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
+loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from pipelines.config import ModelRuntimeSettings
@@ -14,23 +18,45 @@ if TYPE_CHECKING:
     from worker.core.media import Media, StepCallback
     from worker.core.resolve import ResolvedJob
 
-__all__ = ["Adapter"]
+__all__ = ["Adapter", "Latents", "generate"]
+
+
+class Latents:
+    """The denoised state of one job, opaque to the worker; each family subclasses it (``WanLatents``)."""
 
 
 class Adapter(Protocol):
-    """A loaded model family. ``load`` once, then ``generate`` per job (deterministic per seed)."""
+    """A loaded model family. ``load`` once, then ``denoise`` + ``decode`` per job (deterministic per seed)."""
 
     spec: ModelSpec
+    # The keys this family accepts in a variant's ``pipeline_kwargs``; equal to
+    # ``worker.core.catalog.FAMILY_OPTIONS[family]``, which the catalog checks at load.
+    options: ClassVar[frozenset[str]]
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media: ...
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+        """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it."""
+        ...
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        """Decode what ``denoise`` returned for ``job`` into frames (and audio when the job asks for it)."""
+        ...
 
     def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
         """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure."""
         ...
 
+    def memory_bytes(self) -> int:
+        """Bytes of weights and buffers this model holds now (0 once unloaded); the cache sizes models by it."""
+        ...
+
     def unload(self) -> None:
         """Free the model's memory (host and device)."""
         ...
+
+
+def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback) -> Media:
+    """Denoise and decode in one call, for benchmarks and tests (the worker runs them as two stages)."""
+    return adapter.decode(adapter.denoise(job, on_step), job)

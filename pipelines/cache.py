@@ -167,8 +167,7 @@ class ModelCache:
     def _size_of(self, spec: ModelSpec, adapter: Adapter) -> int:
         if self.device.startswith("cuda") and spec.gpu_memory_gb > 0:
             return int(spec.gpu_memory_gb * _GIB)
-        measure = getattr(adapter, "memory_bytes", None)
-        return int(measure()) if callable(measure) else 0
+        return adapter.memory_bytes()
 
     @staticmethod
     def _unload(model_id: str, entry: _Entry) -> None:

@@ -1,7 +1,7 @@
 """LTX-2 text-to-video with stereo audio (diffusers ``LTX2Pipeline``), one pass for both streams.
 
-Read top to bottom: ``load`` once, then per job ``check_inputs -> guidance -> denoise -> decode video ->
-decode audio``. LTX-2 facts handled here:
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> guidance -> diffusion loop)
+and ``decode`` (video VAE, then audio VAE and vocoder). LTX-2 facts handled here:
 - frames must be 8k+1 and sizes multiples of 32: the pipeline silently shortens other frame counts (and
   sizes its audio for the unshortened length), so a mismatch is refused here rather than trusted;
 - by default a step runs CFG plus STG plus modality-isolation passes; STG and modality guidance are off
@@ -16,19 +16,24 @@ decode audio``. LTX-2 facts handled here:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from pipelines.adapter import Latents
 from pipelines.prompt_extend import LTX2_T2V_SYSTEM_PROMPT, PromptExtendError, finish_extension, seeded_rng
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
     apply_runtime,
+    check_job_shape,
     fit_audio,
     free_device_memory,
+    media_from_video,
     module_bytes,
+    pipeline_options,
     quiet_progress_bars,
     step_reporter,
+    synchronize,
     torch_dtype,
-    uint8_chunks,
 )
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import AudioTrack, Media, StepCallback
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
     from worker.core.catalog import ModelSpec
     from worker.core.resolve import ResolvedJob
 
-__all__ = ["GUIDANCE_OFF", "LTX2TextToVideo"]
+__all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
 
 # One batched (CFG) transformer pass per step. A variant turns STG or modality guidance on explicitly.
 GUIDANCE_OFF: dict[str, float] = {
@@ -53,8 +58,38 @@ GUIDANCE_OFF: dict[str, float] = {
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
 
 
+@dataclass(frozen=True)
+class LTX2Latents(Latents):
+    """What decoding needs: denormalised video latents (1, C, F', H', W'), denormalised and unpacked audio
+    latents, and the seeded generator's state after denoising (decode-time noise continues from it)."""
+
+    video: torch.Tensor
+    audio: torch.Tensor
+    generator_state: torch.Tensor
+
+
 class LTX2TextToVideo:
-    """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``generate``."""
+    """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
+
+    # Variant options (``pipeline_kwargs``): keywords of ``LTX2Pipeline.__call__``; the two ``decode_*`` ones
+    # are applied by ``decode``.
+    options: ClassVar[frozenset[str]] = frozenset(
+        {
+            "audio_guidance_rescale",
+            "audio_guidance_scale",
+            "audio_modality_scale",
+            "audio_stg_scale",
+            "decode_noise_scale",
+            "decode_timestep",
+            "guidance_rescale",
+            "max_sequence_length",
+            "modality_scale",
+            "spatio_temporal_guidance_blocks",
+            "stg_scale",
+            "use_cross_timestep",
+        }
+    )
+    own_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:
         self.spec = spec
@@ -62,7 +97,6 @@ class LTX2TextToVideo:
         self.pipe = pipe
         self.device = device
         self.dtype = dtype
-        self.last_timings: dict[str, float] = {}
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
@@ -79,19 +113,19 @@ class LTX2TextToVideo:
         """Waveform rate of the vocoder output (24 kHz on LTX-2.0, 48 kHz on 2.3+)."""
         return int(self._pipe().vocoder.config.output_sampling_rate)
 
-    # ------------------------------------------------------------------------------------------ generate
+    # ------------------------------------------------------------------------------------------ denoise
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> LTX2Latents:
         import torch
 
         pipe = self._pipe()
         # 1. Check inputs: the pipeline would silently shorten a non-8k+1 clip.
-        self._check_inputs(job)
+        temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
+        check_job_shape(self.spec.id, job, spatial=spatial, temporal=temporal)
         # 2. Guidance: one pass per step unless the variant asks for more.
-        kwargs: dict[str, Any] = {**GUIDANCE_OFF, **job.pipeline_kwargs}
+        kwargs: dict[str, Any] = {**GUIDANCE_OFF, **pipeline_options(self.spec.id, job, self.options)}
         # 3. Denoise video and audio latents together.
         generator = torch.Generator(self.device).manual_seed(job.seed)
-        started = time.perf_counter()
         out = pipe(
             prompt=job.prompt,
             negative_prompt=job.negative_prompt,
@@ -106,35 +140,27 @@ class LTX2TextToVideo:
             callback_on_step_end=step_reporter(on_step),
             **kwargs,
         )
-        denoised = time.perf_counter()
-        # 4. Decode the video (the same generator continues, as inside the pipeline, for decode noise).
-        video = self._decode_video(out.frames, generator, kwargs)
-        # 5. Decode the audio only when the job wants it.
-        audio = self._decode_audio(out.audio, seconds=job.keep_frames / job.fps) if job.audio else None
-        pipe.maybe_free_model_hooks()
-        self.last_timings = {"denoise_s": denoised - started, "decode_s": time.perf_counter() - denoised}
-        _, _, frames, height, width = video.shape
-        if (frames, height, width) != (job.num_frames, job.gen_height, job.gen_width):
-            raise JobError(
-                ErrorCode.pipeline_error,
-                f"{self.spec.id} produced {frames}x{height}x{width}, expected "
-                f"{job.num_frames}x{job.gen_height}x{job.gen_width}",
-            )
-        return Media(
-            width=width, height=height, fps=float(job.fps), num_frames=frames, chunks=uint8_chunks(video), audio=audio
-        )
+        synchronize(self.device)
+        # Decoding continues this generator (decode-time noise), as inside the pipeline: keep its state.
+        return LTX2Latents(video=out.frames, audio=out.audio, generator_state=generator.get_state())
 
-    def _check_inputs(self, job: ResolvedJob) -> None:
-        pipe = self.pipe
-        temporal = pipe.vae_temporal_compression_ratio
-        spatial = pipe.vae_spatial_compression_ratio
-        problems = []
-        if job.gen_width % spatial or job.gen_height % spatial:
-            problems.append(f"size {job.gen_width}x{job.gen_height} is not a multiple of {spatial}")
-        if job.num_frames % temporal != 1:
-            problems.append(f"{job.num_frames} frames is not {temporal}k+1")
-        if problems:
-            raise JobError(ErrorCode.invalid_parameter, f"{self.spec.id}: " + "; ".join(problems))
+    # ------------------------------------------------------------------------------------------ decode
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        import torch
+
+        if not isinstance(latents, LTX2Latents):
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
+        pipe = self._pipe()
+        generator = torch.Generator(self.device)
+        generator.set_state(latents.generator_state)
+        # 4. Decode the video.
+        video = self._decode_video(latents.video, generator, dict(job.pipeline_kwargs))
+        # 5. Decode the audio only when the job wants it.
+        audio = self._decode_audio(latents.audio, seconds=job.keep_frames / job.fps) if job.audio else None
+        pipe.maybe_free_model_hooks()
+        synchronize(self.device)
+        return media_from_video(self.spec.id, job, video, audio)
 
     def _decode_video(self, latents: torch.Tensor, generator: torch.Generator, kwargs: dict[str, Any]) -> torch.Tensor:
         """Denormalised latents -> video (1, 3, F, H, W) in [-1, 1], as LTX2Pipeline decodes them."""

@@ -49,7 +49,7 @@ def adapter_class(path: str) -> type[Adapter]:
     cls = getattr(module, class_name, None)
     if not isinstance(cls, type):
         raise ModelLoadError(f"adapter {path!r}: module {module_name!r} has no class {class_name!r}")
-    for method in ("load", "generate", "extend_prompt", "unload"):
+    for method in ("load", "denoise", "decode", "extend_prompt", "memory_bytes", "unload"):
         if not callable(getattr(cls, method, None)):
             raise ModelLoadError(f"adapter {path!r}: class {class_name!r} lacks the Adapter method {method!r}")
     return cast("type[Adapter]", cls)

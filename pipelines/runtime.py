@@ -1,4 +1,5 @@
-"""What every diffusers-based adapter does the same way: dtypes, GPU knobs, memory, frame and audio output.
+"""What every diffusers-based adapter does the same way: dtypes, GPU knobs, memory, shape checks, frame and
+audio output.
 
 GPU knobs come from ``ModelRuntimeSettings``; their defaults do nothing, so a CPU run is plain ``pipe.to("cpu")``.
 Frames leave the device as uint8 a few at a time, so the host never holds the video as float32.
@@ -13,21 +14,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from worker.core.media import AudioTrack
+from worker.core.errors import ErrorCode, JobError
+from worker.core.media import AudioTrack, Media
 
 if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
+    from worker.core.resolve import ResolvedJob
 
 __all__ = [
     "CHUNK_FRAMES",
     "apply_runtime",
+    "check_job_shape",
     "fit_audio",
     "free_device_memory",
+    "media_from_video",
     "module_bytes",
+    "pipeline_options",
     "quiet_progress_bars",
     "step_reporter",
+    "synchronize",
     "torch_dtype",
     "uint8_chunks",
 ]
@@ -129,6 +136,55 @@ def free_device_memory(device: str) -> None:
 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued kernels, so a stage's measured time is its own and not the next one's."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def check_job_shape(model_id: str, job: ResolvedJob, *, spatial: int, temporal: int) -> None:
+    """Refuse a job whose size is off the family's ``spatial`` stride or whose frames are not ``temporal``k+1.
+
+    The resolver guarantees both, so a mismatch is a catalog bug; it is refused here because pipelines
+    silently round sizes and frame counts instead (and LTX-2 would then size its audio for the wrong length).
+    """
+    problems = []
+    if job.gen_width % spatial or job.gen_height % spatial:
+        problems.append(f"size {job.gen_width}x{job.gen_height} is not a multiple of {spatial}")
+    if job.num_frames % temporal != 1:
+        problems.append(f"{job.num_frames} frames is not {temporal}k+1")
+    if problems:
+        raise JobError(ErrorCode.invalid_parameter, f"{model_id}: " + "; ".join(problems))
+
+
+def pipeline_options(model_id: str, job: ResolvedJob, allowed: frozenset[str]) -> dict[str, Any]:
+    """A copy of ``job.pipeline_kwargs``, refusing keys the family does not take (the catalog checks them at
+    load; a job built another way is checked here rather than failing deep inside the pipeline call)."""
+    unknown = sorted(set(job.pipeline_kwargs) - allowed)
+    if unknown:
+        raise JobError(ErrorCode.pipeline_error, f"{model_id}: pipeline_kwargs {unknown} are not options of its family")
+    return dict(job.pipeline_kwargs)
+
+
+def media_from_video(model_id: str, job: ResolvedJob, video: torch.Tensor, audio: AudioTrack | None = None) -> Media:
+    """The ``Media`` of a decoded video (1, C, F, H, W) in [-1, 1], after checking it has the job's shape.
+
+    Frames are converted lazily: they leave the device as uint8 chunks when the encoder pulls them.
+    """
+    _, _, frames, height, width = video.shape
+    if (frames, height, width) != (job.num_frames, job.gen_height, job.gen_width):
+        raise JobError(
+            ErrorCode.pipeline_error,
+            f"{model_id} produced {frames}x{height}x{width}, expected "
+            f"{job.num_frames}x{job.gen_height}x{job.gen_width}",
+        )
+    return Media(
+        width=width, height=height, fps=float(job.fps), num_frames=frames, chunks=uint8_chunks(video), audio=audio
+    )
 
 
 def uint8_chunks(video: torch.Tensor, chunk_frames: int = CHUNK_FRAMES) -> Iterator[np.ndarray]:

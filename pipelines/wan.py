@@ -1,32 +1,37 @@
 """Wan text-to-video (diffusers ``WanPipeline``): Wan 2.1 T2V 1.3B/14B and Wan 2.2 T2V-A14B (two experts).
 
-Read top to bottom: ``load`` once, then per job ``check_inputs -> scheduler -> negative prompt -> denoise ->
-decode``. Wan-specific facts handled here:
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler -> negative prompt ->
+diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
 - the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (UniPC calls it ``flow_shift``,
   flow-match Euler ``shift``);
 - Wan 2.2 A14B switches from ``transformer`` (high noise, ``guidance_scale``) to ``transformer_2`` (low noise,
   ``guidance_scale_2``) at ``boundary_ratio`` of the schedule; the ratio arrives in ``pipeline_kwargs``;
 - diffusers defaults the negative prompt to ``""``: the reference one from the job is passed explicitly,
   and its embedding is computed once per model and reused (it is constant);
-- denoising stops at ``output_type="latent"`` and the adapter decodes itself, so frames leave the device as
-  uint8 chunks and decode time is measured on its own.
+- ``denoise`` stops at ``output_type="latent"`` and ``decode`` runs the VAE itself, so frames leave the
+  device as uint8 chunks and the worker times decoding as a stage of its own.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from pipelines.adapter import Latents
 from pipelines.prompt_extend import WAN_T2V_SYSTEM_PROMPT, ChatLLM, PromptExtendError, finish_extension
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
     apply_runtime,
+    check_job_shape,
     free_device_memory,
+    media_from_video,
     module_bytes,
+    pipeline_options,
     quiet_progress_bars,
     step_reporter,
+    synchronize,
     torch_dtype,
-    uint8_chunks,
 )
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import Media, StepCallback
@@ -38,13 +43,25 @@ if TYPE_CHECKING:
     from worker.core.catalog import ModelSpec
     from worker.core.resolve import ResolvedJob
 
-__all__ = ["WanTextToVideo"]
+__all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
 
 
+@dataclass(frozen=True)
+class WanLatents(Latents):
+    """Denoised video latents (1, z_dim, F', H', W') as the pipeline returns them: still normalised."""
+
+    video: torch.Tensor
+
+
 class WanTextToVideo:
-    """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``generate``."""
+    """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
+
+    # Variant options (``pipeline_kwargs``): ``boundary_ratio`` is applied here, the rest are keywords of
+    # ``WanPipeline.__call__``.
+    options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio", "max_sequence_length"})
+    own_options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio"})
 
     def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:
         self.spec = spec
@@ -52,7 +69,6 @@ class WanTextToVideo:
         self.pipe = pipe
         self.device = device
         self.dtype = dtype
-        self.last_timings: dict[str, float] = {}
         self._base_scheduler_config = dict(pipe.scheduler.config)
         self._shift: float | None = None
         self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
@@ -68,15 +84,15 @@ class WanTextToVideo:
         apply_runtime(pipe, runtime, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype)
 
-    # ------------------------------------------------------------------------------------------ generate
+    # ------------------------------------------------------------------------------------------ denoise
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> WanLatents:
         import torch
 
         pipe = self._pipe()
         # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
         self._check_inputs(job)
-        kwargs = dict(job.pipeline_kwargs)
+        kwargs = pipeline_options(self.spec.id, job, self.options)
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
         # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.
         self._set_shift(job.flow_shift)
@@ -89,7 +105,6 @@ class WanTextToVideo:
             negative = self._negative_embeds(job.negative_prompt, max_sequence_length)
         # 4. Denoise to latents; the step callback reports progress and may raise to cancel.
         generator = torch.Generator(self.device).manual_seed(job.seed)
-        started = time.perf_counter()
         latents = pipe(
             prompt=job.prompt,
             negative_prompt_embeds=negative,
@@ -104,33 +119,14 @@ class WanTextToVideo:
             max_sequence_length=max_sequence_length,
             **kwargs,
         ).frames
-        denoised = time.perf_counter()
-        # 5. Decode on the device; frames leave as uint8 chunks when the encoder pulls them.
-        video = self._decode(latents)
-        self.last_timings = {"denoise_s": denoised - started, "decode_s": time.perf_counter() - denoised}
-        _, _, frames, height, width = video.shape
-        if (frames, height, width) != (job.num_frames, job.gen_height, job.gen_width):
-            raise JobError(
-                ErrorCode.pipeline_error,
-                f"{self.spec.id} produced {frames}x{height}x{width}, expected "
-                f"{job.num_frames}x{job.gen_height}x{job.gen_width}",
-            )
-        return Media(
-            width=width, height=height, fps=float(job.fps), num_frames=frames, chunks=uint8_chunks(video), audio=None
-        )
+        synchronize(self.device)
+        return WanLatents(latents)
 
     def _check_inputs(self, job: ResolvedJob) -> None:
         pipe = self.pipe
-        temporal = pipe.vae_scale_factor_temporal
         patch = (pipe.transformer or pipe.transformer_2).config.patch_size
         spatial = pipe.vae_scale_factor_spatial * patch[1]
-        problems = []
-        if job.gen_width % spatial or job.gen_height % spatial:
-            problems.append(f"size {job.gen_width}x{job.gen_height} is not a multiple of {spatial}")
-        if job.num_frames % temporal != 1:
-            problems.append(f"{job.num_frames} frames is not {temporal}k+1")
-        if problems:
-            raise JobError(ErrorCode.invalid_parameter, f"{self.spec.id}: " + "; ".join(problems))
+        check_job_shape(self.spec.id, job, spatial=spatial, temporal=pipe.vae_scale_factor_temporal)
 
     def _set_shift(self, shift: float | None) -> None:
         """Rebuild the scheduler from the shipped config with the variant's shift (cheap; only on change)."""
@@ -175,20 +171,29 @@ class WanTextToVideo:
             self._negative = (key, embeds)
         return self._negative[1]
 
-    def _decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents -> video (1, 3, F, H, W) in [-1, 1] on the VAE's device (what WanPipeline does, minus numpy)."""
+    # ------------------------------------------------------------------------------------------ decode
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        """Latents -> video (1, 3, F, H, W) in [-1, 1] on the VAE's device (what WanPipeline does, minus numpy).
+
+        Frames leave the device as uint8 chunks when the encoder pulls them.
+        """
         import torch
         from diffusers.utils.torch_utils import get_module_execution_device
 
-        vae = self.pipe.vae
-        latents = latents.to(get_module_execution_device(vae), dtype=vae.dtype)
+        if not isinstance(latents, WanLatents):
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
+        pipe = self._pipe()
+        vae = pipe.vae
+        denoised = latents.video.to(get_module_execution_device(vae), dtype=vae.dtype)
         shape = (1, vae.config.z_dim, 1, 1, 1)
-        mean = torch.tensor(vae.config.latents_mean).view(shape).to(latents.device, latents.dtype)
-        std = torch.tensor(vae.config.latents_std).view(shape).to(latents.device, latents.dtype)
+        mean = torch.tensor(vae.config.latents_mean).view(shape).to(denoised.device, denoised.dtype)
+        std = torch.tensor(vae.config.latents_std).view(shape).to(denoised.device, denoised.dtype)
         with torch.no_grad():
-            video: torch.Tensor = vae.decode(latents * std + mean, return_dict=False)[0]
-        self.pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
-        return video
+            video: torch.Tensor = vae.decode(denoised * std + mean, return_dict=False)[0]
+        pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
+        synchronize(self.device)
+        return media_from_video(self.spec.id, job, video)
 
     # ------------------------------------------------------------------------------------------ prompt
 

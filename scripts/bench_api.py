@@ -127,20 +127,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _api_env(data: Path, port: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "GENWORKER_DATA_DIR": str(data),
-        "GENWORKER_QUEUE__BACKEND": "sqlite",
-        "GENWORKER_QUEUE__SQLITE_PATH": str(data / "queue.db"),
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": str(data / "artifacts"),
-        "GENWORKER_STORE__PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
+    from worker.settings import settings_env
+
+    settings = {
+        "data_dir": str(data),
+        "queue": {"backend": "sqlite", "sqlite_path": str(data / "queue.db")},
+        "store": {
+            "backend": "local",
+            "local_root": str(data / "artifacts"),
+            "public_base_url": f"http://127.0.0.1:{port}",
+        },
         # The per-key limiter would answer 429 long before the server saturates: lifted for the benchmark.
-        "GENWORKER_API__RATE_LIMIT_PER_S": "1000000000",
-        "GENWORKER_API__RATE_LIMIT_BURST": "1000000000",
-        "GENWORKER_LOG_LEVEL": "WARNING",
+        "api": {"rate_limit_per_s": 1000000000, "rate_limit_burst": 1000000000},
+        "log_level": "WARNING",
     }
+    return {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings)}
 
 
 def _wrk(url: str, seconds: float, lua: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -59,10 +59,13 @@ def _one_job(cache: Any, spec: Any, job: Any) -> dict[str, float]:
     started = time.perf_counter()
     prompt, extension = extend_or_fallback(adapter, job) if job.prompt_extend else (job.prompt, None)
     stages["prompt"] = time.perf_counter() - started
-    media = adapter.generate(job.model_copy(update={"prompt": prompt}), lambda done, total: None)
-    timings = getattr(adapter, "last_timings", {})
-    stages["denoise"] = timings.get("denoise_s", 0.0)
-    stages["decode"] = timings.get("decode_s", 0.0)
+    job = job.model_copy(update={"prompt": prompt})
+    started = time.perf_counter()
+    latents = adapter.denoise(job, lambda done, total: None)
+    stages["denoise"] = time.perf_counter() - started
+    started = time.perf_counter()
+    media = adapter.decode(latents, job)
+    stages["decode"] = time.perf_counter() - started
     started = time.perf_counter()
     frames = sum(chunk.shape[0] for chunk in media.chunks)
     stages["to_uint8"] = time.perf_counter() - started

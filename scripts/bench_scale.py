@@ -34,6 +34,7 @@ from tests.integration.worker_harness import WorkerProcess, make_record, termina
 from worker.core.catalog import Catalog, load_catalog  # noqa: E402
 from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
 from worker.queue.base import JobQueue, Outcome  # noqa: E402
+from worker.settings import settings_env  # noqa: E402
 
 JOB: dict[str, Any] = {"model": "tiny-wan", "variant": "fast", "resolution": "144p", "duration_seconds": 1}
 BACKLOG = 10_000
@@ -67,17 +68,15 @@ def _bare_record(model: str) -> GenerationRecord:
 
 
 def _worker_env(base: Path, name: str, redis_url: str, models_dir: Path) -> dict[str, str]:
-    return {
-        "GENWORKER_DATA_DIR": str(base / name),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": str(base / "artifacts"),
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": '["tiny-wan"]',
-        "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]',
-        "GENWORKER_LOG_LEVEL": "WARNING",
+    settings = {
+        "data_dir": str(base / name),
+        "queue": {"backend": "redis", "redis_url": redis_url},
+        "store": {"backend": "local", "local_root": str(base / "artifacts")},
+        "models": {"tiny_models_dir": str(models_dir)},
+        "worker": {"hosted_models": ["tiny-wan"], "preload": ["tiny-wan"]},
+        "log_level": "WARNING",
     }
+    return settings_env(settings)
 
 
 def _batch(queue: JobQueue, catalog: Catalog, n: int) -> dict[str, float]:

@@ -33,6 +33,7 @@ from tests.integration.worker_harness import WorkerProcess, make_record, termina
 from worker.core.catalog import Catalog, load_catalog  # noqa: E402
 from worker.core.contract import GenerationRecord  # noqa: E402
 from worker.queue.base import JobQueue  # noqa: E402
+from worker.settings import settings_env  # noqa: E402
 
 # One job shape for overhead/latency, one where encoding weighs about as much as denoising.
 LATENCY_JOB: dict[str, Any] = {"model": "tiny-wan", "variant": "standard", "resolution": "144p", "duration_seconds": 2}
@@ -79,6 +80,7 @@ class DirectPath:
 
     def run_job(self, shape: dict[str, Any], seed: int) -> dict[str, float]:
         """One job; seconds per stage and in total."""
+        from pipelines.adapter import generate
         from worker.core.resolve import resolve
         from worker.daemon.runner import rebuild_request
         from worker.media.encoder import encode_video
@@ -87,7 +89,7 @@ class DirectPath:
         record = _record(self.catalog, shape, seed)
         t0 = time.perf_counter()
         job, _hold = resolve(rebuild_request_from(record, rebuild_request), self.catalog)
-        media = self.cache.get(self.catalog.models[job.model]).generate(job, lambda step, total: None)
+        media = generate(self.cache.get(self.catalog.models[job.model]), job, lambda step, total: None)
         t1 = time.perf_counter()
         encoded = encode_video(
             media,
@@ -161,17 +163,15 @@ def run_batch(queue: JobQueue, catalog: Catalog, shapes: list[dict[str, Any]]) -
 
 def worker_env(base: Path, redis_url: str, models_dir: Path, *, overlap: bool) -> dict[str, str]:
     name = "overlap-on" if overlap else "overlap-off"
-    return {
-        "GENWORKER_DATA_DIR": str(base / name),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": str(base / name / "artifacts"),
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(models_dir),
-        "GENWORKER_WORKER__OVERLAP": "true" if overlap else "false",
-        "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]',
-        "GENWORKER_LOG_LEVEL": "WARNING",
+    settings = {
+        "data_dir": str(base / name),
+        "queue": {"backend": "redis", "redis_url": redis_url},
+        "store": {"backend": "local", "local_root": str(base / name / "artifacts")},
+        "models": {"tiny_models_dir": str(models_dir)},
+        "worker": {"overlap": overlap, "preload": ["tiny-wan"]},
+        "log_level": "WARNING",
     }
+    return settings_env(settings)
 
 
 def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:

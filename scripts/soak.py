@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fixtures.redis_server import RedisServer, start_redis  # noqa: E402
 from tests.fixtures.seaweed import SeaweedServer, running_seaweed  # noqa: E402
+from worker.settings import settings_env  # noqa: E402
 
 TERMINAL = {"succeeded", "failed", "canceled"}
 MODELS = ["tiny-wan", "tiny-ltx2"]
@@ -76,28 +77,23 @@ def free_port() -> int:
 
 
 def base_env(redis: RedisServer, weed: SeaweedServer, models_dir: Path, data_dir: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(ROOT),
-        "GENWORKER_DATA_DIR": str(data_dir),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis.url,
-        "GENWORKER_STORE__BACKEND": "s3",
-        "GENWORKER_STORE__S3_ENDPOINT_URL": weed.endpoint,
-        "GENWORKER_STORE__S3_BUCKET": weed.bucket,
-        "GENWORKER_STORE__S3_REGION": weed.region,
-        "GENWORKER_STORE__S3_ACCESS_KEY_ID": weed.access_key,
-        "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": weed.secret_key,
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(MODELS),
-        "GENWORKER_WORKER__PRELOAD": json.dumps(MODELS),
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_ENCODER__PRESET": "ultrafast",
-        "GENWORKER_ENCODER__THREADS": "1",
-        "GENWORKER_API__RATE_LIMIT_PER_S": "100000",
-        "GENWORKER_API__RATE_LIMIT_BURST": "100000",
+    settings = {
+        "data_dir": str(data_dir),
+        "queue": {"backend": "redis", "redis_url": redis.url},
+        "store": {
+            "backend": "s3",
+            "s3_endpoint_url": weed.endpoint,
+            "s3_bucket": weed.bucket,
+            "s3_region": weed.region,
+            "s3_access_key_id": weed.access_key,
+            "s3_secret_access_key": weed.secret_key,
+        },
+        "models": {"tiny_models_dir": str(models_dir)},
+        "worker": {"hosted_models": MODELS, "preload": MODELS, "heartbeat_s": 1},
+        "encoder": {"preset": "ultrafast", "threads": 1},
+        "api": {"rate_limit_per_s": 100000, "rate_limit_burst": 100000},
     }
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **settings_env(settings)}
 
 
 @contextmanager
@@ -107,7 +103,7 @@ def processes(env: dict[str, str], logs: Path, workers: int, apis: int) -> Itera
     urls = []
     try:
         for i in range(workers):
-            wenv = {**env, "GENWORKER_WORKER__METRICS_PORT": str(free_port())}
+            wenv = {**env, **settings_env({"worker": {"metrics_port": free_port()}})}
             out = (logs / f"worker-{i}.log").open("wb")
             procs.append(
                 subprocess.Popen(

@@ -6,12 +6,15 @@ Sources, highest first: explicit arguments > environment ``GENWORKER_*`` (nested
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from contextvars import ContextVar
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,7 +27,10 @@ from worker.media.settings import EncoderSettings
 from worker.queue.config import QueueSettings
 from worker.stores.config import StoreSettings
 
-__all__ = ["ApiSettings", "Settings", "WorkerSettings", "load_settings"]
+__all__ = ["ENV_PREFIX", "ApiSettings", "Settings", "WorkerSettings", "load_settings", "settings_env"]
+
+ENV_PREFIX = "GENWORKER_"
+_NESTED = "__"
 
 # The YAML file for the Settings being built now (``load_settings(config=...)``), else GENWORKER_CONFIG.
 _yaml_file: ContextVar[str | None] = ContextVar("genworker_yaml_file", default=None)
@@ -87,7 +93,7 @@ class ApiSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GENWORKER_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=_NESTED, extra="forbid")
 
     data_dir: str = "var"
     catalog_path: str | None = None  # default: configs/models.yaml next to the code
@@ -122,3 +128,47 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
         return Settings(**overrides)
     finally:
         _yaml_file.reset(token)
+
+
+def settings_env(values: Settings | Mapping[str, Any]) -> dict[str, str]:
+    """The ``GENWORKER_*`` variables from which a child process builds these values back.
+
+    ``values`` is a whole ``Settings`` or a nested mapping of some fields, e.g.
+    ``{"queue": {"backend": "redis"}, "worker": {"preload": ["tiny-wan"]}}`` →
+    ``{"GENWORKER_QUEUE__BACKEND": "redis", "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]'}``. Sections
+    nest with ``__``; lists and dicts are JSON; secrets are written in clear (the environment is how
+    a child receives them). ``None`` is left out: no environment value parses back to None, and every
+    optional field defaults to None. A name that is no field raises ``ValueError``: a misspelt
+    variable would otherwise be ignored by the child without a word.
+    """
+    env: dict[str, str] = {}
+    _flatten(Settings, values, ENV_PREFIX, env)
+    return env
+
+
+def _flatten(model: type[BaseModel], values: BaseModel | Mapping[str, Any], prefix: str, env: dict[str, str]) -> None:
+    items = (
+        dict(values) if isinstance(values, Mapping) else {name: getattr(values, name) for name in model.model_fields}
+    )
+    for name, value in items.items():
+        field = model.model_fields.get(name)
+        if field is None:
+            raise ValueError(f"{prefix}{name.upper()}: {model.__name__} has no field {name!r}")
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel) and isinstance(value, BaseModel | Mapping):
+            _flatten(section, value, f"{prefix}{name.upper()}{_NESTED}", env)
+        elif value is not None:
+            env[f"{prefix}{name.upper()}"] = _env_value(value)
+
+
+def _env_value(value: Any) -> str:
+    """One value as the environment source parses it back: JSON for containers, plain text else."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, default=str)
+    return str(value)

@@ -13,7 +13,7 @@ from api.create import IDEMPOTENCY_HEADER, build_record, check_idempotency_key, 
 from api.errors import ApiError, responses_for
 from api.keys import Scope
 from api.query import only_query
-from api.services import Services
+from api.services import ApiContext
 from api.views import GenerationList, GenerationView, generation_view
 from worker.core.contract import GenerationRecord, Status, utcnow
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
@@ -45,23 +45,23 @@ async def _raw_body(request: Request) -> bytes:
     return await request.body()
 
 
-def build_router(svc: Services) -> APIRouter:
+def build_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/generations", tags=["generations"])
     # The presented key (401 at once when missing); each route checks it first thing in its body, so
     # the key lookup shares the route's one threadpool hop (api/auth.py).
     key = Depends(bearer)
-    api = svc.settings.api
+    api = ctx.settings.api
 
     def owned(generation_id: str, principal: Principal) -> GenerationRecord:
-        record = svc.queue.get(generation_id)
+        record = ctx.queue.get(generation_id)
         # Another project's generation is "not found", not "forbidden": ids must not leak.
         if record is None or record.project != principal.project:
             raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id")
         return record
 
     def view(record: GenerationRecord, with_position: bool = True) -> GenerationView:
-        position = svc.queue.position(record.id) if with_position and not record.terminal else None
-        return generation_view(record, svc.store, queue_position=position)
+        position = ctx.queue.position(record.id) if with_position and not record.terminal else None
+        return generation_view(record, ctx.store, queue_position=position)
 
     def hint(response: Response, record: GenerationRecord) -> None:
         seconds = retry_after_s(record, api, utcnow())
@@ -97,14 +97,14 @@ def build_router(svc: Services) -> APIRouter:
         ] = None,
         api_key: str = key,
     ) -> GenerationView:
-        principal = svc.auth.principal(api_key, Scope.generations_write)
+        principal = ctx.auth.principal(api_key, Scope.generations_write)
         idem_key = check_idempotency_key(idempotency_key)
         request = parse_body(body)
         record = build_record(
-            request, svc.catalog, project=principal.project, max_attempts=svc.settings.queue.max_attempts
+            request, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts
         )
         try:
-            result = svc.queue.enqueue(record, idempotency_key=idem_key, request_hash=request_hash(request))
+            result = ctx.queue.enqueue(record, idempotency_key=idem_key, request_hash=request_hash(request))
         except IdempotencyConflict as e:
             raise ApiError(
                 409,
@@ -130,9 +130,9 @@ def build_router(svc: Services) -> APIRouter:
         limit: int = Query(20, ge=1, le=api.list_max_limit),
         cursor: str | None = Query(None, min_length=1, max_length=512),
     ) -> GenerationList:
-        principal = svc.auth.principal(api_key, Scope.generations_read)
+        principal = ctx.auth.principal(api_key, Scope.generations_read)
         try:
-            records, next_cursor = svc.queue.list_jobs(principal.project, limit=limit, cursor=cursor)
+            records, next_cursor = ctx.queue.list_jobs(principal.project, limit=limit, cursor=cursor)
         except ValueError:
             raise ApiError(400, ErrorCode.invalid_parameter, "cursor is not valid", "cursor") from None
         return GenerationList(data=[view(r, with_position=False) for r in records], next_cursor=next_cursor)
@@ -147,7 +147,7 @@ def build_router(svc: Services) -> APIRouter:
     def get_generation(
         response: Response, generation_id: Annotated[str, _GENERATION_ID], api_key: str = key
     ) -> GenerationView:
-        record = owned(generation_id, svc.auth.principal(api_key, Scope.generations_read))
+        record = owned(generation_id, ctx.auth.principal(api_key, Scope.generations_read))
         hint(response, record)
         return view(record)
 
@@ -161,11 +161,11 @@ def build_router(svc: Services) -> APIRouter:
     def cancel_generation(
         response: Response, generation_id: Annotated[str, _GENERATION_ID], api_key: str = key
     ) -> GenerationView:
-        record = owned(generation_id, svc.auth.principal(api_key, Scope.generations_write))
+        record = owned(generation_id, ctx.auth.principal(api_key, Scope.generations_write))
         if record.terminal:
             raise _not_cancelable(record)
         try:
-            record = svc.queue.cancel(generation_id)
+            record = ctx.queue.cancel(generation_id)
         except UnknownJob:
             raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id") from None
         # It may have finished between the read and the cancel: only our own cancel may end it.

@@ -6,13 +6,13 @@ from fastapi import APIRouter
 
 from api.errors import responses_for
 from api.query import only_query
-from api.services import Services
+from api.services import ApiContext
 from api.views import ModelList, model_view
 
 __all__ = ["build_router"]
 
 
-def build_router(svc: Services) -> APIRouter:
+def build_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/models", tags=["models"])
 
     @router.get(
@@ -24,12 +24,12 @@ def build_router(svc: Services) -> APIRouter:
     )
     def list_models() -> ModelList:
         hosted: set[str] = set()
-        for beat in svc.queue.live_workers():
+        for beat in ctx.queue.live_workers():
             hosted.update(beat.hosted_models)
         return ModelList(
             data=[
-                model_view(spec, available=spec.id in hosted, queue_depth=svc.queue.depth(spec.id))
-                for spec in svc.catalog.models.values()
+                model_view(spec, available=spec.id in hosted, queue_depth=ctx.queue.depth(spec.id))
+                for spec in ctx.catalog.models.values()
             ]
         )
 

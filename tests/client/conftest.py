@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from client import Client, Generation
+from worker.settings import settings_env
 
 URL_TTL_S = 2
 RETRY_AFTER_EARLY_S = 0  # while a generation is younger than RETRY_AFTER_WINDOW_S
@@ -103,11 +104,17 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> I
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "GENWORKER_STORE__URL_TTL_S": str(URL_TTL_S),
-        "GENWORKER_API__POLL_FIRST_S": str(RETRY_AFTER_EARLY_S),
-        "GENWORKER_API__POLL_FIRST_WINDOW_S": str(RETRY_AFTER_WINDOW_S),
-        "GENWORKER_API__POLL_MIN_S": str(RETRY_AFTER_LATE_S),
-        "GENWORKER_API__POLL_MAX_S": str(RETRY_AFTER_LATE_S),
+        **settings_env(
+            {
+                "store": {"url_ttl_s": URL_TTL_S},
+                "api": {
+                    "poll_first_s": RETRY_AFTER_EARLY_S,
+                    "poll_first_window_s": RETRY_AFTER_WINDOW_S,
+                    "poll_min_s": RETRY_AFTER_LATE_S,
+                    "poll_max_s": RETRY_AFTER_LATE_S,
+                },
+            }
+        ),
     }
     log = data_dir / "server.log"
     with log.open("wb") as out:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.conftest import assert_error, create_body, free_port
 from tests.e2e.test_embedded_mode import poll_until_terminal, wait_until_available
+from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -33,24 +34,16 @@ def genworker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 def distributed_env(redis_url: str, seaweed, tiny_models_dir: Path, data_dir: Path) -> dict[str, str]:
     store = seaweed.store_settings()
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "GENWORKER_DATA_DIR": str(data_dir),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_STORE__BACKEND": "s3",
-        "GENWORKER_STORE__S3_ENDPOINT_URL": str(store.s3_endpoint_url),
-        "GENWORKER_STORE__S3_BUCKET": store.s3_bucket,
-        "GENWORKER_STORE__S3_REGION": store.s3_region,
-        "GENWORKER_STORE__S3_ACCESS_KEY_ID": store.s3_access_key_id.get_secret_value(),
-        "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": store.s3_secret_access_key.get_secret_value(),
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": '["tiny-wan"]',
-        "GENWORKER_API__POLL_FIRST_S": "1",
-        "GENWORKER_API__POLL_MIN_S": "1",
-        "GENWORKER_API__POLL_MAX_S": "1",
+    s3_fields = ("backend", "s3_endpoint_url", "s3_bucket", "s3_region", "s3_access_key_id", "s3_secret_access_key")
+    settings = {
+        "data_dir": str(data_dir),
+        "queue": {"backend": "redis", "redis_url": redis_url},
+        "store": {name: getattr(store, name) for name in s3_fields},
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
+        "worker": {"hosted_models": ["tiny-wan"]},
+        "api": {"poll_first_s": 1, "poll_min_s": 1, "poll_max_s": 1},
     }
+    return {**os.environ, "HF_HUB_OFFLINE": "1", **settings_env(settings)}
 
 
 def stop(proc: subprocess.Popen[bytes]) -> int:

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import create_body, free_port
+from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -63,8 +64,7 @@ def poll_until_terminal(c: httpx.Client, gid: str) -> dict:
 def test_genworker_up_serves_the_whole_flow(tmp_path: Path, tiny_models_dir: Path) -> None:
     port = free_port()
     data = tmp_path / "var"
-    env = {**os.environ, "GENWORKER_API__POLL_FIRST_S": "1", "GENWORKER_API__POLL_MIN_S": "1"}
-    env["GENWORKER_API__POLL_MAX_S"] = "1"
+    env = {**os.environ, **settings_env({"api": {"poll_first_s": 1, "poll_min_s": 1, "poll_max_s": 1}})}
     cmd = [sys.executable, "-m", "genworker.cli", "up", "--data-dir", str(data), "--port", str(port)]
     cmd += ["--models-dir", str(tiny_models_dir)]
     # stderr (uvicorn's access log) to a file: an unread pipe could fill and stall the server.

@@ -2,8 +2,9 @@
 
 Each wraps the real tiny Wan adapter (real diffusers pipeline, real weights on disk) and adds one
 behaviour a worker must survive: a pipeline that raises, runs out of memory, is slow per step, or
-hangs inside a step. Knobs come from the variant's ``pipeline_kwargs`` (removed before the real
-pipeline sees them), so one class serves several catalog entries.
+hangs inside a step. The faults live in ``denoise``; ``decode`` is the real one. Knobs are class
+attributes keyed by the job's variant, not ``pipeline_kwargs``: the catalog refuses options a family
+does not take, and these entries are family ``wan``.
 
 ``SlowWan`` appends ``<prompt>\\t<step>\\t<unix time>`` to ``$GENWORKER_TEST_STEP_LOG`` after each
 step the worker let pass (its ``on_step`` returned), so a test can count the steps that ran after a
@@ -15,10 +16,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from pipelines.adapter import Latents
 from pipelines.config import ModelRuntimeSettings
 from pipelines.wan import WanTextToVideo
 from worker.core.catalog import ModelSpec
@@ -29,7 +31,9 @@ __all__ = ["HangingWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowWan"]
 
 
 class _WrappedWan:
-    """Delegates to the real tiny Wan adapter; subclasses change ``generate``."""
+    """Delegates to the real tiny Wan adapter; subclasses change ``denoise``."""
+
+    options: ClassVar[frozenset[str]] = WanTextToVideo.options
 
     def __init__(self, spec: ModelSpec, inner: Any) -> None:
         self.spec = spec
@@ -42,40 +46,37 @@ class _WrappedWan:
     def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
         return str(self.inner.extend_prompt(prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed))
 
+    def memory_bytes(self) -> int:
+        return int(self.inner.memory_bytes())
+
     def unload(self) -> None:
         self.inner.unload()
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
-        return self.inner.generate(_without_knobs(job), on_step)  # type: ignore[no-any-return]
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+        return self.inner.denoise(job, on_step)  # type: ignore[no-any-return]
 
-
-def _knob(job: ResolvedJob, name: str, default: float) -> float:
-    return float(job.pipeline_kwargs.get(name, default))
-
-
-def _without_knobs(job: ResolvedJob) -> ResolvedJob:
-    kwargs = {k: v for k, v in job.pipeline_kwargs.items() if not k.startswith("test_")}
-    return job.model_copy(update={"pipeline_kwargs": kwargs})
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        return self.inner.decode(latents, job)  # type: ignore[no-any-return]
 
 
 class RaisingWan(_WrappedWan):
-    """Model code that raises at step ``test_fail_at_step`` (default 1)."""
+    """Model code that raises at denoising step ``fail_at_step``."""
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
-        fail_at = int(_knob(job, "test_fail_at_step", 1))
+    fail_at_step = 2
 
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
         def step(done: int, total: int) -> None:
             on_step(done, total)
-            if done >= fail_at:
+            if done >= self.fail_at_step:
                 raise ValueError("synthetic pipeline failure (test adapter)")
 
-        return super().generate(job, step)
+        return super().denoise(job, step)
 
 
 class OomWan(_WrappedWan):
-    """Every generate runs out of memory, as CUDA reports it."""
+    """Every denoise runs out of memory, as CUDA reports it."""
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (test adapter)")
 
 
@@ -85,22 +86,25 @@ _oom_lock = threading.Lock()
 
 
 class OomOnceWan(_WrappedWan):
-    """The first generate of each prompt runs out of memory; the retry succeeds."""
+    """The first denoise of each prompt runs out of memory; the retry succeeds."""
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
         with _oom_lock:
             first = job.prompt not in _oom_seen
             _oom_seen.add(job.prompt)
         if first:
             raise RuntimeError("CUDA error: out of memory (test adapter)")
-        return super().generate(job, on_step)
+        return super().denoise(job, on_step)
 
 
 class SlowWan(_WrappedWan):
-    """Sleeps ``test_step_sleep_s`` per step (long enough to cancel, signal or kill mid-denoise)."""
+    """Sleeps per step, by variant: long enough to cancel, signal or kill mid-denoise."""
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
-        pause_s = _knob(job, "test_step_sleep_s", 0.1)
+    # slow-wan ``long`` (40 steps, ~6 s) and ``short`` (10 steps, ~2 s); timeout-wan ``standard``.
+    step_sleep_s: ClassVar[dict[str, float]] = {"long": 0.15, "short": 0.2, "standard": 0.1}
+
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+        pause_s = self.step_sleep_s[job.variant]
         log_path = os.environ.get("GENWORKER_TEST_STEP_LOG")
 
         def step(done: int, total: int) -> None:
@@ -110,15 +114,15 @@ class SlowWan(_WrappedWan):
                 with open(log_path, "a", encoding="utf-8") as f:
                     f.write(f"{job.prompt}\t{done}\t{time.time():.6f}\n")
 
-        return super().generate(job, step)
+        return super().denoise(job, step)
 
 
 class HangingWan(_WrappedWan):
     """Never returns from the first step, like a wedged CUDA kernel (nothing in-process interrupts it)."""
 
-    def generate(self, job: ResolvedJob, on_step: StepCallback) -> Media:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
         def step(done: int, total: int) -> None:
             while True:
                 time.sleep(1.0)
 
-        return super().generate(job, step)
+        return super().denoise(job, step)

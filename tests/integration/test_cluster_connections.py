@@ -23,11 +23,12 @@ from tests.fixtures.redis_server import RedisServer
 from tests.integration.queue_support import new_record
 from tests.integration.test_queue_contract import _success
 from worker.core.contract import Stage, Status
+from worker.core.errors import BackendUnavailable
 from worker.queue import keys
 from worker.queue.base import JobQueue, WorkerHeartbeat
-from worker.queue.cluster import parse_address
 from worker.queue.config import QueueSettings
 from worker.queue.factory import open_queue
+from worker.queue.redis_connect import parse_address
 
 TLS = Path(__file__).with_name("cluster_tls")
 START_TIMEOUT_S = 15.0
@@ -135,8 +136,9 @@ def test_sentinel_mode_uses_the_master_the_sentinels_name(
         finally:
             direct.close()
         wrong = settings.model_copy(update={"sentinel_master": "no-such-master"})
-        with pytest.raises(redis.sentinel.MasterNotFoundError):
+        with pytest.raises(BackendUnavailable) as no_master:
             open_queue(wrong).get(job_id)
+        assert isinstance(no_master.value.__cause__, redis.sentinel.MasterNotFoundError)
     finally:
         sentinel.stop()
 
@@ -209,8 +211,9 @@ def test_rediss_with_a_private_ca_and_a_client_certificate(tls_server: int, open
 def test_rediss_refuses_what_tls_does_not_allow(tls_server: int, missing: dict[str, None]) -> None:
     queue = open_queue(_tls_settings(tls_server, **missing))
     try:
-        with pytest.raises(redis.ConnectionError):
+        with pytest.raises(BackendUnavailable) as refused:
             queue.depth("tiny-wan")
+        assert isinstance(refused.value.__cause__, redis.ConnectionError)
     finally:
         queue.close()
 
@@ -242,8 +245,9 @@ def test_acl_settings_override_the_url(acl_server: RedisServer, opened: list[Job
     settings = QueueSettings(backend="redis", redis_url=url)
     refused = open_queue(settings)
     opened.append(refused)
-    with pytest.raises(redis.AuthenticationError):
+    with pytest.raises(BackendUnavailable) as denied:
         refused.depth("tiny-wan")
+    assert isinstance(denied.value.__cause__, redis.AuthenticationError)
     fixed = settings.model_copy(update={"redis_username": "genworker", "redis_password": SecretStr("queue-secret")})
     queue = open_queue(fixed)
     opened.append(queue)

@@ -6,7 +6,6 @@ that own their slots.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from worker.core.contract import Stage, Status
 from worker.queue import keys
 from worker.queue.config import QueueSettings
 from worker.queue.factory import open_queue
+from worker.settings import settings_env
 from worker.stores.factory import open_store
 
 MODELS = ["tiny-wan", "tiny-ltx2"]
@@ -33,19 +33,18 @@ def stack(
 ) -> Iterator[dict[str, Any]]:
     redis_cluster.flushall()
     tmp = tmp_path_factory.mktemp("cluster-worker")
-    env = {
-        "GENWORKER_DATA_DIR": str(tmp / "data"),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_MODE": "cluster",
-        "GENWORKER_QUEUE__REDIS_URL": redis_cluster.url,
-        "GENWORKER_QUEUE__CLUSTER_NODES": json.dumps(redis_cluster.addresses[1:]),
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(MODELS),
-        "GENWORKER_WORKER__PRELOAD": json.dumps(MODELS),
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_WORKER__BUILD_TINY_MODELS": "false",
-        **seaweed_env(seaweed),
+    settings = {
+        "data_dir": str(tmp / "data"),
+        "queue": {
+            "backend": "redis",
+            "redis_mode": "cluster",
+            "redis_url": redis_cluster.url,
+            "cluster_nodes": redis_cluster.addresses[1:],
+        },
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
+        "worker": {"hosted_models": MODELS, "preload": MODELS, "heartbeat_s": 1, "build_tiny_models": False},
     }
+    env = {**settings_env(settings), **seaweed_env(seaweed)}
     worker = WorkerProcess(env, tmp / "worker.log").start()
     queue = open_queue(QueueSettings(backend="redis", redis_mode="cluster", redis_url=redis_cluster.url))
     try:

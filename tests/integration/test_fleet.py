@@ -12,7 +12,6 @@ about a minute on two cores. Nothing here asserts on time; waits poll with gener
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from worker.core.contract import GenerationRecord, Status
 from worker.queue.base import JobQueue
 from worker.queue.config import QueueSettings
 from worker.queue.factory import open_queue
-from worker.settings import Settings
+from worker.settings import Settings, settings_env
 from worker.stores.config import StoreSettings
 
 FLEET = {
@@ -56,22 +55,22 @@ class Fleet:
         self.workers: dict[str, WorkerProcess] = {}
 
     def start(self, worker_id: str, models: list[str]) -> WorkerProcess:
-        env = {
-            "GENWORKER_DATA_DIR": str(self.tmp / worker_id),
-            "GENWORKER_CATALOG_PATH": str(self.catalog_path),
-            "GENWORKER_QUEUE__BACKEND": "redis",
-            "GENWORKER_QUEUE__REDIS_URL": self.redis_url,
-            "GENWORKER_STORE__BACKEND": "local",
-            "GENWORKER_STORE__LOCAL_ROOT": str(self.artifacts),
-            "GENWORKER_MODELS__TINY_MODELS_DIR": str(self.tiny_models_dir),
-            "GENWORKER_WORKER__WORKER_ID": worker_id,
-            "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(models),
-            "GENWORKER_WORKER__PRELOAD": json.dumps(models),
-            "GENWORKER_WORKER__HEARTBEAT_S": str(HEARTBEAT_S),
-            "GENWORKER_WORKER__BUILD_TINY_MODELS": "false",
-            # Two cores, three workers: one torch thread each keeps them from fighting over cores.
-            "OMP_NUM_THREADS": "1",
+        settings = {
+            "data_dir": str(self.tmp / worker_id),
+            "catalog_path": str(self.catalog_path),
+            "queue": {"backend": "redis", "redis_url": self.redis_url},
+            "store": {"backend": "local", "local_root": str(self.artifacts)},
+            "models": {"tiny_models_dir": str(self.tiny_models_dir)},
+            "worker": {
+                "worker_id": worker_id,
+                "hosted_models": models,
+                "preload": models,
+                "heartbeat_s": HEARTBEAT_S,
+                "build_tiny_models": False,
+            },
         }
+        # Two cores, three workers: one torch thread each keeps them from fighting over cores.
+        env = {**settings_env(settings), "OMP_NUM_THREADS": "1"}
         worker = WorkerProcess(env, self.tmp / f"{worker_id}.log").start()
         self.workers[worker_id] = worker
         return worker

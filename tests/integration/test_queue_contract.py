@@ -199,8 +199,9 @@ def test_retry_then_dead_letter_keeps_the_error(make_queue: MakeQueue) -> None:
     assert failed is not None and failed.status is Status.failed and failed.finished_at is not None
     assert failed.error == ErrorInfo(code=ErrorCode.upload_failed, message="store still down")
     assert q.claim("w1", ["tiny-wan"]) is None
-    dead = [d for d in q.dead_letters() if d.get("job_id") == record.id]
-    assert len(dead) == 1 and dead[0]["code"] == "upload_failed" and dead[0]["message"] == "store still down"
+    dead = [d for d in q.dead_letters() if d.job_id == record.id]
+    assert len(dead) == 1 and dead[0].code == "upload_failed" and dead[0].message == "store still down"
+    assert dead[0].reason == "out of attempts" and dead[0].model == "tiny-wan" and dead[0].id
     assert [e.status for e in q.events(record.id)] == [
         Status.queued,
         Status.running,
@@ -230,7 +231,7 @@ def test_lapsed_lease_on_the_last_attempt_fails_worker_lost(make_queue: MakeQueu
     failed = q.get(record.id)
     assert failed is not None and failed.status is Status.failed and failed.error is not None
     assert failed.error.code is ErrorCode.worker_lost
-    assert [d["reason"] for d in q.dead_letters() if d.get("job_id") == record.id] == ["worker_lost"]
+    assert [d.reason for d in q.dead_letters() if d.job_id == record.id] == ["worker_lost"]
 
 
 def test_release_redelivers_without_using_up_an_attempt(queue: JobQueue) -> None:

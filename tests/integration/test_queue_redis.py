@@ -73,7 +73,9 @@ def test_unreadable_entries_are_dead_lettered_and_acknowledged(redis_url: str) -
     good = q.enqueue(new_record()).record
     claim = q.claim("w1", ["tiny-wan"])
     assert claim is not None and claim.job_id == good.id
-    reasons = [d["reason"] for d in q.dead_letters()]
+    dead = q.dead_letters()
+    assert all(d.entry and d.raw and d.model == "tiny-wan" for d in dead)
+    reasons = [d.reason for d in dead]
     assert len(reasons) == 6
     assert "payload not JSON" in reasons[0]
     assert "wrong schema" in reasons[1] and "job_id" in reasons[1]

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 
 from api.artifacts import artifact_app
 from tests.fixtures.seaweed import SeaweedServer
-from worker.core.errors import ErrorCode, JobError, TransientError
+from worker.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
 from worker.stores.base import ArtifactStore, artifact_key
 from worker.stores.config import StoreSettings
 from worker.stores.factory import SECRET_FILE, open_store
@@ -227,6 +227,11 @@ def test_unreachable_s3_is_transient(small_file: Path) -> None:
     with pytest.raises(TransientError) as info:
         S3Store(settings).put_file("k/poster.jpg", small_file, content_type="image/jpeg")
     assert info.value.code is ErrorCode.upload_failed
+    assert isinstance(info.value, BackendUnavailable)  # no answer at all: the API would say 503
+    for call in (lambda s: s.exists("k/poster.jpg"), lambda s: s.delete("k/poster.jpg"), S3Store.ensure_bucket):
+        with pytest.raises(BackendUnavailable) as info:
+            call(S3Store(settings))
+        assert info.value.code is ErrorCode.upload_failed and info.value.__cause__ is not None
 
 
 def test_ensure_bucket_creates_a_private_bucket(seaweed: SeaweedServer, small_file: Path) -> None:
@@ -255,6 +260,21 @@ def test_local_store_refuses_keys_outside_its_root(local_server: LocalServer, sm
     with pytest.raises(InvalidKey):
         store.sign_url(key)
     assert not (local_server.root.parent / "escape.mp4").exists()
+
+
+def test_local_store_file_system_errors_are_transient(local_server: LocalServer, small_file: Path) -> None:
+    """An OSError leaves the store as ``TransientError(upload_failed)`` with the OSError as its cause."""
+    store = local_server.store()
+    key = fresh_key("poster.jpg")
+    store.put_file(key, small_file, content_type="image/jpeg")
+    directory = key.rsplit("/", 1)[0]  # unlinking a directory fails whoever runs the test (root too)
+    with pytest.raises(TransientError) as info:
+        store.delete(directory)
+    assert info.value.code is ErrorCode.upload_failed
+    assert isinstance(info.value.__cause__, OSError)
+    with pytest.raises(TransientError) as info:
+        store.put_file(fresh_key("x.jpg"), small_file.with_name("missing.jpg"), content_type="image/jpeg")
+    assert isinstance(info.value.__cause__, FileNotFoundError)
 
 
 def test_local_store_writes_atomically_into_the_key_path(local_server: LocalServer, big_file: Path) -> None:

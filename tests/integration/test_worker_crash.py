@@ -28,6 +28,7 @@ from tests.integration.worker_harness import (
 from worker.core.catalog import load_catalog
 from worker.core.contract import GenerationRecord, Stage, Status
 from worker.queue.base import JobQueue
+from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def crash_env(
         hosted=["slow-wan"],
         preload=["slow-wan"],
         seaweed=seaweed,
-        GENWORKER_WORKER__RECLAIM_INTERVAL_S="1",
+        overrides={"worker": {"reclaim_interval_s": 1}},
     )
     queue = open_queue(QueueSettings(backend="redis", redis_url=redis_url, lease_ttl_s=3))
     workers: list[WorkerProcess] = []
@@ -61,8 +62,10 @@ def crash_env(
     queue.close()
 
 
-def start_worker(crash_env: dict[str, Any], name: str, **extra: str) -> WorkerProcess:
-    worker = WorkerProcess({**crash_env["env"], **extra}, crash_env["tmp"] / f"{name}.log").start()
+def start_worker(crash_env: dict[str, Any], name: str, **section: Any) -> WorkerProcess:
+    """A worker on the module's environment; ``section``: fields of its ``worker`` settings section."""
+    env = {**crash_env["env"], **settings_env({"worker": section})}
+    worker = WorkerProcess(env, crash_env["tmp"] / f"{name}.log").start()
     crash_env["workers"].append(worker)
     return worker.wait_ready()
 
@@ -92,7 +95,7 @@ def worker_b(crash_env: dict[str, Any]) -> dict[str, Any]:
     wait_for(queue, job.id, denoising_on(1))
     worker_a.signal(signal.SIGKILL)
     assert worker_a.wait_exit() == -signal.SIGKILL
-    worker_b = start_worker(crash_env, "b", GENWORKER_WORKER__DRAIN_GRACE_S="0.5")
+    worker_b = start_worker(crash_env, "b", drain_grace_s=0.5)
     return {"worker": worker_b, "killed_job": job}
 
 
@@ -127,7 +130,7 @@ def test_sigterm_past_the_grace_releases_the_job_and_exits_zero(
 def test_sigterm_within_the_grace_finishes_the_job_and_claims_no_more(crash_env: dict[str, Any]) -> None:
     queue: JobQueue = crash_env["queue"]
     released: GenerationRecord = crash_env["released_job"]
-    worker = start_worker(crash_env, "c", GENWORKER_WORKER__DRAIN_GRACE_S="60")
+    worker = start_worker(crash_env, "c", drain_grace_s=60)
     wait_for(queue, released.id, denoising_on(2))
     waiting = enqueue(crash_env, "short")
     worker.signal(signal.SIGTERM)

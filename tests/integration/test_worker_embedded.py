@@ -6,7 +6,6 @@ still ends the process.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.integration.worker_media import assert_playable_mp4
 from worker.core.catalog import load_catalog
 from worker.core.contract import Status
 from worker.queue.base import JobQueue
+from worker.settings import settings_env
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +36,25 @@ def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) ->
     tmp = tmp_path_factory.mktemp("worker-embedded")
     data = tmp / "var"
     catalog_path = write_test_catalog(tmp / "catalog.yaml")
-    env = {  # the variables `genworker up` sets for its worker
-        "GENWORKER_DATA_DIR": str(data),
-        "GENWORKER_QUEUE__BACKEND": "sqlite",
-        "GENWORKER_QUEUE__SQLITE_PATH": str(data / "queue.db"),
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": str(data / "artifacts"),
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        # test-only: the catalog with the hanging model, a short lease and fast detection of the hang
-        "GENWORKER_CATALOG_PATH": str(catalog_path),
-        "GENWORKER_QUEUE__LEASE_TTL_S": "3",
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(["tiny-wan", "tiny-ltx2", "hang-wan"]),
-        "GENWORKER_WORKER__HANG_MARGIN_S": "1",
-        "GENWORKER_WORKER__RECLAIM_INTERVAL_S": "1",
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_WORKER__DRAIN_GRACE_S": "1",
+    up = {  # what `genworker up` sets for its worker
+        "data_dir": str(data),
+        "queue": {"backend": "sqlite", "sqlite_path": str(data / "queue.db")},
+        "store": {"backend": "local", "local_root": str(data / "artifacts")},
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
     }
+    # test-only: the catalog with the hanging model, a short lease and fast detection of the hang
+    test_only = {
+        "catalog_path": str(catalog_path),
+        "queue": {"lease_ttl_s": 3},
+        "worker": {
+            "hosted_models": ["tiny-wan", "tiny-ltx2", "hang-wan"],
+            "hang_margin_s": 1,
+            "reclaim_interval_s": 1,
+            "heartbeat_s": 1,
+            "drain_grace_s": 1,
+        },
+    }
+    env = {**settings_env(up), **settings_env(test_only)}
     queue = open_queue(QueueSettings(backend="sqlite", sqlite_path=str(data / "queue.db"), lease_ttl_s=3))
     worker = WorkerProcess(env, tmp / "worker.log").start()
     try:

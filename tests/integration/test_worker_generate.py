@@ -10,13 +10,13 @@ from pathlib import Path
 
 from tests.integration.worker_harness import ROOT
 from tests.integration.worker_media import assert_playable_mp4
+from worker.settings import settings_env
 
 
 def run_generate(args: list[str], tiny_models_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_DATA_DIR": str(tmp_path / "var"),
+        **settings_env({"models": {"tiny_models_dir": str(tiny_models_dir)}, "data_dir": str(tmp_path / "var")}),
         "PYTHONPATH": str(ROOT),
     }
     cmd = [sys.executable, "-m", "genworker.cli", "generate", *args]

@@ -200,6 +200,11 @@ def test_heartbeat_logs_and_metrics_add_up(stack: dict[str, Any]) -> None:
         for m in {r.model for r in records if r}
     )
     assert uploads == succeeded
+    decodes = sum(
+        worker.metric("genworker_stage_seconds_count", model=m, stage="decoding")
+        for m in {r.model for r in records if r}
+    )
+    assert decodes >= succeeded  # every succeeded job decoded (a failed one may have decoded too)
     assert worker.metric("genworker_model_load_seconds_count", model="tiny-wan") >= 1
     assert worker.metric("genworker_queue_depth", model="tiny-wan") == 0
     assert worker.get("/healthz")[0] == 200 and worker.get("/readyz")[0] == 200
@@ -207,7 +212,7 @@ def test_heartbeat_logs_and_metrics_add_up(stack: dict[str, Any]) -> None:
     assert len(beats) == 1 and beats[0].ready
     lines = worker.logs()
     stage_lines = [line for line in lines if line.get("job_id") == ENQUEUED[0] and "elapsed_ms" in line]
-    assert {line["stage"] for line in stage_lines} >= {"loading", "denoising", "encoding", "uploading"}
+    assert {line["stage"] for line in stage_lines} >= {"loading", "denoising", "decoding", "encoding", "uploading"}
     log_text = worker.log_path.read_text(encoding="utf-8")
     for record in records:
         assert record is not None and record.input.prompt not in log_text  # prompts are never logged

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from worker.core.catalog import Catalog, default_catalog_path, load_catalog
 from worker.core.contract import GenerationRecord, RecordInput, RecordParameters, Status, parse_create_request
 from worker.core.resolve import resolve
 from worker.queue.base import JobQueue
+from worker.settings import settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).with_name("catalog_faults.yaml")
@@ -48,14 +49,15 @@ def redis_db_url(redis_server: Any, db: int) -> str:
 
 def seaweed_env(seaweed: Any) -> dict[str, str]:
     """``GENWORKER_STORE__*`` for the ``seaweed`` fixture's S3 server (what an operator would export)."""
-    return {
-        "GENWORKER_STORE__BACKEND": "s3",
-        "GENWORKER_STORE__S3_ENDPOINT_URL": seaweed.endpoint,
-        "GENWORKER_STORE__S3_BUCKET": seaweed.bucket,
-        "GENWORKER_STORE__S3_REGION": seaweed.region,
-        "GENWORKER_STORE__S3_ACCESS_KEY_ID": seaweed.access_key,
-        "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": seaweed.secret_key,
+    store = {
+        "backend": "s3",
+        "s3_endpoint_url": seaweed.endpoint,
+        "s3_bucket": seaweed.bucket,
+        "s3_region": seaweed.region,
+        "s3_access_key_id": seaweed.access_key,
+        "s3_secret_access_key": seaweed.secret_key,
     }
+    return settings_env({"store": store})
 
 
 def redis_worker_env(
@@ -68,22 +70,19 @@ def redis_worker_env(
     hosted: list[str],
     preload: list[str],
     seaweed: Any,
+    overrides: Mapping[str, Any] | None = None,
     **extra: str,
 ) -> dict[str, str]:
-    """The environment of a worker on Redis + SeaweedFS, configured as an operator would (env only)."""
-    return {
-        "GENWORKER_DATA_DIR": str(tmp / "data"),
-        "GENWORKER_CATALOG_PATH": str(catalog_path),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_QUEUE__LEASE_TTL_S": f"{lease_ttl_s:g}",
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(tiny_models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(hosted),
-        "GENWORKER_WORKER__PRELOAD": json.dumps(preload),
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        **extra,
-        **seaweed_env(seaweed),
+    """The environment of a worker on Redis + SeaweedFS, configured as an operator would (env only).
+    ``overrides``: more settings (nested, as for ``settings_env``); ``extra``: other variables."""
+    settings = {
+        "data_dir": str(tmp / "data"),
+        "catalog_path": str(catalog_path),
+        "queue": {"backend": "redis", "redis_url": redis_url, "lease_ttl_s": lease_ttl_s},
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
+        "worker": {"hosted_models": hosted, "preload": preload, "heartbeat_s": 1},
     }
+    return {**settings_env(settings), **settings_env(overrides or {}), **extra, **seaweed_env(seaweed)}
 
 
 def write_test_catalog(path: Path) -> Path:
@@ -160,7 +159,7 @@ class WorkerProcess:
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
-        self.env = {**os.environ, **env, "GENWORKER_WORKER__METRICS_PORT": str(self.port)}
+        self.env = {**os.environ, **env, **settings_env({"worker": {"metrics_port": self.port}})}
         self.env.setdefault("PYTHONPATH", str(ROOT))
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from pipelines.adapter import generate
 from pipelines.cache import ModelCache
 from pipelines.config import ModelRuntimeSettings
 from tests.pipelines.conftest import MakeJob
@@ -23,9 +24,9 @@ def _cache(runtime: ModelRuntimeSettings, budget_gb: float) -> ModelCache:
 def test_a_second_job_does_not_reload(model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
     spec = catalog.models[WAN]
     first = model_cache.get(spec)
-    frames_of(first.generate(make_job(WAN, variant="fast", ratio="1:1", duration_seconds=1), StepLog()))
+    frames_of(generate(first, make_job(WAN, variant="fast", ratio="1:1", duration_seconds=1), StepLog()))
     second = model_cache.get(spec)
-    frames_of(second.generate(make_job(WAN, variant="fast", ratio="1:1", duration_seconds=1, seed=2), StepLog()))
+    frames_of(generate(second, make_job(WAN, variant="fast", ratio="1:1", duration_seconds=1, seed=2), StepLog()))
     assert second is first
     assert model_cache.load_count(WAN) == 1
     assert WAN in model_cache.loaded()
@@ -35,8 +36,8 @@ def test_a_second_job_does_not_reload(model_cache: ModelCache, catalog: Catalog,
 
 def test_lru_eviction_under_a_small_budget(tiny_runtime: ModelRuntimeSettings, catalog: Catalog) -> None:
     probe = _cache(tiny_runtime, 1.0)
-    wan_bytes = probe.get(catalog.models[WAN]).memory_bytes()  # type: ignore[attr-defined]
-    ltx_bytes = probe.get(catalog.models[LTX]).memory_bytes()  # type: ignore[attr-defined]
+    wan_bytes = probe.get(catalog.models[WAN]).memory_bytes()
+    ltx_bytes = probe.get(catalog.models[LTX]).memory_bytes()
     assert probe.loaded() == [WAN, LTX]
     assert probe.resident_bytes() == wan_bytes + ltx_bytes
     probe.clear()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipelines.adapter import generate
 from pipelines.cache import ModelCache
-from pipelines.ltx2 import LTX2TextToVideo
+from pipelines.ltx2 import LTX2Latents, LTX2TextToVideo
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 from worker.core.catalog import Catalog
@@ -44,7 +45,7 @@ def test_output_matches_the_request(
 ) -> None:
     job = make_job(MODEL, variant="fast", resolution=resolution, ratio=ratio, duration_seconds=duration, audio=audio)
     steps = StepLog()
-    media = ltx.generate(job, steps)
+    media = generate(ltx, job, steps)
     frames = frames_of(media)
     assert (media.width, media.height) == (job.gen_width, job.gen_height)
     assert job.gen_width % 32 == 0 and job.gen_height % 32 == 0
@@ -67,9 +68,9 @@ def test_output_matches_the_request(
 
 def test_same_seed_same_output_other_seed_or_prompt_differs(ltx: LTX2TextToVideo, make_job: MakeJob) -> None:
     base = make_job(MODEL, seed=11, **SMALL)
-    first, again = ltx.generate(base, StepLog()), ltx.generate(base, StepLog())
-    other_seed = ltx.generate(make_job(MODEL, seed=12, **SMALL), StepLog())
-    other_prompt = ltx.generate(make_job(MODEL, seed=11, prompt="rain on a tin roof at night", **SMALL), StepLog())
+    first, again = generate(ltx, base, StepLog()), generate(ltx, base, StepLog())
+    other_seed = generate(ltx, make_job(MODEL, seed=12, **SMALL), StepLog())
+    other_prompt = generate(ltx, make_job(MODEL, seed=11, prompt="rain on a tin roof at night", **SMALL), StepLog())
     assert first.audio and again.audio and other_seed.audio and other_prompt.audio
     frames = frames_of(first)
     np.testing.assert_array_equal(frames, frames_of(again))
@@ -80,12 +81,31 @@ def test_same_seed_same_output_other_seed_or_prompt_differs(ltx: LTX2TextToVideo
     assert not np.array_equal(first.audio.samples, other_prompt.audio.samples)
 
 
+def test_decode_is_a_separate_call_that_can_be_repeated(ltx: LTX2TextToVideo, make_job: MakeJob) -> None:
+    job = make_job(MODEL, seed=13, **SMALL)
+    passes = _forward_counter(ltx.pipe.transformer)
+    vocoder_calls = _forward_counter(ltx.pipe.vocoder)
+    latents = ltx.denoise(job, StepLog())
+    assert isinstance(latents, LTX2Latents)
+    assert len(passes) == job.steps and vocoder_calls == []  # the audio decoder waits for decode
+    first, again = ltx.decode(latents, job), ltx.decode(latents, job)  # again: an out-of-memory retry
+    assert len(passes) == job.steps and len(vocoder_calls) == 2
+    assert first.audio and again.audio
+    frames = frames_of(first)  # chunks can be consumed once
+    np.testing.assert_array_equal(frames, frames_of(again))
+    np.testing.assert_array_equal(first.audio.samples, again.audio.samples)
+    whole = generate(ltx, job, StepLog())
+    assert whole.audio
+    np.testing.assert_array_equal(frames, frames_of(whole))
+    np.testing.assert_array_equal(first.audio.samples, whole.audio.samples)
+
+
 def test_no_audio_skips_the_audio_decoder(ltx: LTX2TextToVideo, make_job: MakeJob) -> None:
     vocoder_calls = _forward_counter(ltx.pipe.vocoder)
-    silent = ltx.generate(make_job(MODEL, variant="fast", audio=False, **SMALL), StepLog())
+    silent = generate(ltx, make_job(MODEL, variant="fast", audio=False, **SMALL), StepLog())
     assert silent.audio is None
     assert vocoder_calls == []
-    loud = ltx.generate(make_job(MODEL, variant="fast", audio=True, **SMALL), StepLog())
+    loud = generate(ltx, make_job(MODEL, variant="fast", audio=True, **SMALL), StepLog())
     assert loud.audio is not None
     assert len(vocoder_calls) == 1
 
@@ -95,14 +115,14 @@ def test_stg_and_modality_guidance_stay_off_unless_the_variant_enables_them(
 ) -> None:
     job = make_job(MODEL, **SMALL)  # standard: CFG on, STG and modality guidance off in the catalog
     passes = _forward_counter(ltx.pipe.transformer)
-    ltx.generate(job.model_copy(update={"pipeline_kwargs": {}}), StepLog())  # the adapter's own defaults
+    generate(ltx, job.model_copy(update={"pipeline_kwargs": {}}), StepLog())  # the adapter's own defaults
     assert len(passes) == job.steps  # one batched CFG pass per step
     passes.clear()
-    ltx.generate(job, StepLog())
+    generate(ltx, job, StepLog())
     assert len(passes) == job.steps
     passes.clear()
     enabled = {**job.pipeline_kwargs, "stg_scale": 1.0, "spatio_temporal_guidance_blocks": [1], "modality_scale": 3.0}
-    ltx.generate(job.model_copy(update={"pipeline_kwargs": enabled}), StepLog())
+    generate(ltx, job.model_copy(update={"pipeline_kwargs": enabled}), StepLog())
     assert len(passes) > job.steps
 
 
@@ -112,7 +132,7 @@ def test_cancel_stops_within_one_step(ltx: LTX2TextToVideo, make_job: MakeJob) -
     vocoder_calls = _forward_counter(ltx.pipe.vocoder)
     steps = StepLog(stop_at=2, error=JobCanceled())
     with pytest.raises(JobCanceled):
-        ltx.generate(job, steps)
+        generate(ltx, job, steps)
     assert steps.calls == [(1, job.steps), (2, job.steps)]
     assert len(passes) == 2
     assert vocoder_calls == []
@@ -121,6 +141,6 @@ def test_cancel_stops_within_one_step(ltx: LTX2TextToVideo, make_job: MakeJob) -
 def test_frame_rule_violation_is_refused(ltx: LTX2TextToVideo, make_job: MakeJob) -> None:
     job = make_job(MODEL, **SMALL).model_copy(update={"num_frames": 16})  # the pipeline would silently use 9
     with pytest.raises(JobError) as raised:
-        ltx.generate(job, StepLog())
+        generate(ltx, job, StepLog())
     assert raised.value.code == ErrorCode.invalid_parameter
     assert "8k+1" in raised.value.message

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipelines.adapter import generate
 from pipelines.cache import ModelCache
 from pipelines.config import ModelRuntimeSettings
 from pipelines.runtime import CHUNK_FRAMES
-from pipelines.wan import WanTextToVideo
+from pipelines.wan import WanLatents, WanTextToVideo
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 from worker.core.catalog import Catalog
@@ -47,7 +48,7 @@ def test_output_matches_the_request(
 ) -> None:
     job = make_job(MODEL, variant="fast", resolution=resolution, ratio=ratio, duration_seconds=duration)
     steps = StepLog()
-    media = wan.generate(job, steps)
+    media = generate(wan, job, steps)
     frames = frames_of(media)
     assert (media.width, media.height) == (job.gen_width, job.gen_height)
     assert media.width >= job.width and media.height >= job.height
@@ -61,7 +62,7 @@ def test_output_matches_the_request(
 
 def test_frames_stream_in_bounded_chunks(wan: WanTextToVideo, make_job: MakeJob) -> None:
     job = make_job(MODEL, variant="fast", ratio="1:1", duration_seconds=3)  # 13 frames: more than one chunk
-    sizes = [chunk.shape[0] for chunk in wan.generate(job, StepLog()).chunks]
+    sizes = [chunk.shape[0] for chunk in generate(wan, job, StepLog()).chunks]
     assert len(sizes) > 1
     assert max(sizes) <= CHUNK_FRAMES
     assert sum(sizes) == job.num_frames
@@ -69,11 +70,11 @@ def test_frames_stream_in_bounded_chunks(wan: WanTextToVideo, make_job: MakeJob)
 
 def test_same_seed_same_frames_other_seed_or_prompt_differs(wan: WanTextToVideo, make_job: MakeJob) -> None:
     base = make_job(MODEL, seed=7, **SMALL)
-    first = frames_of(wan.generate(base, StepLog()))
-    again = frames_of(wan.generate(base, StepLog()))
-    other_seed = frames_of(wan.generate(make_job(MODEL, seed=8, **SMALL), StepLog()))
+    first = frames_of(generate(wan, base, StepLog()))
+    again = frames_of(generate(wan, base, StepLog()))
+    other_seed = frames_of(generate(wan, make_job(MODEL, seed=8, **SMALL), StepLog()))
     other_prompt = frames_of(
-        wan.generate(make_job(MODEL, seed=7, prompt="a blue whale in deep water", **SMALL), StepLog())
+        generate(wan, make_job(MODEL, seed=7, prompt="a blue whale in deep water", **SMALL), StepLog())
     )
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other_seed)
@@ -81,8 +82,8 @@ def test_same_seed_same_frames_other_seed_or_prompt_differs(wan: WanTextToVideo,
 
 
 def test_negative_prompt_is_passed_to_the_model(wan: WanTextToVideo, make_job: MakeJob) -> None:
-    reference = frames_of(wan.generate(make_job(MODEL, seed=3, **SMALL), StepLog()))
-    custom = frames_of(wan.generate(make_job(MODEL, seed=3, negative_prompt="cartoon, text", **SMALL), StepLog()))
+    reference = frames_of(generate(wan, make_job(MODEL, seed=3, **SMALL), StepLog()))
+    custom = frames_of(generate(wan, make_job(MODEL, seed=3, negative_prompt="cartoon, text", **SMALL), StepLog()))
     assert not np.array_equal(reference, custom)
 
 
@@ -91,17 +92,42 @@ def test_cancel_stops_within_one_step(wan: WanTextToVideo, make_job: MakeJob) ->
     forwards = _forward_counter(wan.pipe.transformer)
     steps = StepLog(stop_at=2, error=JobCanceled())
     with pytest.raises(JobCanceled):
-        wan.generate(job, steps)
+        generate(wan, job, steps)
     assert steps.calls == [(1, 4), (2, 4)]
     assert len(forwards) == 2 * 2
+
+
+def test_decode_is_a_separate_call_that_can_be_repeated(wan: WanTextToVideo, make_job: MakeJob) -> None:
+    job = make_job(MODEL, seed=4, **SMALL)
+    steps = StepLog()
+    forwards = _forward_counter(wan.pipe.transformer)
+    latents = wan.denoise(job, steps)
+    assert isinstance(latents, WanLatents)
+    denoise_passes = len(forwards)
+    first = frames_of(wan.decode(latents, job))
+    again = frames_of(wan.decode(latents, job))  # what an out-of-memory retry of the decode stage does
+    assert len(forwards) == denoise_passes  # decoding runs no transformer pass
+    assert steps.calls == [(i, job.steps) for i in range(1, job.steps + 1)]
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, frames_of(generate(wan, job, StepLog())))
+
+
+def test_unknown_pipeline_option_is_refused_before_denoising(wan: WanTextToVideo, make_job: MakeJob) -> None:
+    job = make_job(MODEL, **SMALL).model_copy(update={"pipeline_kwargs": {"boundary_ration": 0.9}})
+    steps = StepLog()
+    with pytest.raises(JobError) as raised:
+        wan.denoise(job, steps)
+    assert raised.value.code == ErrorCode.pipeline_error
+    assert "boundary_ration" in raised.value.message
+    assert steps.calls == []
 
 
 def test_variant_shift_rebuilds_the_scheduler(wan: WanTextToVideo, make_job: MakeJob) -> None:
     job = make_job(MODEL, variant="fast", seed=5, **SMALL)
     shifted = job.model_copy(update={"flow_shift": 8.0})
-    base_frames = frames_of(wan.generate(job, StepLog()))
+    base_frames = frames_of(generate(wan, job, StepLog()))
     assert wan.pipe.scheduler.config.flow_shift == job.flow_shift
-    shifted_frames = frames_of(wan.generate(shifted, StepLog()))
+    shifted_frames = frames_of(generate(wan, shifted, StepLog()))
     assert wan.pipe.scheduler.config.flow_shift == 8.0
     assert not np.array_equal(base_frames, shifted_frames)
 
@@ -122,7 +148,7 @@ def test_runtime_knobs_apply_and_offload_needs_cuda(
         }
         assert backends == {"native"}
         assert not hasattr(adapter.pipe.transformer, "_hf_hook")  # no CPU offload hooks on a CPU device
-        media = adapter.generate(make_job(MODEL, variant="fast", **SMALL), StepLog())
+        media = generate(adapter, make_job(MODEL, variant="fast", **SMALL), StepLog())
         assert frames_of(media).shape == (media.num_frames, media.height, media.width, 3)
     finally:
         adapter.unload()
@@ -131,7 +157,7 @@ def test_runtime_knobs_apply_and_offload_needs_cuda(
 def test_frame_rule_violation_is_refused(wan: WanTextToVideo, make_job: MakeJob) -> None:
     job = make_job(MODEL).model_copy(update={"num_frames": 10})
     with pytest.raises(JobError) as raised:
-        wan.generate(job, StepLog())
+        generate(wan, job, StepLog())
     assert raised.value.code == ErrorCode.invalid_parameter
     assert "4k+1" in raised.value.message
 
@@ -139,7 +165,7 @@ def test_frame_rule_violation_is_refused(wan: WanTextToVideo, make_job: MakeJob)
 def test_boundary_ratio_needs_a_second_expert(wan: WanTextToVideo, make_job: MakeJob) -> None:
     job = make_job(MODEL).model_copy(update={"pipeline_kwargs": {"boundary_ratio": 0.875}})
     with pytest.raises(JobError, match="transformer_2"):
-        wan.generate(job, StepLog())
+        generate(wan, job, StepLog())
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +202,7 @@ def test_two_experts_switch_at_the_boundary(
         job = make_job(MODEL, **SMALL).model_copy(
             update={"guidance_scale_2": 3.0, "flow_shift": 12.0, "pipeline_kwargs": {"boundary_ratio": 0.875}}
         )
-        media = adapter.generate(job, StepLog())
+        media = generate(adapter, job, StepLog())
         assert frames_of(media).shape[0] == job.num_frames
         assert adapter.pipe.config.boundary_ratio == 0.875
         assert high and low  # both experts ran
@@ -185,4 +211,4 @@ def test_two_experts_switch_at_the_boundary(
         adapter.unload()
     assert adapter.pipe is None
     with pytest.raises(JobError, match="unloaded"):
-        adapter.generate(job, StepLog())
+        generate(adapter, job, StepLog())

@@ -14,41 +14,42 @@ from tests.fixtures.seaweed import SeaweedServer, _command, _free_port_block, _s
 from tests.integration.worker_harness import WorkerProcess
 from worker.core.contract import Status
 from worker.queue.base import JobQueue
+from worker.settings import settings_env
 from worker.stores.base import ArtifactStore
 
 TERMINAL = {Status.succeeded, Status.failed, Status.canceled}
 
 
 def worker_env(tmp: Path, redis_url: str, models_dir: Path, catalog: Path, **extra: str) -> dict[str, str]:
-    """A worker hosting the tiny models, quick to retry, on a 2 s lease."""
-    return {
-        "GENWORKER_DATA_DIR": str(tmp / "data"),
-        "GENWORKER_CATALOG_PATH": str(catalog),
-        "GENWORKER_QUEUE__BACKEND": "redis",
-        "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_QUEUE__LEASE_TTL_S": "2",
-        "GENWORKER_QUEUE__RETRY_BACKOFF_S": "0.2",
-        "GENWORKER_MODELS__TINY_MODELS_DIR": str(models_dir),
-        "GENWORKER_WORKER__HOSTED_MODELS": json.dumps(["tiny-wan"]),
-        "GENWORKER_WORKER__PRELOAD": '["tiny-wan"]',
-        "GENWORKER_WORKER__HEARTBEAT_S": "1",
-        "GENWORKER_WORKER__RECLAIM_INTERVAL_S": "1",
-        "GENWORKER_WORKER__MAX_BACKOFF_S": "1",
-        "GENWORKER_ENCODER__PRESET": "ultrafast",
-        **extra,
+    """A worker hosting the tiny models, quick to retry, on a 2 s lease; ``extra``: more variables."""
+    settings = {
+        "data_dir": str(tmp / "data"),
+        "catalog_path": str(catalog),
+        "queue": {"backend": "redis", "redis_url": redis_url, "lease_ttl_s": 2, "retry_backoff_s": 0.2},
+        "models": {"tiny_models_dir": str(models_dir)},
+        "worker": {
+            "hosted_models": ["tiny-wan"],
+            "preload": ["tiny-wan"],
+            "heartbeat_s": 1,
+            "reclaim_interval_s": 1,
+            "max_backoff_s": 1,
+        },
+        "encoder": {"preset": "ultrafast"},
     }
+    return {**settings_env(settings), **extra}
 
 
 def s3_store_env(server: SeaweedServer) -> dict[str, str]:
     """The worker settings for ``server`` as its S3 store."""
-    return {
-        "GENWORKER_STORE__BACKEND": "s3",
-        "GENWORKER_STORE__S3_ENDPOINT_URL": server.endpoint,
-        "GENWORKER_STORE__S3_BUCKET": server.bucket,
-        "GENWORKER_STORE__S3_REGION": server.region,
-        "GENWORKER_STORE__S3_ACCESS_KEY_ID": server.access_key,
-        "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": server.secret_key,
+    store = {
+        "backend": "s3",
+        "s3_endpoint_url": server.endpoint,
+        "s3_bucket": server.bucket,
+        "s3_region": server.region,
+        "s3_access_key_id": server.access_key,
+        "s3_secret_access_key": server.secret_key,
     }
+    return settings_env({"store": store})
 
 
 def assert_invariants(

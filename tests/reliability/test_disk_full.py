@@ -28,6 +28,7 @@ from tests.reliability.support import assert_invariants, worker_env
 from worker.core.catalog import load_catalog
 from worker.core.contract import Status
 from worker.core.errors import ErrorCode
+from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -69,12 +70,8 @@ def disk(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Ite
     worker: WorkerProcess | None = None
     try:
         catalog = write_test_catalog(tmp / "catalog.yaml")
-        store_env = {
-            "GENWORKER_STORE__BACKEND": "local",
-            "GENWORKER_STORE__LOCAL_ROOT": str(root),
-            "GENWORKER_STORE__SIGNING_SECRET": "reliability-secret-0123456789",
-            "GENWORKER_QUEUE__MAX_ATTEMPTS": "2",
-        }
+        store = {"backend": "local", "local_root": str(root), "signing_secret": "reliability-secret-0123456789"}
+        store_env = settings_env({"store": store, "queue": {"max_attempts": 2}})
         worker = WorkerProcess(worker_env(tmp, redis.url, tiny_models_dir, catalog, **store_env), tmp / "w.log")
         worker.start()
         queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2, max_attempts=2))

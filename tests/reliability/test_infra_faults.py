@@ -24,6 +24,7 @@ from tests.reliability.support import TERMINAL, RestartableSeaweed, assert_invar
 from worker.core.catalog import load_catalog
 from worker.core.contract import Stage, Status
 from worker.core.errors import ErrorCode
+from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def infra(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> It
     try:
         server = weed.start()
         catalog = write_test_catalog(tmp / "catalog.yaml")
-        store_env = {**s3_store_env(server), "GENWORKER_QUEUE__MAX_ATTEMPTS": "4"}
+        store_env = {**s3_store_env(server), **settings_env({"queue": {"max_attempts": 4}})}
         env = worker_env(tmp, redis.url, tiny_models_dir, catalog, **store_env)
         worker = WorkerProcess(env, tmp / "worker.log").start()
         queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2, max_attempts=4))

@@ -28,6 +28,7 @@ import redis
 from api.keys import RedisKeyStore, Scope, SqliteKeyStore
 from tests.e2e.conftest import create_body, free_port
 from worker.core.catalog import load_catalog
+from worker.settings import settings_env
 from worker.stores.config import StoreSettings
 from worker.stores.factory import open_store
 
@@ -43,18 +44,19 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     _rec, token = keys.create("alpha", [Scope.generations_read, Scope.generations_write])
     _rec2, other = keys.create("beta", [Scope.generations_read])
     keys.close()
-    env = {
-        **os.environ,
-        "GENWORKER_DATA_DIR": str(data),
-        "GENWORKER_LOG_LEVEL": "INFO",
-        "GENWORKER_QUEUE__BACKEND": "sqlite",
-        "GENWORKER_QUEUE__SQLITE_PATH": str(data / "queue.db"),
-        "GENWORKER_STORE__BACKEND": "local",
-        "GENWORKER_STORE__LOCAL_ROOT": str(data / "artifacts"),
-        "GENWORKER_STORE__SIGNING_SECRET": SECRET,
-        "GENWORKER_STORE__PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
-        "GENWORKER_API__KEYS_BACKEND": "sqlite",
+    settings = {
+        "data_dir": str(data),
+        "log_level": "INFO",
+        "queue": {"backend": "sqlite", "sqlite_path": str(data / "queue.db")},
+        "store": {
+            "backend": "local",
+            "local_root": str(data / "artifacts"),
+            "signing_secret": SECRET,
+            "public_base_url": f"http://127.0.0.1:{port}",
+        },
+        "api": {"keys_backend": "sqlite"},
     }
+    env = {**os.environ, **settings_env(settings)}
     log = data / "api.log"
     cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:

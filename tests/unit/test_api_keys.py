@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from api.keys import KEY_PREFIX, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, hash_key
+from worker.core.errors import BackendUnavailable
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -60,3 +62,20 @@ def test_sqlite_file_holds_only_the_hash(tmp_path: Path) -> None:
     dump = "\n".join(sqlite3.connect(tmp_path / "keys.db").iterdump())
     assert hash_key(key) in dump
     assert key not in dump and key[len(KEY_PREFIX) :] not in dump
+
+
+def test_an_unreachable_backend_is_backend_unavailable(tmp_path: Path) -> None:
+    """The key stores translate their client's errors: the HTTP tier answers 503 without importing them."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    redis_keys = RedisKeyStore.from_url(f"redis://127.0.0.1:{port}/0")
+    for call in (lambda: redis_keys.authenticate("gw_x"), lambda: redis_keys.create("p", [Scope.generations_read])):
+        with pytest.raises(BackendUnavailable) as info:
+            call()
+        assert info.value.__cause__ is not None
+    redis_keys.close()
+    (tmp_path / "keys.db").mkdir()  # a directory where the database file should be: cannot open it
+    with pytest.raises(BackendUnavailable) as info:
+        SqliteKeyStore(tmp_path / "keys.db")
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from api.limits import RedisWindowLimiter, TokenBucketLimiter
+from worker.core.errors import BackendUnavailable
 
 
 def test_token_bucket_allows_a_burst_then_refuses_with_retry_after() -> None:
@@ -32,4 +37,17 @@ def test_redis_window_is_shared_between_limiters(redis_server) -> None:
     refused = a.hit("key_shared")
     assert not refused.allowed and refused.retry_after_s >= 1
     assert b.hit("key_other").allowed
+    client.close()
+
+
+def test_redis_window_on_an_unreachable_redis_is_backend_unavailable() -> None:
+    import redis
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    with pytest.raises(BackendUnavailable) as info:
+        RedisWindowLimiter(client, rate_per_s=1, burst=1).hit("key_a")
+    assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
     client.close()

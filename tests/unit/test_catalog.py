@@ -100,6 +100,30 @@ def test_inconsistent_entry_is_refused(tmp_path: Path, mutate: Any, fragment: st
     assert "'tiny-wan'" in str(info.value)
 
 
+def test_unknown_pipeline_option_names_file_model_variant_and_key(tmp_path: Path) -> None:
+    data = _one_model()
+    data["models"][0]["modes"]["text_to_video"]["variants"]["fast"]["pipeline_kwargs"] = {"boundary_ration": 0.9}
+    path = _write(tmp_path, data)
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "model 'tiny-wan'" in message
+    assert "text_to_video.variants.fast.pipeline_kwargs" in message
+    assert "unknown key 'boundary_ration' for family 'wan'" in message
+    assert "did you mean 'boundary_ratio'?" in message
+
+
+def test_pipeline_options_are_checked_per_family(tmp_path: Path) -> None:
+    data = _one_model()
+    variants = data["models"][0]["modes"]["text_to_video"]["variants"]
+    variants["standard"]["pipeline_kwargs"] = {"stg_scale": 0.0}  # an LTX-2 option on a Wan model
+    with pytest.raises(CatalogError, match="unknown key 'stg_scale' for family 'wan'"):
+        load_catalog(_write(tmp_path, data))
+    variants["standard"]["pipeline_kwargs"] = {"boundary_ratio": 0.875, "max_sequence_length": 256}
+    assert load_catalog(_write(tmp_path, data)).models["tiny-wan"].modes["text_to_video"].variants["standard"]
+
+
 def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
     data = _one_model()
     data["models"].append(dict(data["models"][0]))

@@ -6,17 +6,19 @@ file, the model entry and the field, so an operator fixes it before any job runs
 
 from __future__ import annotations
 
+import difflib
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from worker.core.errors import GenworkerError
 from worker.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
+    "FAMILY_OPTIONS",
     "Catalog",
     "CatalogError",
     "FrameRule",
@@ -31,6 +33,29 @@ __all__ = [
 
 _Forbid = ConfigDict(extra="forbid", frozen=True)
 PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
+
+# The options each family's adapter accepts in a variant's ``pipeline_kwargs``. Kept here as data so the
+# catalog refuses a typo at load without importing the adapters; tests/pipelines/test_options.py holds
+# every adapter to this table, so the two cannot drift.
+FAMILY_OPTIONS: dict[str, frozenset[str]] = {
+    "wan": frozenset({"boundary_ratio", "max_sequence_length"}),
+    "ltx2": frozenset(
+        {
+            "audio_guidance_rescale",
+            "audio_guidance_scale",
+            "audio_modality_scale",
+            "audio_stg_scale",
+            "decode_noise_scale",
+            "decode_timestep",
+            "guidance_rescale",
+            "max_sequence_length",
+            "modality_scale",
+            "spatio_temporal_guidance_blocks",
+            "stg_scale",
+            "use_cross_timestep",
+        }
+    ),
+}
 
 
 class CatalogError(GenworkerError, ValueError):
@@ -57,7 +82,8 @@ class VariantSpec(BaseModel):
     flow_shift: Annotated[float, Field(gt=0.0, le=100.0)] | None = None
     # Price multiplier relative to the model's base rates (a cheaper recipe may cost less).
     rate_multiplier: PositiveDecimal = Decimal("1")
-    # Family-specific keyword arguments for the pipeline call (e.g. LTX-2's stg_scale).
+    # Family-specific options for the pipeline call (e.g. LTX-2's stg_scale): keys of FAMILY_OPTIONS[family],
+    # checked by ModelSpec, which knows the family.
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -128,6 +154,22 @@ class ModelSpec(BaseModel):
     rates: Rates
     modes: dict[str, ModeSpec]
 
+    @field_validator("modes")
+    @classmethod
+    def _known_options(cls, modes: dict[str, ModeSpec], info: ValidationInfo) -> dict[str, ModeSpec]:
+        """Every ``pipeline_kwargs`` key must be an option of the model's family (a typo fails at load)."""
+        family = info.data.get("family")
+        if family is None:  # the family itself failed validation; that error is the one to report
+            return modes
+        allowed = FAMILY_OPTIONS[family]
+        for mode_name, mode in modes.items():
+            for variant_name, variant in mode.variants.items():
+                for key in variant.pipeline_kwargs:
+                    if key not in allowed:
+                        where = f"{mode_name}.variants.{variant_name}.pipeline_kwargs"
+                        raise ValueError(f"{where}: {_unknown_option(key, family, allowed)}")
+        return modes
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         for label in self.resolutions:
@@ -165,6 +207,12 @@ class Catalog(BaseModel):
 
     def get(self, model_id: str) -> ModelSpec | None:
         return self.models.get(model_id)
+
+
+def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key {key!r} for family {family!r} ({hint}allowed: {', '.join(sorted(allowed))})"
 
 
 def default_catalog_path() -> Path:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.core.contract import ErrorInfo, PromptExtension, Status
-from worker.core.errors import ErrorCode
+from worker.core.errors import BackendUnavailable, ErrorCode
 from worker.daemon.lease import Lease, LeaseKeeper
 from worker.daemon.logs import JobLogger
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.progress import JobProgress
 from worker.daemon.verdict import Verdict, backoff_s, classify
-from worker.queue.base import Claim, JobQueue, Outcome
+from worker.queue.base import Claim, Outcome, WorkerQueue
 
 if TYPE_CHECKING:
     from worker.core.media import Media
@@ -61,7 +61,7 @@ class Settler:
 
     def __init__(
         self,
-        queue: JobQueue,
+        queue: WorkerQueue,
         leases: LeaseKeeper,
         metrics: WorkerMetrics,
         *,
@@ -86,8 +86,13 @@ class Settler:
         self._log(attempt, verdict, exc, extra)
         try:
             accepted = self._report(attempt.claim, verdict)
-        except Exception as e:  # queue unreachable: the lease lapses and the queue re-delivers the job
+        except BackendUnavailable as e:  # the lease lapses and the queue re-delivers the job
             log.error("could not report the outcome: %s", e, extra=extra)
+            accepted = False
+        except Exception as e:
+            # Kept broad on purpose: settle runs on the GPU and post-processing threads, which must
+            # outlive any one job; the lease lapses and the queue re-delivers the job all the same.
+            log.error("could not report the outcome: %s", e, extra=extra, exc_info=e)
             accepted = False
         if accepted:
             self._count(model, verdict)

@@ -1,22 +1,27 @@
 """``genworker generate``: one job, in this process, without a queue or a store (for researchers).
 
-The same path as the daemon — resolve → model cache → prompt extension → generate → encode — so a
-clip made here is the clip a worker would upload for the same request and seed.
+The same path as the daemon: resolve, then the daemon's own ``run_pipeline`` (load → extend the prompt →
+denoise → decode, with its out-of-memory retry and the model's time limit), then encode. So a clip made
+here is the clip a worker would upload for the same request and seed.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.core.catalog import load_catalog
 from worker.core.contract import CreateRequest, PromptExtension, Stage
+from worker.core.errors import ErrorCode, JobError
 from worker.core.resolve import ResolvedJob, resolve
+from worker.daemon.pipeline_run import RunHooks, run_pipeline
 from worker.daemon.services import ensure_tiny_models
 from worker.settings import Settings
 
@@ -59,6 +64,35 @@ def _noop_step(step: int, total: int) -> None:
     return None
 
 
+class _LocalHooks(RunHooks):
+    """The one-shot side of a run: stages and steps to the caller's callbacks, timed, under the model's
+    time limit (``max_job_seconds``, as on a worker)."""
+
+    def __init__(self, on_stage: StageCallback, on_step: StepCallback, *, limit_s: float) -> None:
+        self._on_stage = on_stage
+        self._on_step = on_step
+        self._deadline = time.monotonic() + limit_s
+        self._limit_s = limit_s
+        self.log = logging.getLogger("genworker.generate")
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: Stage) -> Iterator[None]:
+        self._check_time()
+        self._on_stage(name)
+        started = time.perf_counter()
+        yield
+        self.seconds[name.value] = time.perf_counter() - started
+
+    def on_step(self, done: int, total: int) -> None:
+        self._check_time()
+        self._on_step(done, total)
+
+    def _check_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise JobError(ErrorCode.timeout, f"the job ran past its time limit ({self._limit_s:g} s)")
+
+
 def prepare_job(settings: Settings, request: CreateRequest) -> ResolvedJob:
     """Resolve ``request`` against the catalog; raises ``RequestRejected`` (before anything loads)."""
     job, _hold = resolve(request, load_catalog(settings.catalog_path))
@@ -80,32 +114,11 @@ def generate_once(
     catalog = load_catalog(settings.catalog_path)
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
-    seconds: dict[str, float] = {}
-
-    def timed(stage: Stage, started: float) -> None:
-        seconds[stage.value] = time.perf_counter() - started
-
-    on_stage(Stage.loading)
-    started = time.perf_counter()
-    adapter = ModelCache(settings.models).get(spec)
-    timed(Stage.loading, started)
-    prompt_used, extension = job.prompt, None
-    if job.prompt_extend:
-        from pipelines.prompt_extend import extend_or_fallback
-
-        on_stage(Stage.extending_prompt)
-        started = time.perf_counter()
-        prompt_used, extension = extend_or_fallback(adapter, job)
-        timed(Stage.extending_prompt, started)
-    on_stage(Stage.denoising)
-    started = time.perf_counter()
-    media = adapter.generate(job.model_copy(update={"prompt": prompt_used}), on_step)
-    timed(Stage.denoising, started)
-    on_stage(Stage.encoding)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
+    hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
+    rendered = run_pipeline(ModelCache(settings.models), spec, job, hooks)
+    with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(
-            media,
+            rendered.media,
             keep_frames=job.keep_frames,
             width=job.width,
             height=job.height,
@@ -113,9 +126,9 @@ def generate_once(
             settings=settings.encoder,
         )
         video, poster, artifacts = _place(encoded.artifacts(), out)
-    timed(Stage.encoding, started)
     on_stage(Stage.done)
-    return GenerateResult(job, video, poster, prompt_used, extension, artifacts, seconds)
+    prompt_used = rendered.job.prompt
+    return GenerateResult(job, video, poster, prompt_used, rendered.extension, artifacts, hooks.seconds)
 
 
 def _place(files: list[tuple[Any, Path]], out: Path) -> tuple[Path, Path | None, list[dict[str, Any]]]:

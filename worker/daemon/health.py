@@ -3,7 +3,7 @@
 - ``/healthz`` answers 200 while the process can make progress and 503 once it cannot (a job stuck
   inside one pipeline step past its time limit, a lost device): the orchestrator should restart it.
 - ``/readyz`` answers 200 only after setup (catalog, queue, store, preloaded models) and until a
-  drain starts, like cog's READY state; a worker that is not ready claims nothing.
+  drain starts; a worker that is not ready claims nothing.
 
 One small ``ThreadingHTTPServer`` thread, bound to loopback by default.
 """

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker.core.contract import utcnow
+from worker.core.errors import BackendUnavailable
 from worker.daemon.metrics import WorkerMetrics
-from worker.queue.base import Claim, JobQueue, WorkerHeartbeat
+from worker.queue.base import Claim, WorkerHeartbeat, WorkerQueue
 
 __all__ = ["Heartbeat", "Lease", "LeaseKeeper"]
 
@@ -40,7 +41,8 @@ class Lease:
 
 
 class _Ticker(threading.Thread):
-    """A daemon thread calling ``tick`` every ``interval_s`` until ``stop``; a failing tick is logged."""
+    """A daemon thread calling ``tick`` every ``interval_s`` until ``stop``; a failing tick is logged
+    and the next one tries again."""
 
     def __init__(self, name: str, interval_s: float) -> None:
         super().__init__(name=name, daemon=True)
@@ -51,8 +53,12 @@ class _Ticker(threading.Thread):
         while not self._stop_event.wait(self.interval_s):
             try:
                 self.tick()
-            except Exception as e:  # a queue hiccup must not kill the thread; the next tick retries
+            except BackendUnavailable as e:  # the queue is down for now: the next tick retries
                 log.warning("%s tick failed: %s", self.name, e, extra={"error": type(e).__name__})
+            except Exception as e:
+                # Kept broad on purpose: this thread must outlive any failure, a bug included. A dead
+                # lease keeper lets every held lease lapse mid-job; a dead heartbeat hides a live worker.
+                log.error("%s tick failed: %s", self.name, e, extra={"error": type(e).__name__}, exc_info=e)
 
     def tick(self) -> None:
         raise NotImplementedError
@@ -63,7 +69,7 @@ class _Ticker(threading.Thread):
 
 class LeaseKeeper(_Ticker):
     def __init__(
-        self, queue: JobQueue, lease_ttl_s: float, hang_margin_s: float, on_hang: Callable[[str], None]
+        self, queue: WorkerQueue, lease_ttl_s: float, hang_margin_s: float, on_hang: Callable[[str], None]
     ) -> None:
         super().__init__("lease-keeper", lease_ttl_s / 3)
         self._queue = queue
@@ -106,7 +112,7 @@ class LeaseKeeper(_Ticker):
 class Heartbeat(_Ticker):
     def __init__(
         self,
-        queue: JobQueue,
+        queue: WorkerQueue,
         interval_s: float,
         reclaim_interval_s: float,
         beat: Callable[[], WorkerHeartbeat],

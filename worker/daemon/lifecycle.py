@@ -1,4 +1,4 @@
-"""Shutdown signals: the first SIGTERM/SIGINT drains, a second one stops at once (rq's habit).
+"""Shutdown signals: the first SIGTERM/SIGINT drains, a second one stops at once.
 
 Python runs signal handlers in the main thread only, between bytecodes. The daemon therefore keeps
 its main thread free (it waits on events) and runs jobs in a GPU thread, so a second signal is

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from worker.core.errors import FatalWorkerError
+from worker.core.errors import BackendUnavailable, FatalWorkerError
 from worker.daemon.lifecycle import Shutdown
 from worker.daemon.services import Services, start_services
 from worker.queue.base import Claim
@@ -57,15 +57,24 @@ class Worker:
                 log.critical("fatal: %s", e)
                 self.exit_code = 1
                 self.shutdown.request_drain("fatal error")
-            except Exception as e:  # the queue is unreachable: back off and try again
+            except BackendUnavailable as e:  # the queue is unreachable: back off and try again
                 failures += 1
-                delay_s = min(_MAX_QUEUE_BACKOFF_S, 2.0 ** min(failures, 5))
-                log.error("worker loop error, retrying in %.0f s: %s", delay_s, e, exc_info=e)
-                self.shutdown.draining.wait(delay_s)
+                log.error("queue unavailable, retrying in %.0f s: %s", self._backoff(failures), e)
+                self.shutdown.draining.wait(self._backoff(failures))
+            except Exception as e:
+                # Kept broad on purpose: the GPU thread must outlive a bug in one round (a dead GPU
+                # thread stops the worker), so it is logged with its traceback and backed off alike.
+                failures += 1
+                log.error("worker loop error, retrying in %.0f s: %s", self._backoff(failures), e, exc_info=e)
+                self.shutdown.draining.wait(self._backoff(failures))
         try:
             self.s.post.wait()  # the job behind the GPU finishes too (within the drain grace)
         except FatalWorkerError:
             self.exit_code = 1
+
+    @staticmethod
+    def _backoff(failures: int) -> float:
+        return min(_MAX_QUEUE_BACKOFF_S, 2.0 ** min(failures, 5))
 
     def claim_next(self) -> Claim | None:
         s = self.s

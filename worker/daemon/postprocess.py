@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 
 from worker.core.catalog import Catalog
 from worker.core.contract import Artifact, Money, Stage, Status, Usage
+from worker.core.errors import JobError, TransientError
 from worker.core.resolve import ResolvedJob, compute_price
 from worker.daemon.attempt import Generated, Settler
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.runner import stage
-from worker.queue.base import JobQueue, Outcome
+from worker.queue.base import Outcome, WorkerQueue
 from worker.stores.base import ArtifactStore, artifact_key
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class PostProcessor:
         self,
         *,
         catalog: Catalog,
-        queue: JobQueue,
+        queue: WorkerQueue,
         store: ArtifactStore,
         encoder: EncoderSettings,
         settler: Settler,
@@ -69,6 +70,8 @@ class PostProcessor:
             stored = self.upload(gen, artifacts)
             self.succeed(gen, stored)
         except Exception as e:
+            # The one catch-all of this line: it runs in the post-processing thread, which must outlive
+            # any job. The settler classifies every exception (ours, ffmpeg's, a bug) into an outcome.
             self._settler.settle(attempt, e)
         finally:
             shutil.rmtree(gen.work_dir, ignore_errors=True)
@@ -103,9 +106,11 @@ class PostProcessor:
                     update = {"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}
                     stored.append(artifact.model_copy(update=update))
             except Exception:
-                # No record will reference this attempt's objects: remove those already stored (best effort).
+                # No record will reference this attempt's objects: remove those already stored, then
+                # re-raise whatever stopped the upload. Best effort: a store that cannot delete now
+                # raises one of its two error types, and the first error is the one worth reporting.
                 for done in stored:
-                    with contextlib.suppress(Exception):
+                    with contextlib.suppress(JobError, TransientError):
                         self._store.delete(done.key)
                 raise
         gen.attempt.progress.check()

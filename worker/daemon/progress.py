@@ -3,7 +3,8 @@
 ``on_step`` is the pipeline's step callback (``callback_on_step_end`` underneath): it polls the
 durable cancel flag at every step, so a cancel ends the job within one step, and writes progress at
 most once per ``interval_s`` (the record is read by pollers, not a log of steps). Whatever it raises
-unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or ``JobInterrupted``.
+unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or ``JobInterrupted``, or
+``BackendUnavailable`` from the queue (a transient failure: the settler retries the job).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import time
 from worker.core.contract import Stage
 from worker.core.errors import ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
 from worker.daemon.lease import Lease
-from worker.queue.base import JobQueue
+from worker.queue.base import WorkerQueue
 
 __all__ = ["JobProgress"]
 
 
 class JobProgress:
-    def __init__(self, queue: JobQueue, lease: Lease, *, interval_s: float, stop_now: threading.Event) -> None:
+    def __init__(self, queue: WorkerQueue, lease: Lease, *, interval_s: float, stop_now: threading.Event) -> None:
         self._queue = queue
         self._lease = lease
         self._interval_s = interval_s

@@ -1,7 +1,8 @@
-"""The GPU side of one job: validate → load → extend the prompt → denoise, then hand over.
+"""The GPU side of one job: validate, then ``run_pipeline`` (load → extend the prompt → denoise →
+decode), then hand over.
 
-The post-processing side (encode → upload → finish) lives in ``worker.postprocess`` and may run in
-its own thread while the next job denoises. Every stage starts with ``JobProgress.enter``, which
+The post-processing side (encode → upload → finish) lives in ``worker.daemon.postprocess`` and may run
+in its own thread while the next job denoises. Every stage starts with ``JobProgress.enter``, which
 checks the cancel flag, the time limit, the claim's freshness and the stop signal.
 """
 
@@ -11,30 +12,27 @@ import hashlib
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from worker.core.catalog import Catalog, ModelSpec
-from worker.core.contract import MAX_SEED, CreateRequest, PromptExtension, Stage, parse_create_request
-from worker.core.errors import is_out_of_memory
+from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request
 from worker.core.resolve import ResolvedJob, resolve
 from worker.daemon.attempt import Attempt, Generated, Settler
 from worker.daemon.lease import LeaseKeeper
 from worker.daemon.logs import job_logger, log_stage
 from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.pipeline_run import RunHooks, run_pipeline
 from worker.daemon.progress import JobProgress
-from worker.queue.base import Claim, JobQueue
+from worker.queue.base import Claim, WorkerQueue
 
 if TYPE_CHECKING:
-    from pipelines.adapter import Adapter
     from pipelines.cache import ModelCache
-    from worker.core.media import Media
 
 __all__ = ["JobRunner", "rebuild_request", "stage"]
 
-_T = TypeVar("_T")
 _DEFAULT_LIMIT_S = 3600.0
 
 
@@ -71,7 +69,7 @@ class JobRunner:
         self,
         *,
         catalog: Catalog,
-        queue: JobQueue,
+        queue: WorkerQueue,
         cache: ModelCache,
         leases: LeaseKeeper,
         settler: Settler,
@@ -101,13 +99,10 @@ class JobRunner:
         return Attempt(claim=claim, lease=lease, progress=progress, log=log)
 
     def run_on_gpu(self, attempt: Attempt) -> Generated | None:
-        """Everything up to the generated media; None when the attempt already ended (settled)."""
+        """Everything up to the decoded media; None when the attempt already ended (settled)."""
         try:
             job, spec = self.validate(attempt)
-            adapter = self.load(attempt, spec)
-            prompt_used, extension = self.extend_prompt(attempt, adapter, job)
-            job = job.model_copy(update={"prompt": prompt_used})
-            media, gpu_seconds = self.denoise(attempt, spec, job)
+            rendered = run_pipeline(self._cache, spec, job, _AttemptHooks(attempt, self._metrics))
             work_dir = Path(tempfile.mkdtemp(prefix=f"{attempt.job_id}-{attempt.claim.attempt}-", dir=self._work_root))
         except Exception as e:
             try:
@@ -115,7 +110,8 @@ class JobRunner:
             finally:
                 self._settler.close(attempt)
             return None
-        return Generated(attempt, job, media, gpu_seconds, prompt_used, extension, work_dir)
+        job = rendered.job
+        return Generated(attempt, job, rendered.media, rendered.gpu_seconds, job.prompt, rendered.extension, work_dir)
 
     def validate(self, attempt: Attempt) -> tuple[ResolvedJob, ModelSpec]:
         """Re-check the payload against the contract and this worker's catalog (coded rejections)."""
@@ -125,61 +121,23 @@ class JobRunner:
         assert spec is not None  # resolve() rejects unknown models
         return job, spec
 
-    def load(self, attempt: Attempt, spec: ModelSpec) -> Adapter:
-        with stage(attempt, self._metrics, Stage.loading):
-            return self._with_oom_retry(attempt, lambda: self._load_model(spec))
 
-    def extend_prompt(self, attempt: Attempt, adapter: Adapter, job: ResolvedJob) -> tuple[str, PromptExtension | None]:
-        if not job.prompt_extend:
-            return job.prompt, None
-        from pipelines.prompt_extend import extend_or_fallback
+class _AttemptHooks(RunHooks):
+    """A claimed attempt's side of a run: record, checkpoints, job log and worker metrics."""
 
-        with stage(attempt, self._metrics, Stage.extending_prompt):
-            prompt_used, extension = extend_or_fallback(adapter, job)
-        if extension.status == "fallback":
-            attempt.log.warning("prompt extension fell back to the original prompt", extra={"reason": extension.reason})
-        return prompt_used, extension
+    def __init__(self, attempt: Attempt, metrics: WorkerMetrics) -> None:
+        self._attempt = attempt
+        self._metrics = metrics
+        self.log = attempt.log
 
-    def denoise(self, attempt: Attempt, spec: ModelSpec, job: ResolvedJob) -> tuple[Media, float]:
-        """Generate with step progress; GPU seconds are measured around the pipeline call."""
-        started = time.perf_counter()
+    def stage(self, name: Stage) -> AbstractContextManager[None]:
+        return stage(self._attempt, self._metrics, name)
 
-        def generate() -> Media:
-            return self._load_model(spec).generate(job, attempt.progress.on_step)
+    def on_step(self, done: int, total: int) -> None:
+        self._attempt.progress.on_step(done, total)
 
-        with stage(attempt, self._metrics, Stage.denoising):
-            media = self._with_oom_retry(attempt, generate)
-        return media, time.perf_counter() - started
+    def model_loaded(self, model_id: str, seconds: float) -> None:
+        self._metrics.model_load_seconds.labels(model_id).observe(seconds)
 
-    def _load_model(self, spec: ModelSpec) -> Adapter:
-        loads_before = self._cache.load_count()
-        started = time.perf_counter()
-        adapter = self._cache.get(spec)
-        if self._cache.load_count() != loads_before:
-            self._metrics.model_load_seconds.labels(spec.id).observe(time.perf_counter() - started)
-        return adapter
-
-    def _with_oom_retry(self, attempt: Attempt, work: Callable[[], _T]) -> _T:
-        """Out of memory: free every cached model and try once more; a second OOM fails the job.
-
-        Retrying here rather than through the queue keeps the job on a worker whose memory was just
-        freed, and a job that cannot fit never loops through the queue (``out_of_memory`` is terminal).
-        """
-        try:
-            return work()
-        except Exception as e:
-            if not is_out_of_memory(e):
-                raise
-            attempt.log.warning("out of memory: freeing the model cache and retrying once", extra={"stage": "oom"})
-            self._metrics.retries.labels(attempt.claim.model, "out_of_memory").inc()
-            self._cache.clear()
-            _empty_cuda_cache()
-        return work()
-
-
-def _empty_cuda_cache() -> None:
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    def out_of_memory(self, stage: Stage) -> None:
+        self._metrics.retries.labels(self._attempt.claim.model, "out_of_memory").inc()

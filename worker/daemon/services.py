@@ -24,7 +24,7 @@ from worker.daemon.lifecycle import Shutdown
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.postprocess import PostLine, PostProcessor
 from worker.daemon.runner import JobRunner
-from worker.queue.base import JobQueue, WorkerHeartbeat
+from worker.queue.base import WorkerHeartbeat, WorkerQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
 
@@ -42,7 +42,7 @@ class Services:
     worker_id: str
     hosted_models: list[str]
     catalog: Catalog
-    queue: JobQueue
+    queue: WorkerQueue
     store: ArtifactStore
     cache: ModelCache
     metrics: WorkerMetrics
@@ -182,7 +182,7 @@ def _job_path(
     *,
     settings: Settings,
     catalog: Catalog,
-    queue: JobQueue,
+    queue: WorkerQueue,
     store: ArtifactStore,
     cache: ModelCache,
     leases: LeaseKeeper,

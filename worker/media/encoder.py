@@ -40,7 +40,6 @@ __all__ = ["EncodedFile", "EncodedVideo", "EncoderSettings", "encode_video"]
 VIDEO_FILE = "video.mp4"
 POSTER_FILE = "poster.jpg"
 _STDERR_TAIL_CHARS = 2000
-_HASH_BLOCK = 1 << 20
 
 Frames = Generator[np.ndarray, None, None]
 
@@ -280,12 +279,9 @@ def _write_poster(frame: np.ndarray, path: Path, quality: int) -> None:
 
 
 def _describe(path: Path, content_type: str) -> EncodedFile:
-    digest = hashlib.sha256()
-    size = 0
     with path.open("rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            digest.update(block)
-            size += len(block)
+        digest = hashlib.file_digest(f, "sha256")
+        size = f.tell()
     return EncodedFile(path=path, content_type=content_type, bytes=size, sha256=digest.hexdigest())
 
 

@@ -3,6 +3,11 @@
 Two backends implement it (``redis_backend.RedisQueue``, ``sqlite_backend.SqliteQueue``) and one
 contract test suite runs against both. The queue is the only writer of a record's ``status``.
 
+Each side sees only its half: the API tier holds an ``ApiQueue`` (create, read, cancel, list), a
+worker a ``WorkerQueue`` (claim, lease, report); ``JobQueue`` is both, what a backend implements.
+Every method raises ``worker.core.errors.BackendUnavailable`` when the backend cannot answer now
+(``unavailable``); no caller needs the client library's own exceptions.
+
 Rules every backend keeps:
 - **Leases, not timeouts.** ``claim`` grants a lease of ``lease_ttl_s``; ``renew`` extends it (called
   from a heartbeat thread the GPU loop cannot block). Only a lapsed lease makes a job deliverable again.
@@ -25,12 +30,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Money, PromptExtension, Stage, Status, Usage
 
 __all__ = [
+    "ApiQueue",
     "Claim",
+    "DeadLetter",
     "EnqueueResult",
     "Event",
     "JobQueue",
     "Outcome",
     "WorkerHeartbeat",
+    "WorkerQueue",
 ]
 
 
@@ -92,8 +100,25 @@ class WorkerHeartbeat(BaseModel):
     at: datetime | None = None
 
 
-class JobQueue(Protocol):
-    # ----------------------------------------------------------------------------- API side
+class DeadLetter(BaseModel):
+    """A job that ran out of attempts, or a stream entry that was no job, set aside with a reason."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str  # backend position (stream id / row id)
+    job_id: str = ""  # "" for an unreadable entry that named no job
+    model: str
+    reason: str  # a ``policy.DeadReason`` value, or why an entry was unreadable
+    at: datetime
+    code: str | None = None  # out of attempts: the ``ErrorCode`` of the last failure
+    message: str | None = None
+    entry: str | None = None  # Redis, unreadable entry: its stream entry id
+    raw: str | None = None  # unreadable entry or record: what was stored (cut to 2000 characters)
+
+
+class ApiQueue(Protocol):
+    """What the API tier needs: create, read, cancel and list jobs; queue state; live workers."""
+
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
@@ -132,7 +157,12 @@ class JobQueue(Protocol):
 
     def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]: ...
 
-    # ----------------------------------------------------------------------------- worker side
+    def close(self) -> None: ...
+
+
+class WorkerQueue(Protocol):
+    """What a worker needs: claim, keep the lease, report progress and the outcome, beat, reclaim."""
+
     def claim(
         self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
     ) -> Claim | None:
@@ -174,8 +204,16 @@ class JobQueue(Protocol):
 
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None: ...
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, str]]:
-        """Dead-lettered entries, oldest first, each with at least ``job_id`` (when known) and ``reason``."""
+    def depth(self, model: str) -> int:
+        """Jobs of this model waiting to be claimed (a worker exports it as a metric)."""
+        ...
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Dead letters of every model, oldest first."""
         ...
 
     def close(self) -> None: ...
+
+
+class JobQueue(ApiQueue, WorkerQueue, Protocol):
+    """Both sides: what a backend implements and the contract suite tests."""

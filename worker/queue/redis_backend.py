@@ -10,6 +10,10 @@ See ``docs/queue-protocol.md`` for keys, payloads and rules. In short:
   ``XAUTOCLAIM`` (min idle = lease TTL) finds lapsed leases, which are re-queued or dead-lettered.
 - every write after the claim is fenced: refused unless the record is ``running`` at the claim's
   attempt with the claim's entry.
+
+Each change is one named plan of ``redis_plans``; the reads live in ``redis_reads.RedisReads``, which
+the queue holds and answers read calls through. Every public method translates "Redis unreachable"
+into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ from redis.cluster import RedisCluster
 
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import IdempotencyConflict, UnknownJob
-from worker.queue import keys, records
-from worker.queue.base import Claim, EnqueueResult, Outcome
-from worker.queue.entries import UnreadableEntry, encode_payload, read_payload
+from worker.queue import keys, records, redis_plans
+from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
+from worker.queue.entries import UnreadableEntry, read_payload
 from worker.queue.ordering import order_models
-from worker.queue.redis_jobs import MAX_CAS_TRIES, JobWriter, Snapshot, dead_plan, holds, plan_change, split_token
+from worker.queue.policy import DeadReason, out_of_attempts
+from worker.queue.redis_jobs import MAX_CAS_TRIES, JobWriter
+from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
-from worker.queue.redis_scripts import Plan, Scripts
+from worker.queue.redis_scripts import Scripts
+from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisQueue"]
 
 
-class RedisQueue(RedisReads):
-    """``JobQueue`` on Redis (standalone now; every atomic step stays in one Cluster slot)."""
+class RedisQueue:
+    """``JobQueue`` on Redis (one server, Sentinel or Cluster: every atomic step stays in one slot)."""
 
     def __init__(
         self,
@@ -55,9 +62,10 @@ class RedisQueue(RedisReads):
             client = redis.Redis.from_url(client, decode_responses=True, encoding_errors="replace")
         if not client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client made with decode_responses=True")
+        self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
         self._scripts = Scripts(client, events_maxlen)
         self._jobs = JobWriter(client, self._scripts)
-        super().__init__(client, self._scripts)
+        self.reads = RedisReads(client, self._scripts)
         self.lease_ttl_s = lease_ttl_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
@@ -68,7 +76,35 @@ class RedisQueue(RedisReads):
         self._last_reclaim: dict[str, float] = {}
         self._rotation = 0
 
+    # ------------------------------------------------------------------------------------ reads
+    def get(self, job_id: str) -> GenerationRecord | None:
+        return self.reads.get(job_id)
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+
+    def depth(self, model: str) -> int:
+        return self.reads.depth(model)
+
+    def position(self, job_id: str) -> int | None:
+        return self.reads.position(job_id)
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        return self.reads.live_workers()
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        self.reads.heartbeat(beat, ttl_s=ttl_s)
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        return self.reads.events(job_id, after=after, limit=limit)
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return self.reads.dead_letters(limit)
+
     # ------------------------------------------------------------------------------------ API side
+    @redis_unavailable
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
@@ -78,7 +114,7 @@ class RedisQueue(RedisReads):
             owner_id = self._reserve_idempotency(record, idempotency_key, request_hash or "")
             if owner_id != record.id:
                 replayed = True
-                existing = self.get(owner_id)
+                existing = self.reads.get(owner_id)
                 if existing is not None:
                     return EnqueueResult(existing, replayed=True)
                 # The first request stopped between its key and its record: finish it under its id.
@@ -88,20 +124,9 @@ class RedisQueue(RedisReads):
         pipe.zadd(keys.project_jobs(record.project), {record.id: record.created_at.timestamp() * 1000})
         pipe.sadd(keys.MODELS, record.model)
         pipe.execute()
-        self._remember_model(record.id, record.model)
-        plan = Plan(
-            job_id=record.id,
-            model=record.model,
-            attempt=0,
-            create=True,
-            record=record,
-            status=Status.queued,
-            payload=encode_payload(record.id, record.model),
-            event="enqueued",
-        )
-        reply = self._scripts.commit(plan)
-        if reply.kind == "exists":
-            stored = self.get(record.id)
+        self.reads.remember_model(record.id, record.model)
+        if self._scripts.commit(redis_plans.create(record)).kind == "exists":
+            stored = self.reads.get(record.id)
             assert stored is not None
             return EnqueueResult(stored, replayed=replayed)
         return EnqueueResult(record, replayed=replayed)
@@ -121,8 +146,9 @@ class RedisQueue(RedisReads):
                 raise IdempotencyConflict(owner["job_id"])
             return str(owner["job_id"])
 
+    @redis_unavailable
     def cancel(self, job_id: str) -> GenerationRecord:
-        model = self._model_of(job_id)
+        model = self.reads.model_of(job_id)
         if model is None:
             raise UnknownJob(job_id)
 
@@ -131,19 +157,17 @@ class RedisQueue(RedisReads):
             if rec.terminal or (rec.status is Status.running and rec.cancel_requested):
                 return None
             if rec.status is Status.queued:
-                new = records.canceled(rec)
-                return plan_change(
-                    snap, new, status=Status.canceled, ack=snap.entry or None, undelay=True, event="canceled"
-                )
-            return plan_change(snap, records.with_cancel_flag(rec), event="cancel_requested")
+                return redis_plans.cancel_queued(snap)
+            return redis_plans.cancel_flag(snap)
 
         self._jobs.mutate(model, job_id, build)
-        current = self.get(job_id)
+        current = self.reads.get(job_id)
         if current is None:
             raise UnknownJob(job_id)
         return current
 
     # ------------------------------------------------------------------------------------ worker side
+    @redis_unavailable
     def claim(
         self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
     ) -> Claim | None:
@@ -177,67 +201,53 @@ class RedisQueue(RedisReads):
                 # next round claims through the group.
                 self._r.xread({keys.job_stream(m): cursors[m] for m in hosted}, count=1, block=block_ms)
 
+    @redis_unavailable
     def renew(self, claim: Claim) -> bool:
         entry, consumer = split_token(claim.token)
-        ok = self._scripts.renew(
-            keys=[keys.job_record(claim.model, claim.job_id), keys.job_stream(claim.model)],
-            args=[keys.CONSUMER_GROUP, consumer, claim.attempt, entry],
-        )
-        return bool(int(ok))
+        return self._scripts.renew(claim.model, claim.job_id, consumer=consumer, attempt=claim.attempt, entry=entry)
 
+    @redis_unavailable
     def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
         def build(snap: Snapshot) -> Plan | None:
             if not holds(snap, claim):
                 return None
-            return plan_change(snap, records.with_progress(snap.record, stage, progress), fence=claim)
+            return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim)
 
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 
+    @redis_unavailable
     def cancel_requested(self, job_id: str) -> bool:
-        model = self._model_of(job_id)
+        model = self.reads.model_of(job_id)
         if model is None:
             return False
         return bool(self._r.hget(keys.job_record(model, job_id), "cancel") == "1")
 
+    @redis_unavailable
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
         def build(snap: Snapshot) -> Plan | None:
-            if not holds(snap, claim):
-                return None
-            new = records.finished(snap.record, outcome)
-            reason = outcome.status.value + (f": {outcome.error.code.value}" if outcome.error else "")
-            return plan_change(snap, new, status=outcome.status, fence=claim, ack=snap.entry, event=reason)
+            return redis_plans.finish(snap, claim, outcome) if holds(snap, claim) else None
 
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 
+    @redis_unavailable
     def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
         def build(snap: Snapshot) -> Plan | None:
             if not holds(snap, claim):
                 return None
-            if snap.record.attempt - snap.released >= snap.record.max_attempts:
-                return dead_plan(snap, error, fence=claim, reason="out of attempts")
-            new = records.requeued(snap.record, error=error)
-            plan = plan_change(snap, new, status=Status.queued, fence=claim, ack=snap.entry)
-            plan.event = f"retry: {error.code.value}"
-            if delay_s > 0:
-                plan.delay_until_ms = int((time.time() + delay_s) * 1000)
-            else:
-                plan.payload = encode_payload(claim.job_id, claim.model)
-            return plan
+            if out_of_attempts(snap.record, snap.released):
+                return redis_plans.dead_letter(snap, error, DeadReason.out_of_attempts, fence=claim)
+            return redis_plans.retry(snap, claim, error, delay_s=delay_s)
 
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 
+    @redis_unavailable
     def release(self, claim: Claim) -> bool:
         def build(snap: Snapshot) -> Plan | None:
-            if not holds(snap, claim):
-                return None
-            plan = plan_change(snap, records.requeued(snap.record), status=Status.queued, fence=claim, ack=snap.entry)
-            plan.payload = encode_payload(claim.job_id, claim.model)
-            plan.released_incr = 1  # a drain is not a failure: it does not use up an attempt
-            plan.event = "released"
-            return plan
+            return redis_plans.release(snap, claim) if holds(snap, claim) else None
 
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 
+    @redis_unavailable
     def reclaim_expired(self) -> int:
         return sum(self._reclaim_model(m) for m in sorted(self._r.smembers(keys.MODELS)))
 
@@ -271,19 +281,16 @@ class RedisQueue(RedisReads):
             try:
                 snap = self._jobs.snapshot(model, payload.job_id)
             except ValidationError:
-                self._dead_entry(model, entry_id, "record is not a valid GenerationRecord", payload.job_id, fields)
+                self._dead_entry(model, entry_id, DeadReason.invalid_record, payload.job_id, fields)
                 return None
             if snap is None:
-                self._dead_entry(model, entry_id, "no record for this job", payload.job_id, fields)
+                self._dead_entry(model, entry_id, DeadReason.no_record, payload.job_id, fields)
                 return None
             if snap.entry != entry_id or snap.record.status is not Status.queued:
                 self._scripts.drop_entry(model, entry_id)  # canceled or superseded meanwhile
                 return None
             new = records.started(snap.record)
-            plan = plan_change(snap, new, status=Status.running, event="claimed")
-            plan.event = f"claimed by {worker_id}"
-            reply = self._scripts.commit(plan)
-            if reply.kind == "ok":
+            if self._scripts.commit(redis_plans.start(snap, new, worker_id)).kind == "ok":
                 return Claim(payload.job_id, model, new.attempt, new, token=f"{entry_id}|{worker_id}")
         raise RuntimeError(f"job {payload.job_id}: too many concurrent writers")
 
@@ -299,29 +306,23 @@ class RedisQueue(RedisReads):
         ages: dict[str, float] = {}
         cursors: dict[str, str] = {}
         for model in models:
-            now_ms, oldest, due, cursor = self._scripts.scan(
-                keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
-            )
-            if int(due):
-                self._promote_due(model, int(now_ms))
-                now_ms, oldest, due, cursor = self._scripts.scan(
-                    keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
-                )
-            if oldest:
-                ages[model] = (int(now_ms) - int(str(oldest).split("-")[0])) / 1000
-            cursors[model] = str(cursor)
+            scan = self._scripts.scan(model)
+            if scan.due:
+                self._promote_due(model, scan.now_ms)
+                scan = self._scripts.scan(model)
+            if scan.oldest:
+                ages[model] = (scan.now_ms - int(scan.oldest.split("-")[0])) / 1000
+            cursors[model] = scan.cursor
         return ages, cursors
 
     def _promote_due(self, model: str, now_ms: int) -> None:
         """Move retries whose backoff is over from the delayed zset back to the stream."""
         for job_id in self._r.zrangebyscore(keys.delayed_zset(model), "-inf", now_ms, start=0, num=100):
 
-            def build(snap: Snapshot, job_id: str = job_id) -> Plan | None:
+            def build(snap: Snapshot) -> Plan | None:
                 if snap.record.status is not Status.queued or snap.entry:
                     return None
-                plan = Plan(job_id=job_id, model=model, attempt=snap.record.attempt, rev=snap.rev, undelay=True)
-                plan.payload = encode_payload(job_id, model)
-                return plan
+                return redis_plans.promote(snap)
 
             if self._jobs.mutate(model, job_id, build) is None:
                 self._r.zrem(keys.delayed_zset(model), job_id)  # record gone or moved on: stale member
@@ -373,34 +374,10 @@ class RedisQueue(RedisReads):
         except UnreadableEntry as e:
             self._dead_entry(model, entry_id, e.reason, e.job_id, fields)
             return 0
-
-        def build(snap: Snapshot) -> Plan | None:
-            rec = snap.record
-            if snap.entry != entry_id or rec.terminal:
-                return None
-            if rec.status is Status.queued:  # its claimer stopped between XREADGROUP and the start
-                plan = plan_change(snap, rec, ack=entry_id)
-            elif rec.cancel_requested:
-                plan = plan_change(snap, records.finished(rec, Outcome(status=Status.canceled)), status=Status.canceled)
-                plan.event, plan.ack = "canceled: lease lapsed", entry_id
-                plan.owned_by = keys.REAPER_CONSUMER
-                return plan
-            elif rec.attempt - snap.released >= rec.max_attempts:
-                plan = dead_plan(snap, records.worker_lost(rec.attempt), fence=None, reason="worker_lost")
-            else:
-                plan = plan_change(snap, records.requeued(rec), status=Status.queued, ack=entry_id)
-                plan.event = "lease_expired"
-            plan.owned_by = keys.REAPER_CONSUMER
-            if plan.status is not Status.failed:
-                plan.payload = encode_payload(job_id, model)
-            return plan
-
-        committed = self._jobs.mutate(model, job_id, build)
+        committed = self._jobs.mutate(model, job_id, lambda snap: redis_plans.reclaim(snap, entry_id))
         if committed is None and self._jobs.snapshot_entry(model, job_id) != entry_id:
             self._scripts.drop_entry(model, entry_id)  # an orphan: its record moved on or is gone
         return 1 if committed is not None else 0
-
-    # ------------------------------------------------------------------------------------ plumbing
 
 
 def _entries_of(reply: Any) -> list[tuple[str, dict[str, str]]]:

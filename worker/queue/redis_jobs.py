@@ -1,33 +1,24 @@
 """Reading and writing one job hash of the Redis backend: a snapshot, a plan, an optimistic commit.
 
-Every change to a job is: read the hash (``Snapshot``), build the new record and a ``Plan`` in Python,
-and let ``commit.lua`` apply it only if ``rev`` did not move meanwhile (else read again). Fencing is
-checked twice: here before planning (``holds``) and in Lua at commit.
+Every change to a job is: read the hash (``Snapshot``), build the new record and its ``Plan`` in
+Python (``redis_plans``), and let ``commit.lua`` apply it only if ``rev`` did not move meanwhile
+(else read again). Fencing is checked twice: before planning (``redis_plans.holds``) and in Lua.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from worker.core.contract import ErrorInfo, GenerationRecord, Status
-from worker.queue import keys, records
-from worker.queue.base import Claim
-from worker.queue.redis_scripts import Plan, Reply, Scripts
+from worker.core.contract import GenerationRecord
+from worker.queue import keys
+from worker.queue.redis_plans import Plan, Snapshot
+from worker.queue.redis_scripts import Reply, Scripts
 
-__all__ = ["MAX_CAS_TRIES", "JobWriter", "Snapshot", "dead_plan", "holds", "plan_change", "split_token"]
+__all__ = ["MAX_CAS_TRIES", "JobWriter"]
 
 # Optimistic check-and-set retries before giving up (a conflict means another writer won a race).
 MAX_CAS_TRIES = 100
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    record: GenerationRecord
-    rev: int
-    entry: str
-    released: int
 
 
 class JobWriter:
@@ -60,48 +51,3 @@ class JobWriter:
             if reply.kind != "conflict":
                 return None
         raise RuntimeError(f"job {job_id}: too many concurrent writers")
-
-
-def plan_change(
-    snap: Snapshot,
-    record: GenerationRecord,
-    *,
-    status: Status | None = None,
-    fence: Claim | None = None,
-    ack: str | None = None,
-    undelay: bool = False,
-    event: str | None = None,
-) -> Plan:
-    plan = Plan(
-        job_id=record.id,
-        model=record.model,
-        attempt=record.attempt,
-        rev=snap.rev,
-        record=record,
-        status=status,
-        cancel=record.cancel_requested,
-        ack=ack,
-        undelay=undelay,
-        event=event,
-    )
-    if fence is not None:
-        plan.fence_attempt, plan.fence_entry = fence.attempt, split_token(fence.token)[0]
-    return plan
-
-
-def dead_plan(snap: Snapshot, error: ErrorInfo, *, fence: Claim | None, reason: str) -> Plan:
-    plan = plan_change(snap, records.dead_lettered(snap.record, error), status=Status.failed, fence=fence)
-    plan.ack, plan.event = snap.entry, f"failed: {error.code.value} ({reason})"
-    plan.dead, plan.dead_code, plan.dead_message = reason, error.code.value, error.message
-    return plan
-
-
-def split_token(token: str) -> tuple[str, str]:
-    entry, _, consumer = token.partition("|")
-    return entry, consumer
-
-
-def holds(snap: Snapshot, claim: Claim) -> bool:
-    """The fencing rule, checked in Python before planning and again in Lua by ``commit.lua``."""
-    rec = snap.record
-    return rec.status is Status.running and rec.attempt == claim.attempt and snap.entry == split_token(claim.token)[0]

@@ -1,5 +1,6 @@
 """The read side of the Redis backend: records, listings, depth, position, events, dead letters and
-worker heartbeats. Nothing here changes a job; ``redis_backend.RedisQueue`` builds on it."""
+worker heartbeats. Nothing here changes a job; ``redis_backend.RedisQueue`` holds one and answers
+these calls through it. Every public method translates "Redis unreachable" (``unavailable``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 from worker.core.contract import GenerationRecord, Status
 from worker.queue import keys
-from worker.queue.base import Event, WorkerHeartbeat
+from worker.queue.base import DeadLetter, Event, WorkerHeartbeat
 from worker.queue.redis_scripts import Scripts
+from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisReads"]
 
@@ -34,13 +36,15 @@ class RedisReads:
         self._cache_lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------- records
+    @redis_unavailable
     def get(self, job_id: str) -> GenerationRecord | None:
-        model = self._model_of(job_id)
+        model = self.model_of(job_id)
         if model is None:
             return None
         raw = self._r.hget(keys.job_record(model, job_id), "record")
         return None if raw is None else GenerationRecord.model_validate_json(raw)
 
+    @redis_unavailable
     def list_jobs(
         self, project: str, *, limit: int = 20, cursor: str | None = None
     ) -> tuple[list[GenerationRecord], str | None]:
@@ -73,30 +77,24 @@ class RedisReads:
         return page, f"{last.created_at.timestamp() * 1000!r}:{last.id}"
 
     # ----------------------------------------------------------------------------------- queue state
+    @redis_unavailable
     def depth(self, model: str) -> int:
-        return int(
-            self._scripts.depth(keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP])
-        )
+        return self._scripts.depth(model)
 
+    @redis_unavailable
     def position(self, job_id: str) -> int | None:
-        model = self._model_of(job_id)
-        if model is None:
-            return None
-        pos = int(
-            self._scripts.position(
-                keys=[keys.job_record(model, job_id), keys.job_stream(model), keys.delayed_zset(model)],
-                args=[keys.CONSUMER_GROUP, job_id],
-            )
-        )
-        return None if pos < 0 else pos
+        model = self.model_of(job_id)
+        return None if model is None else self._scripts.position(model, job_id)
 
     # ----------------------------------------------------------------------------------- workers
+    @redis_unavailable
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
         pipe = self._r.pipeline(transaction=False)
         pipe.set(keys.worker_heartbeat(beat.worker_id), beat.model_dump_json(), px=max(1, int(ttl_s * 1000)))
         pipe.zadd(keys.WORKERS, {beat.worker_id: (beat.at.timestamp() if beat.at else 0.0) * 1000})
         pipe.execute()
 
+    @redis_unavailable
     def live_workers(self) -> list[WorkerHeartbeat]:
         ids = sorted(self._r.zrange(keys.WORKERS, 0, -1))
         if not ids:
@@ -111,10 +109,11 @@ class RedisReads:
         return [WorkerHeartbeat.model_validate_json(raw) for raw in beats if raw is not None]
 
     # ----------------------------------------------------------------------------------- logs
+    @redis_unavailable
     def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
         cursor = _event_cursor(after) if after else None
         if job_id is not None:
-            model = self._model_of(job_id)
+            model = self.model_of(job_id)
             if model is None:
                 return []
             start = f"({after.partition('/')[0]}" if after else "-"
@@ -130,16 +129,18 @@ class RedisReads:
         merged.sort(key=lambda e: _event_cursor(e.id))
         return merged[:limit]
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, str]]:
-        merged: list[tuple[tuple[int, int], str, dict[str, str]]] = []
+    @redis_unavailable
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        merged: list[tuple[tuple[int, int], str, DeadLetter]] = []
         for model in sorted(self._r.smembers(keys.MODELS)):
             for sid, fields in self._r.xrange(keys.dead_stream(model), "-", "+", count=limit):
-                merged.append((_stream_id(sid), model, {**fields, "id": f"{sid}/{model}"}))
+                dead = DeadLetter.model_validate({**fields, "id": f"{sid}/{model}"})
+                merged.append((_stream_id(sid), model, dead))
         merged.sort(key=lambda t: (t[0], t[1]))
-        return [fields for _, _, fields in merged[:limit]]
+        return [dead for _, _, dead in merged[:limit]]
 
     # ----------------------------------------------------------------------------------- id → model
-    def _model_of(self, job_id: str) -> str | None:
+    def model_of(self, job_id: str) -> str | None:
         """The job's model (its records' hash slot), cached: a job never changes model."""
         with self._cache_lock:
             model = self._model_cache.get(job_id)
@@ -150,10 +151,10 @@ class RedisReads:
                 return None
             model = self._r.get(index)
             if model is not None:
-                self._remember_model(job_id, model)
+                self.remember_model(job_id, model)
         return model
 
-    def _remember_model(self, job_id: str, model: str) -> None:
+    def remember_model(self, job_id: str, model: str) -> None:
         with self._cache_lock:
             if len(self._model_cache) > 100_000:  # a long-lived API process: bound the cache
                 self._model_cache.clear()

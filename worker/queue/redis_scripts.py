@@ -1,24 +1,43 @@
-"""The Lua scripts of the Redis backend (``worker/queue/lua/*.lua``) and the plans they apply.
+"""The Lua scripts of the Redis backend (``worker/queue/lua/*.lua``) and the KEYS and ARGV of each.
 
-Python builds every new record with pydantic (``records``); ``commit.lua`` is the atomic gate that
-checks the record's ``rev`` (optimistic check-and-set), the fencing fields and the lifecycle table,
-then writes the record, moves the stream entry, and appends the event and the dead letter, all in
-the job's hash slot. Scripts run with ``EVALSHA`` (``register_script``), reloaded on ``NOSCRIPT``.
+This module is the only place that lays out a script call; the rest of the backend calls the typed
+methods of ``Scripts``. Every script touches keys of one model's pool only (one Cluster slot).
+
+================  ==========================================  =============================================
+script            KEYS                                        ARGV
+================  ==========================================  =============================================
+``commit.lua``    1 job hash, 2 job stream, 3 delayed zset,   1 plan JSON (``Plan`` fields plus ``group``,
+                  4 events stream, 5 job events stream,       ``events_maxlen``, ``at``; a ``None`` field
+                  6 dead-letter stream                        is left out), 2 new record JSON (``''``: keep)
+``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
+``scan.lua``      1 job stream, 2 delayed zset                1 group
+``depth.lua``     1 job stream, 2 delayed zset                1 group
+``position.lua``  1 job hash, 2 job stream, 3 delayed zset    1 group, 2 job id
+``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id, 3 dead-letter MAXLEN,
+                                                              4.. dead-letter field/value pairs (none: none)
+================  ==========================================  =============================================
+
+Python builds every new record with pydantic (``records``) and every change as a ``redis_plans.Plan``;
+``commit.lua`` is the atomic gate that checks the record's ``rev`` (optimistic check-and-set), the
+fencing fields and the lifecycle table, then writes the record, moves the stream entry, and appends
+the event and the dead letter. Scripts run with ``EVALSHA`` (``register_script``), reloaded on
+``NOSCRIPT``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
 from redis.commands.core import Script
 
-from worker.core.contract import GenerationRecord, Status, utcnow
+from worker.core.contract import utcnow
 from worker.queue import keys
+from worker.queue.redis_plans import Plan
 
-__all__ = ["Plan", "Scripts", "lua_source"]
+__all__ = ["Reply", "Scan", "Scripts", "lua_source"]
 
 
 def lua_source(name: str) -> str:
@@ -30,80 +49,47 @@ def lua_source(name: str) -> str:
     return text
 
 
-@dataclass
-class Plan:
-    """One change to one job, applied by ``commit.lua`` only if the stored ``rev`` is still ``rev``."""
-
-    job_id: str
-    model: str
-    attempt: int
-    rev: int = 0
-    create: bool = False
-    record: GenerationRecord | None = None  # the new record; None keeps the stored one
-    status: Status | None = None  # None: no status change
-    cancel: bool = False
-    fence_attempt: int | None = None  # with fence_entry: refuse unless running at this attempt
-    fence_entry: str | None = None
-    owned_by: str | None = None  # refuse unless ``ack`` is still pending for this consumer
-    ack: str | None = None  # entry to acknowledge and delete
-    undelay: bool = False  # drop the job from the delayed zset
-    delay_until_ms: int | None = None  # park the job in the delayed zset until then
-    payload: str | None = None  # add a new stream entry with this payload
-    released_incr: int = 0
-    event: str | None = None  # reason of the event to append (None: no event)
-    dead: str | None = None  # reason of the dead letter to append (None: none)
-    dead_code: str | None = None
-    dead_message: str | None = None
-
-
 @dataclass(frozen=True)
 class Reply:
+    """``commit.lua``'s answer."""
+
     kind: str  # ok | exists | missing | conflict | fenced | illegal
     entry: str = ""
     event_id: str = ""
 
 
+@dataclass(frozen=True)
+class Scan:
+    """``scan.lua``'s answer: what one model's pool holds, on the server's clock."""
+
+    now_ms: int
+    oldest: str  # id of the oldest entry not yet delivered, '' when none
+    due: int  # delayed retries whose backoff is over
+    cursor: str  # the group's last-delivered id: an XREAD from it wakes on the next new entry
+
+
 class Scripts:
-    """The registered scripts of one client."""
+    """The registered scripts of one client, one typed method per script."""
 
     def __init__(self, client: Any, events_maxlen: int) -> None:
         self._events_maxlen = events_maxlen
         self._commit: Script = client.register_script(lua_source("commit"))
-        self.renew: Script = client.register_script(lua_source("renew"))
-        self.scan: Script = client.register_script(lua_source("scan"))
-        self.depth: Script = client.register_script(lua_source("depth"))
-        self.position: Script = client.register_script(lua_source("position"))
-        self.drop: Script = client.register_script(lua_source("drop"))
+        self._renew: Script = client.register_script(lua_source("renew"))
+        self._scan: Script = client.register_script(lua_source("scan"))
+        self._depth: Script = client.register_script(lua_source("depth"))
+        self._position: Script = client.register_script(lua_source("position"))
+        self._drop: Script = client.register_script(lua_source("drop"))
 
     def commit(self, plan: Plan) -> Reply:
-        spec: dict[str, Any] = {
-            "job_id": plan.job_id,
-            "model": plan.model,
-            "attempt": plan.attempt,
-            "rev": plan.rev,
-            "create": plan.create,
-            "cancel": plan.cancel,
-            "undelay": plan.undelay,
-            "released_incr": plan.released_incr,
-            "group": keys.CONSUMER_GROUP,
-            "events_maxlen": str(self._events_maxlen),
-            "at": utcnow().isoformat(),
-        }
-        optional = {
-            "status": plan.status.value if plan.status else None,
-            "fence_attempt": plan.fence_attempt,
-            "fence_entry": plan.fence_entry,
-            "owned_by": plan.owned_by,
-            "ack": plan.ack,
-            "delay_until_ms": str(plan.delay_until_ms) if plan.delay_until_ms is not None else None,
-            "payload": plan.payload,
-            "event": plan.event,
-            "dead": plan.dead,
-            "dead_code": plan.dead_code,
-            "dead_message": plan.dead_message,
-        }
-        # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
-        spec.update({k: v for k, v in optional.items() if v is not None})
+        """Apply ``plan``; ``illegal`` (the lifecycle table refused the change) is a bug and raises."""
+        spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(self._events_maxlen)}
+        spec["at"] = utcnow().isoformat()
+        for field in fields(Plan):
+            value = getattr(plan, field.name)
+            # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
+            if field.name == "record" or value is None:
+                continue
+            spec[field.name] = str(value) if field.name == "delay_until_ms" else value
         record_json = plan.record.model_dump_json() if plan.record is not None else ""
         script_keys = [
             keys.job_record(plan.model, plan.job_id),
@@ -121,9 +107,37 @@ class Scripts:
             return Reply(kind)
         return Reply(kind, entry=str(raw[1]), event_id=str(raw[2]))
 
+    def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
+        """Reset the lease (the entry's idle time); False when the claim is stale."""
+        reply = self._renew(
+            keys=[keys.job_record(model, job_id), keys.job_stream(model)],
+            args=[keys.CONSUMER_GROUP, consumer, attempt, entry],
+        )
+        return bool(int(reply))
+
+    def scan(self, model: str) -> Scan:
+        now_ms, oldest, due, cursor = self._scan(
+            keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
+        )
+        return Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due), cursor=str(cursor))
+
+    def depth(self, model: str) -> int:
+        """Undelivered entries plus delayed retries."""
+        return int(self._depth(keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]))
+
+    def position(self, model: str, job_id: str) -> int | None:
+        """0-based place in the model's queue; None when the job is not queued."""
+        pos = int(
+            self._position(
+                keys=[keys.job_record(model, job_id), keys.job_stream(model), keys.delayed_zset(model)],
+                args=[keys.CONSUMER_GROUP, job_id],
+            )
+        )
+        return None if pos < 0 else pos
+
     def drop_entry(self, model: str, entry_id: str, dead_fields: dict[str, str] | None = None) -> None:
         """Acknowledge and delete an entry that starts no job, dead-lettering it when fields are given."""
         args: list[str] = [keys.CONSUMER_GROUP, entry_id, str(self._events_maxlen)]
         for name, value in (dead_fields or {}).items():
             args += [name, value]
-        self.drop(keys=[keys.job_stream(model), keys.dead_stream(model)], args=args)
+        self._drop(keys=[keys.job_stream(model), keys.dead_stream(model)], args=args)

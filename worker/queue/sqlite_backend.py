@@ -4,18 +4,17 @@ Every read-modify-write runs in ``BEGIN IMMEDIATE`` (one writer at a time, acros
 up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its own connection
 (the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column
 (wall clock: every process shares the machine's clock); fencing compares ``attempt`` and the claim's
-``token``. Statuses are changed only through ``records`` (``check_transition``).
+``token``. Statuses are changed only through ``records`` (``check_transition``). Every public method
+(and opening the file) translates a locked or unreadable database into ``BackendUnavailable``
+(``unavailable.sqlite_unavailable``).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -23,9 +22,20 @@ from pydantic import ValidationError
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records
-from worker.queue.base import Claim, EnqueueResult, Event, Outcome, WorkerHeartbeat
+from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
 from worker.queue.ordering import order_models
+from worker.queue.policy import (
+    DeadReason,
+    EventReason,
+    claimed_by,
+    dead_event,
+    finished_event,
+    out_of_attempts,
+    retry_event,
+)
+from worker.queue.sqlite_db import SqliteFile
 from worker.queue.sqlite_schema import SCHEMA
+from worker.queue.unavailable import sqlite_unavailable
 
 __all__ = ["SqliteQueue"]
 
@@ -35,27 +45,10 @@ _POLL_S = 0.05  # how often a blocking claim looks again (there is no server to 
 _Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
 
 
-def _enable_wal(conn: sqlite3.Connection, *, deadline_s: float = 30.0) -> None:
-    """Switch to WAL, retrying while other connections hold the file.
-
-    Changing the journal mode needs the database to itself and SQLite answers SQLITE_BUSY at once,
-    without calling the busy handler, so connections opened together (processes starting at once)
-    must retry. Once the file is in WAL mode (it persists) the pragma is a cheap no-op.
-    """
-    give_up = time.monotonic() + deadline_s
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or time.monotonic() > give_up:
-                raise
-            time.sleep(0.02)
-
-
 class SqliteQueue:
     """``JobQueue`` on one SQLite file (embedded mode)."""
 
+    @sqlite_unavailable
     def __init__(
         self,
         path: str | Path,
@@ -72,50 +65,11 @@ class SqliteQueue:
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
         self.starve_after_s = starve_after_s
-        # FULL: a commit survives power loss; NORMAL (WAL): it survives a process crash only.
-        self._synchronous = "FULL" if durable else "NORMAL"
-        self._local = threading.local()
+        self._db = SqliteFile(self.path, synchronous="FULL" if durable else "NORMAL")
         self._last_reclaim = float("-inf")
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
-        self._writer: tuple[int, threading.Lock] = (os.getpid(), threading.Lock())
-        self._conn().executescript(SCHEMA)
+        self._db.conn().executescript(SCHEMA)
 
     # ------------------------------------------------------------------------------------ plumbing
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():  # never share across fork
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout=30000")
-            _enable_wal(conn)
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._local.conn, self._local.pid = conn, os.getpid()
-            with self._all_lock:
-                self._all.append(conn)
-        return conn
-
-    def _write_lock(self) -> threading.Lock:
-        pid, _ = self._writer
-        if pid != os.getpid():  # a forked child gets a fresh lock (the parent's may be held)
-            self._writer = (os.getpid(), threading.Lock())
-        return self._writer[1]
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # Threads of this process take turns on a lock before BEGIN IMMEDIATE: a waiter is woken the
-        # moment the writer before it commits, where SQLite's busy handler would poll with sleeps of up
-        # to 100 ms (under a burst of API writes that made POST p99 ~1 s). Other processes still wait
-        # through busy_timeout.
-        with self._write_lock():
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
     def _load(self, conn: sqlite3.Connection, job_id: str) -> tuple[GenerationRecord, int, str | None] | None:
         row = conn.execute("SELECT record, released, token FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
@@ -167,12 +121,13 @@ class SqliteQueue:
         )
 
     # ------------------------------------------------------------------------------------ API side
+    @sqlite_unavailable
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
         record = records.enqueued(record, max_attempts=self.max_attempts)
         now = time.time()
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             if idempotency_key is not None:
                 row = conn.execute(
                     "SELECT job_id, request_hash FROM idempotency WHERE project = ? AND key = ? AND expires_at > ?",
@@ -201,13 +156,15 @@ class SqliteQueue:
                     record.created_at.timestamp() * 1000,
                 ),
             )
-            self._store(conn, record, event="enqueued", ready_at=now)
+            self._store(conn, record, event=EventReason.enqueued, ready_at=now)
         return EnqueueResult(record, replayed=False)
 
+    @sqlite_unavailable
     def get(self, job_id: str) -> GenerationRecord | None:
-        row = self._conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._db.conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else GenerationRecord.model_validate_json(row[0])
 
+    @sqlite_unavailable
     def list_jobs(
         self, project: str, *, limit: int = 20, cursor: str | None = None
     ) -> tuple[list[GenerationRecord], str | None]:
@@ -218,33 +175,38 @@ class SqliteQueue:
             score, _, last_id = cursor.partition(":")
             sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
             args_ += [float(score), float(score), last_id]
-        rows = self._conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
+        rows = (
+            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
+        )
         page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
         more = len(rows) > limit and bool(page)
         return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
 
+    @sqlite_unavailable
     def cancel(self, job_id: str) -> GenerationRecord:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             loaded = self._load(conn, job_id)
             if loaded is None:
                 raise UnknownJob(job_id)
             rec = loaded[0]
             if rec.status is Status.queued:
                 rec = records.canceled(rec)
-                self._store(conn, rec, event="canceled")
+                self._store(conn, rec, event=EventReason.canceled)
             elif rec.status is Status.running and not rec.cancel_requested:
                 rec = records.with_cancel_flag(rec)
                 # Only the record and the flag: the lease stays the worker's.
                 conn.execute("UPDATE jobs SET record = ?, cancel = 1 WHERE id = ?", (rec.model_dump_json(), job_id))
-                self._event(conn, rec, "cancel_requested")
+                self._event(conn, rec, EventReason.cancel_requested)
             return rec
 
+    @sqlite_unavailable
     def depth(self, model: str) -> int:
-        row = self._conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
+        row = self._db.conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
         return int(row.fetchone()[0])
 
+    @sqlite_unavailable
     def position(self, job_id: str) -> int | None:
-        conn = self._conn()
+        conn = self._db.conn()
         row = conn.execute("SELECT model, status, ready_at, queue_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None or row[1] != "queued":
             return None
@@ -255,36 +217,41 @@ class SqliteQueue:
         ).fetchone()[0]
         return int(ahead)
 
+    @sqlite_unavailable
     def live_workers(self) -> list[WorkerHeartbeat]:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             conn.execute("DELETE FROM workers WHERE expires_at <= ?", (time.time(),))
             rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
         return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
 
+    @sqlite_unavailable
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
                 (beat.worker_id, beat.model_dump_json(), time.time() + ttl_s),
             )
 
+    @sqlite_unavailable
     def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
         sql = "SELECT id, job_id, status, attempt, at, reason FROM events WHERE id > ?"
         args: list[object] = [int(after or 0)]
         if job_id is not None:
             sql += " AND job_id = ?"
             args.append(job_id)
-        rows = self._conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+        rows = self._db.conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
         return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, str]]:
-        cur = self._conn().execute(
+    @sqlite_unavailable
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        cur = self._db.conn().execute(
             "SELECT id, job_id, model, reason, code, message, at, raw FROM dead_letters ORDER BY id LIMIT ?", (limit,)
         )
         names = [d[0] for d in cur.description]
-        return [{n: str(v) for n, v in zip(names, row, strict=True) if v is not None} for row in cur.fetchall()]
+        return [DeadLetter.model_validate({**dict(zip(names, row, strict=True)), "id": str(row[0])}) for row in cur]
 
     # ------------------------------------------------------------------------------------ worker side
+    @sqlite_unavailable
     def claim(
         self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
     ) -> Claim | None:
@@ -302,7 +269,7 @@ class SqliteQueue:
 
     def _claim_once(self, worker_id: str, models: list[str], prefer: Sequence[str]) -> Claim | None:
         marks = ",".join("?" * len(models))
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             now = time.time()
             rows = conn.execute(
                 f"""SELECT model, MIN(ready_at) FROM jobs WHERE status = 'queued' AND ready_at <= ?
@@ -319,17 +286,17 @@ class SqliteQueue:
                         rec = GenerationRecord.model_validate_json(raw)
                     except ValidationError:
                         # Never crash the consumer: set the row aside as a dead letter and go on.
-                        self._dead(conn, job_id, model, "record is not a valid GenerationRecord", raw=raw[:2000])
+                        self._dead(conn, job_id, model, DeadReason.invalid_record, raw=raw[:2000])
                         conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
                         continue
                     rec = records.started(rec)
                     token = uuid.uuid4().hex
-                    self._store(conn, rec, event=f"claimed by {worker_id}", token=token)
+                    self._store(conn, rec, event=claimed_by(worker_id), token=token)
                     return Claim(rec.id, model, rec.attempt, rec, token=token)
         return None
 
     def _fenced(self, claim: Claim, change: _Change) -> bool:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             loaded = self._load(conn, claim.job_id)
             if loaded is None:
                 return False
@@ -339,8 +306,9 @@ class SqliteQueue:
             change(conn, rec, released)
             return True
 
+    @sqlite_unavailable
     def renew(self, claim: Claim) -> bool:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             cur = conn.execute(
                 """UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND status = 'running' AND attempt = ?
                    AND token = ?""",
@@ -348,6 +316,7 @@ class SqliteQueue:
             )
             return cur.rowcount == 1
 
+    @sqlite_unavailable
     def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
             conn.execute(
@@ -357,42 +326,45 @@ class SqliteQueue:
 
         return self._fenced(claim, change)
 
+    @sqlite_unavailable
     def cancel_requested(self, job_id: str) -> bool:
-        row = self._conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = self._db.conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return bool(row and row[0])
 
+    @sqlite_unavailable
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
-            reason = outcome.status.value + (f": {outcome.error.code.value}" if outcome.error else "")
-            self._store(conn, records.finished(rec, outcome), event=reason)
+            event = finished_event(outcome.status, outcome.error.code if outcome.error else None)
+            self._store(conn, records.finished(rec, outcome), event=event)
 
         return self._fenced(claim, change)
 
+    @sqlite_unavailable
     def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
-            if rec.attempt - released >= rec.max_attempts:
-                self._fail_dead(conn, rec, error, "out of attempts")
+            if out_of_attempts(rec, released):
+                self._fail_dead(conn, rec, error, DeadReason.out_of_attempts)
             else:
                 requeued = records.requeued(rec, error=error)
-                self._store(
-                    conn, requeued, event=f"retry: {error.code.value}", ready_at=time.time() + max(0.0, delay_s)
-                )
+                self._store(conn, requeued, event=retry_event(error.code), ready_at=time.time() + max(0.0, delay_s))
 
         return self._fenced(claim, change)
 
+    @sqlite_unavailable
     def release(self, claim: Claim) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
             # A drain is not a failure: it does not use up an attempt.
-            self._store(conn, records.requeued(rec), event="released", released_incr=1)
+            self._store(conn, records.requeued(rec), event=EventReason.released, released_incr=1)
 
         return self._fenced(claim, change)
 
-    def _fail_dead(self, conn: sqlite3.Connection, rec: GenerationRecord, error: ErrorInfo, reason: str) -> None:
-        self._store(conn, records.dead_lettered(rec, error), event=f"failed: {error.code.value} ({reason})")
+    def _fail_dead(self, conn: sqlite3.Connection, rec: GenerationRecord, error: ErrorInfo, reason: DeadReason) -> None:
+        self._store(conn, records.dead_lettered(rec, error), event=dead_event(error.code, reason))
         self._dead(conn, rec.id, rec.model, reason, code=error.code.value, message=error.message)
 
+    @sqlite_unavailable
     def reclaim_expired(self) -> int:
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             ids = [
                 r[0]
                 for r in conn.execute(
@@ -405,16 +377,12 @@ class SqliteQueue:
                 rec, released, _ = loaded
                 if rec.cancel_requested:
                     ended = records.finished(rec, Outcome(status=Status.canceled))
-                    self._store(conn, ended, event="canceled: lease lapsed")
-                elif rec.attempt - released >= rec.max_attempts:
-                    self._fail_dead(conn, rec, records.worker_lost(rec.attempt), "worker_lost")
+                    self._store(conn, ended, event=EventReason.canceled_lease_lapsed)
+                elif out_of_attempts(rec, released):
+                    self._fail_dead(conn, rec, records.worker_lost(rec.attempt), DeadReason.worker_lost)
                 else:
-                    self._store(conn, records.requeued(rec), event="lease_expired")
+                    self._store(conn, records.requeued(rec), event=EventReason.lease_expired)
         return len(ids)
 
     def close(self) -> None:
-        with self._all_lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        self._db.close()

@@ -2,6 +2,11 @@
 
 Two backends (``s3.S3Store``, ``local.LocalStore``), one shared test suite. The record keeps object
 keys and metadata, never URLs: the API calls ``sign_url`` on every read.
+
+Errors: a store raises only ``worker.core.errors`` types, translated from its client library at each
+method: ``JobError(upload_failed)`` when the store refuses (retrying cannot help) and
+``TransientError(upload_failed)`` for trouble worth a retry, ``BackendUnavailable`` among them when
+the store did not answer at all (and the local store's ``InvalidKey`` for a key outside its root).
 """
 
 from __future__ import annotations

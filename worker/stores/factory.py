@@ -1,11 +1,8 @@
 """Build the configured artifact store.
 
 ``open_store`` does no network I/O: a worker calls ``S3Store.ensure_bucket()`` itself at start. The
-API mounts the local store's download app when the store is local::
-
-    store = open_store(settings.store, data_dir=Path(settings.data_dir))
-    if isinstance(store, LocalStore):
-        app.mount(ARTIFACTS_PATH, artifact_app(store))
+API mounts the local store's download app (``api.artifacts``) at ``local.ARTIFACTS_PATH`` when the
+store is local.
 """
 
 from __future__ import annotations

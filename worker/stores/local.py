@@ -2,8 +2,9 @@
 
 For the embedded mode (one machine, no S3). Files are written atomically (temp file in the target
 directory, fsync, ``os.replace``), so a reader never sees half a video. Keys are confined to the root.
-A signed URL is ``{public_base_url}/v1/artifacts/{key}?expires=<unix>&sig=<hex>`` where ``sig`` is
-HMAC-SHA256 over ``key`` and ``expires``; ``api.artifacts.artifact_app`` serves them.
+A signed URL is ``{public_base_url}{ARTIFACTS_PATH}/{key}?expires=<unix>&sig=<hex>`` where ``sig`` is
+HMAC-SHA256 over ``key`` and ``expires``; ``api.artifacts.artifact_app`` serves them. File system
+errors (disk full, permissions) leave every public method as ``TransientError(upload_failed)``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -23,7 +26,10 @@ from worker.stores.base import SignedUrl, StoredObject
 
 __all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
 
-# Where the API mounts ``artifact_app``; signed URLs point there.
+# The URL path under ``public_base_url`` where signed URLs point and the API mounts ``artifact_app``.
+# Defined here, once, because it is part of this store's signed-URL format: the store writes it into
+# every URL it signs (workers build the same store with no HTTP server), and a store must not import
+# the API layer above it. The API imports it to mount the file server where the URLs lead.
 ARTIFACTS_PATH = "/v1/artifacts"
 _COPY_BLOCK = 1 << 20
 _MAX_KEY_CHARS = 1024
@@ -65,7 +71,9 @@ class LocalStore:
         """The file behind ``key``; raises ``InvalidKey`` for a key that is not confined to the root."""
         path = self.root.joinpath(*check_key(key).split("/"))
         # Belt and braces: a symlinked directory inside the root must not lead out of it either.
-        if not path.resolve().is_relative_to(self.root):
+        with _translated(f"resolve {key}"):
+            inside = path.resolve().is_relative_to(self.root)
+        if not inside:
             raise InvalidKey(f"key leads outside the store: {key!r}")
         return path
 
@@ -74,10 +82,8 @@ class LocalStore:
             target = self.path_for(key)
         except InvalidKey as e:
             raise JobError(ErrorCode.upload_failed, str(e)) from None
-        try:
+        with _translated(f"store {key}"):
             digest, size = _copy_atomically(path, target)
-        except OSError as e:  # disk full, permissions: an operator can fix it, so retry later
-            raise TransientError(ErrorCode.upload_failed, f"cannot store {key}: {e}") from e
         if sha256 is not None and digest != sha256:
             target.unlink(missing_ok=True)
             raise TransientError(ErrorCode.upload_failed, f"checksum mismatch for {key}: {digest} != {sha256}")
@@ -109,10 +115,24 @@ class LocalStore:
         return hmac.compare_digest(self.signature(key, expires_at).encode(), sig.encode("utf-8", "replace"))
 
     def exists(self, key: str) -> bool:
-        return self.path_for(key).is_file()
+        path = self.path_for(key)
+        with _translated(f"check {key}"):
+            return path.is_file()
 
     def delete(self, key: str) -> None:
-        self.path_for(key).unlink(missing_ok=True)
+        path = self.path_for(key)
+        with _translated(f"delete {key}"):
+            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """``OSError`` (disk full, permissions, a lost mount) as ``TransientError(upload_failed)``: an
+    operator can fix it, so the job is retried later rather than failed."""
+    try:
+        yield
+    except OSError as e:
+        raise TransientError(ErrorCode.upload_failed, f"cannot {what}: {e}") from e
 
 
 def _copy_atomically(source: Path, target: Path) -> tuple[str, int]:

@@ -7,8 +7,11 @@
   verifies (per part for multipart); the whole file's SHA-256 goes into the object's metadata and a
   ``HEAD`` afterwards checks size and digest.
 - Connection errors, 5xx and throttling are retried by botocore (``standard`` mode: exponential
-  backoff with jitter); what still fails is ``TransientError(upload_failed)``. Refusals (bad
+  backoff with jitter); what still fails is ``TransientError(upload_failed)``, and
+  ``BackendUnavailable(code=upload_failed)`` when the store did not answer at all. Refusals (bad
   credentials, missing bucket, access denied) are ``JobError(upload_failed)``: retrying cannot help.
+  Every method that talks to the store translates botocore's errors in ``_translated``; callers never
+  import botocore to decide what happened.
 - Downloads are presigned GET URLs. ``s3_public_endpoint_url`` signs them for the host clients reach
   when the workers talk to the store on an internal address.
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,9 +29,10 @@ from typing import Any
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from worker.core.errors import ErrorCode, JobError, TransientError
+from worker.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
 from worker.stores.base import SignedUrl, StoredObject
 from worker.stores.config import StoreSettings
 
@@ -89,19 +95,23 @@ class S3Store:
 
     def ensure_bucket(self) -> None:
         """Create the bucket (private: no ACL, no policy) unless it exists and is ours."""
+        with _translated(f"bucket {self.bucket}"):
+            if self._bucket_exists():
+                return
+            try:
+                self._client.create_bucket(Bucket=self.bucket)
+            except ClientError as e:
+                if _code(e) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+
+    def _bucket_exists(self) -> bool:
         try:
             self._client.head_bucket(Bucket=self.bucket)
-            return
         except ClientError as e:
-            if _status(e) != 404:
-                raise _classify(e, f"bucket {self.bucket}") from e
-        except BotoCoreError as e:
-            raise _classify(e, f"bucket {self.bucket}") from e
-        try:
-            self._client.create_bucket(Bucket=self.bucket)
-        except ClientError as e:
-            if _code(e) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                raise _classify(e, f"bucket {self.bucket}") from e
+            if _status(e) == 404:
+                return False
+            raise
+        return True
 
     def put_file(self, key: str, path: Path, *, content_type: str, sha256: str | None = None) -> StoredObject:
         digest, size = _sha256_file(path)
@@ -109,21 +119,15 @@ class S3Store:
             # The file is not what the encoder wrote; a retry re-encodes it.
             raise TransientError(ErrorCode.upload_failed, f"{path.name} changed on disk: sha256 {digest} != {sha256}")
         extra = {"ContentType": content_type, "Metadata": {"sha256": digest}, "ChecksumAlgorithm": "SHA256"}
-        try:
+        with _translated(f"upload of {key}"):
             self._client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=self._transfer)
             head = self._client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
-        except (ClientError, BotoCoreError) as e:
-            raise _classify(e, f"upload of {key}") from e
-        except Exception as e:
-            # boto3's S3UploadFailedError wraps the ClientError as text only; look at its cause.
-            cause = e.__cause__ or e.__context__
-            if isinstance(cause, ClientError | BotoCoreError):
-                raise _classify(cause, f"upload of {key}") from e
-            raise
         _check_head(key, head, size, digest)
         return StoredObject(key=key, bytes=size, sha256=digest, content_type=content_type)
 
     def sign_url(self, key: str, *, ttl_s: int | None = None) -> SignedUrl:
+        # Not translated: presigning is computed here without talking to the store, so what botocore
+        # raises (no credentials configured) is a misconfiguration, not a store outage to retry.
         ttl = self.ttl_s if ttl_s is None else ttl_s
         signed_at = datetime.now(UTC)
         url = self._signer.generate_presigned_url(
@@ -132,21 +136,33 @@ class S3Store:
         return SignedUrl(url=str(url), expires_at=signed_at + timedelta(seconds=ttl))
 
     def exists(self, key: str) -> bool:
-        try:
-            self._client.head_object(Bucket=self.bucket, Key=key)
-        except ClientError as e:
-            if _status(e) == 404:
-                return False
-            raise _classify(e, f"head of {key}") from e
-        except BotoCoreError as e:
-            raise _classify(e, f"head of {key}") from e
+        with _translated(f"head of {key}"):
+            try:
+                self._client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as e:
+                if _status(e) == 404:
+                    return False
+                raise
         return True
 
     def delete(self, key: str) -> None:
-        try:
+        with _translated(f"delete of {key}"):
             self._client.delete_object(Bucket=self.bucket, Key=key)
-        except (ClientError, BotoCoreError) as e:
-            raise _classify(e, f"delete of {key}") from e
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """botocore's errors, after its own retries, as ours (``_classify``); other errors pass unchanged."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as e:
+        raise _classify(e, what) from e
+    except Exception as e:
+        # boto3's S3UploadFailedError wraps the ClientError as text only; look at its cause.
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ClientError | BotoCoreError):
+            raise _classify(cause, what) from e
+        raise
 
 
 def _check_head(key: str, head: dict[str, Any], size: int, digest: str) -> None:
@@ -192,4 +208,6 @@ def _classify(e: Exception, what: str) -> JobError | TransientError:
         if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
             return TransientError(ErrorCode.upload_failed, f"{what} failed ({code or status}): {e}")
         return JobError(ErrorCode.upload_failed, f"{what} refused ({code or status}): {e}")
+    if isinstance(e, BotoConnectionError | HTTPClientError):  # refused, reset, timed out: no answer
+        return BackendUnavailable(f"{what} failed: {e}", code=ErrorCode.upload_failed)
     return TransientError(ErrorCode.upload_failed, f"{what} failed: {e}")

@@ -14,6 +14,9 @@ workers reach Redis the same way:
 
 TLS is on when the URL scheme is ``rediss``; ``tls_*`` add a CA bundle and a client certificate. ACL
 credentials come from the URL, overridden by ``redis_username`` / ``redis_password``.
+
+A Cluster client connects while it is built: no reachable seed raises ``BackendUnavailable``, as
+every later call does when Redis cannot answer. A setting that cannot work raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from worker.queue.config import QueueSettings
+from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisClient", "parse_address", "redis_client"]
 
@@ -50,6 +54,7 @@ def parse_address(address: str, default_port: int = _DEFAULT_PORT) -> tuple[str,
     return host, int(port)
 
 
+@redis_unavailable
 def redis_client(settings: QueueSettings, url: str | None = None) -> RedisClient:
     """A client for ``url`` (default: ``settings.redis_url``) in the settings' mode."""
     url = url or settings.redis_url

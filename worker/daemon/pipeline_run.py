@@ -1,0 +1,136 @@
+"""One job through a model, shared by the daemon and ``genworker generate``: load → extend the prompt →
+denoise → decode, each a stage, each retried once after running out of memory.
+
+What differs between the two callers is behind ``RunHooks``: how a stage is entered and measured (the
+daemon writes it to the record, checks cancel, lease and time limit, logs and observes a metric; the
+one-shot command updates a progress bar and checks its own time limit), where step progress goes, and
+where model loads and out-of-memory retries are counted. What each does with the media afterwards
+(encode and upload, or encode to a local file) stays with the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from worker.core.contract import PromptExtension, Stage
+from worker.core.errors import is_out_of_memory
+
+if TYPE_CHECKING:
+    from pipelines.adapter import Adapter, Latents
+    from pipelines.cache import ModelCache
+    from worker.core.catalog import ModelSpec
+    from worker.core.media import Media
+    from worker.core.resolve import ResolvedJob
+    from worker.daemon.logs import JobLogger
+
+__all__ = ["Rendered", "RunHooks", "run_pipeline"]
+
+_T = TypeVar("_T")
+
+
+class RunHooks:
+    """What a run reports to, and the checks that may stop it. This base reports nothing and never stops."""
+
+    log: logging.Logger | JobLogger = logging.getLogger("genworker.run")
+
+    def stage(self, name: Stage) -> AbstractContextManager[None]:
+        """Wraps one stage; entering may raise (cancel, time limit) to stop the run before the stage starts."""
+        return _no_stage()
+
+    def on_step(self, done: int, total: int) -> None:
+        """A denoising step ended; raising stops the loop within that step."""
+
+    def model_loaded(self, model_id: str, seconds: float) -> None:
+        """``model_id`` was loaded into the cache (not found resident), taking ``seconds``."""
+
+    def out_of_memory(self, stage: Stage) -> None:
+        """``stage`` ran out of memory; the cache is about to be cleared and the stage tried once more."""
+
+
+@contextmanager
+def _no_stage() -> Iterator[None]:
+    yield
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a run produced: the job as run (``prompt`` is the prompt actually used) and its media."""
+
+    job: ResolvedJob
+    media: Media
+    extension: PromptExtension | None
+    gpu_seconds: float  # denoise and decode, retries included
+
+
+def run_pipeline(cache: ModelCache, spec: ModelSpec, job: ResolvedJob, hooks: RunHooks) -> Rendered:
+    """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise."""
+    run = _Run(cache, spec, hooks)
+    with hooks.stage(Stage.loading):
+        adapter = run.with_oom_retry(Stage.loading, run.adapter)
+    job, extension = run.extend_prompt(adapter, job)
+    started = time.perf_counter()
+    with hooks.stage(Stage.denoising):
+        latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step))
+    with hooks.stage(Stage.decoding):
+        # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
+        media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
+    return Rendered(job, media, extension, time.perf_counter() - started)
+
+
+class _Run:
+    def __init__(self, cache: ModelCache, spec: ModelSpec, hooks: RunHooks) -> None:
+        self._cache = cache
+        self._spec = spec
+        self._hooks = hooks
+
+    def adapter(self) -> Adapter:
+        """The resident adapter, loading it when it is not (the first time, or after an OOM cleared the cache)."""
+        loads_before = self._cache.load_count()
+        started = time.perf_counter()
+        adapter = self._cache.get(self._spec)
+        if self._cache.load_count() != loads_before:
+            self._hooks.model_loaded(self._spec.id, time.perf_counter() - started)
+        return adapter
+
+    def extend_prompt(self, adapter: Adapter, job: ResolvedJob) -> tuple[ResolvedJob, PromptExtension | None]:
+        if not job.prompt_extend:
+            return job, None
+        from pipelines.prompt_extend import extend_or_fallback
+
+        with self._hooks.stage(Stage.extending_prompt):
+            prompt_used, extension = extend_or_fallback(adapter, job)
+        if extension.status == "fallback":
+            self._hooks.log.warning(
+                "prompt extension fell back to the original prompt", extra={"reason": extension.reason}
+            )
+        return job.model_copy(update={"prompt": prompt_used}), extension
+
+    def with_oom_retry(self, stage: Stage, work: Callable[[], _T]) -> _T:
+        """Out of memory: free every cached model and try once more; a second OOM fails the job.
+
+        Retrying here rather than through the queue keeps the job on a worker whose memory was just
+        freed, and a job that cannot fit never loops through the queue (``out_of_memory`` is terminal).
+        """
+        try:
+            return work()
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
+            self._hooks.log.warning("out of memory: freeing the model cache and retrying once", extra={"stage": "oom"})
+            self._hooks.out_of_memory(stage)
+            self._cache.clear()
+            _empty_cuda_cache()
+        return work()
+
+
+def _empty_cuda_cache() -> None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,74 @@
+"""Queue policies written once for both backends: when a job is out of attempts, and the reason
+strings of events and dead letters (``docs/queue-protocol.md`` cites this module).
+
+The Lua scripts never decide either: Python builds the plan (``redis_plans``) from a snapshot, and
+``commit.lua`` applies it only if the job's ``rev`` did not move since, so the decision taken here
+is the one stored.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from worker.core.contract import GenerationRecord, Status
+from worker.core.errors import ErrorCode
+
+__all__ = [
+    "DeadReason",
+    "EventReason",
+    "claimed_by",
+    "dead_event",
+    "finished_event",
+    "out_of_attempts",
+    "retry_event",
+]
+
+
+def out_of_attempts(record: GenerationRecord, released: int) -> bool:
+    """True when the attempt that just ended was the last one the job may use.
+
+    ``released``: how often a draining worker gave the job back; those attempts are not used up.
+    A retry or a lapsed lease then dead-letters the job instead of re-queuing it.
+    """
+    return record.attempt - released >= record.max_attempts
+
+
+class EventReason(StrEnum):
+    """Fixed reasons of the events log. Reasons with details are built by the functions below."""
+
+    enqueued = "enqueued"
+    lease_expired = "lease_expired"  # running → queued: the worker stopped renewing
+    released = "released"  # running → queued: a draining worker gave the job back
+    canceled = "canceled"  # queued → canceled
+    cancel_requested = "cancel_requested"  # the flag only: the status stays running
+    canceled_lease_lapsed = "canceled: lease lapsed"  # running → canceled by the reaper
+
+
+class DeadReason(StrEnum):
+    """Fixed reasons of dead letters. An unreadable stream entry gets its parse error instead
+    (``entries.UnreadableEntry.reason``)."""
+
+    out_of_attempts = "out of attempts"  # a retry after the last attempt
+    worker_lost = "worker_lost"  # the last attempt's lease lapsed
+    invalid_record = "record is not a valid GenerationRecord"
+    no_record = "no record for this job"
+
+
+def claimed_by(worker_id: str) -> str:
+    """``claimed by <worker>``: queued → running."""
+    return f"claimed by {worker_id}"
+
+
+def retry_event(code: ErrorCode) -> str:
+    """``retry: <code>``: running → queued after a transient failure."""
+    return f"retry: {code.value}"
+
+
+def finished_event(status: Status, code: ErrorCode | None) -> str:
+    """``<status>`` or ``<status>: <code>``: the worker ended the attempt."""
+    return status.value + (f": {code.value}" if code else "")
+
+
+def dead_event(code: ErrorCode, reason: DeadReason) -> str:
+    """``failed: <code> (<dead reason>)``: out of attempts, the job fails and is dead-lettered."""
+    return f"failed: {code.value} ({reason.value})"

@@ -1,0 +1,305 @@
+"""What ``commit.lua`` applies to one Redis job: a frozen ``Plan``, one named constructor per transition.
+
+Every change to a job is: read the hash (``Snapshot``), build the whole plan here from it, and let
+``commit.lua`` apply it only if ``rev`` did not move meanwhile (``redis_jobs.JobWriter``). A plan is
+complete when built: nothing patches its fields afterwards. The constructors are pure (no I/O, the
+clock only where a delay needs it), so each transition reads top to bottom in one place.
+
+=================  ==============================  ============================================
+constructor        status change                   stream / zset
+=================  ==============================  ============================================
+``create``         (new) → queued                  new entry
+``start``          queued → running, attempt + 1   (the delivered entry stays pending)
+``progress``       —  (fenced)                     —
+``cancel_queued``  queued → canceled               ack the entry, leave the delayed zset
+``cancel_flag``    — (running; sets the flag)      —
+``finish``         running → terminal (fenced)     ack
+``retry``          running → queued (fenced)       ack; park in the delayed zset or new entry
+``release``        running → queued (fenced)       ack; new entry; ``released + 1``
+``dead_letter``    running → failed                ack; dead-letter stream
+``reclaim``        lapsed lease (reaper-owned):    ack; new entry unless the job ended
+                   ``reclaim_unstarted``, ``_canceled``, ``_requeued`` or ``dead_letter``
+``promote``        — (a due retry)                 leave the delayed zset, new entry
+=================  ==============================  ============================================
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
+from worker.core.contract import ErrorInfo, GenerationRecord, Status
+from worker.queue import keys, records
+from worker.queue.base import Claim, Outcome
+from worker.queue.entries import encode_payload
+from worker.queue.policy import (
+    DeadReason,
+    EventReason,
+    claimed_by,
+    dead_event,
+    finished_event,
+    out_of_attempts,
+    retry_event,
+)
+
+__all__ = [
+    "Plan",
+    "Snapshot",
+    "cancel_flag",
+    "cancel_queued",
+    "create",
+    "dead_letter",
+    "finish",
+    "holds",
+    "progress",
+    "promote",
+    "reclaim",
+    "reclaim_canceled",
+    "reclaim_requeued",
+    "reclaim_unstarted",
+    "release",
+    "retry",
+    "split_token",
+    "start",
+]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A job hash as read before planning; ``rev`` is the check-and-set token."""
+
+    record: GenerationRecord
+    rev: int
+    entry: str
+    released: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One change to one job, applied by ``commit.lua`` only if the stored ``rev`` is still ``rev``.
+
+    Field by field what the script does is in ``redis_scripts.COMMIT`` and ``lua/commit.lua``."""
+
+    job_id: str
+    model: str
+    attempt: int
+    rev: int = 0
+    create: bool = False
+    record: GenerationRecord | None = None  # the new record; None keeps the stored one
+    status: Status | None = None  # None: no status change
+    cancel: bool = False
+    fence_attempt: int | None = None  # with fence_entry: refuse unless running at this attempt
+    fence_entry: str | None = None
+    owned_by: str | None = None  # refuse unless ``ack`` is still pending for this consumer
+    ack: str | None = None  # entry to acknowledge and delete
+    undelay: bool = False  # drop the job from the delayed zset
+    delay_until_ms: int | None = None  # park the job in the delayed zset until then
+    payload: str | None = None  # add a new stream entry with this payload
+    released_incr: int = 0
+    event: str | None = None  # reason of the event to append (None: no event)
+    dead: str | None = None  # reason of the dead letter to append (None: none)
+    dead_code: str | None = None
+    dead_message: str | None = None
+
+
+def split_token(token: str) -> tuple[str, str]:
+    """A Redis claim's token is ``<entry id>|<consumer>``."""
+    entry, _, consumer = token.partition("|")
+    return entry, consumer
+
+
+def holds(snap: Snapshot, claim: Claim) -> bool:
+    """The fencing rule, checked in Python before planning and again in Lua by ``commit.lua``."""
+    rec = snap.record
+    return rec.status is Status.running and rec.attempt == claim.attempt and snap.entry == split_token(claim.token)[0]
+
+
+def _payload(record: GenerationRecord) -> str:
+    return encode_payload(record.id, record.model)
+
+
+class _Target(TypedDict):
+    """The ``Plan`` fields every change of a stored job carries (checked by mypy where unpacked)."""
+
+    job_id: str
+    model: str
+    attempt: int
+    rev: int
+    record: GenerationRecord
+    cancel: bool
+    fence_attempt: NotRequired[int]
+    fence_entry: NotRequired[str]
+
+
+def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) -> _Target:
+    """Who, which rev, the new record and, for a worker's write, the fence of its claim."""
+    fields: _Target = {
+        "job_id": record.id,
+        "model": record.model,
+        "attempt": record.attempt,
+        "rev": snap.rev,
+        "record": record,
+        "cancel": record.cancel_requested,
+    }
+    if fence is not None:
+        fields["fence_attempt"], fields["fence_entry"] = fence.attempt, split_token(fence.token)[0]
+    return fields
+
+
+# ------------------------------------------------------------------------------------------ API side
+def create(record: GenerationRecord) -> Plan:
+    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken)."""
+    return Plan(
+        job_id=record.id,
+        model=record.model,
+        attempt=0,
+        create=True,
+        record=record,
+        status=Status.queued,
+        payload=_payload(record),
+        event=EventReason.enqueued,
+    )
+
+
+def cancel_queued(snap: Snapshot) -> Plan:
+    """A queued job ends ``canceled`` at once: its entry (or delayed retry) goes, no worker gets it."""
+    new = records.canceled(snap.record)
+    return Plan(
+        **_on(snap, new),
+        status=Status.canceled,
+        ack=snap.entry or None,
+        undelay=True,
+        event=EventReason.canceled,
+    )
+
+
+def cancel_flag(snap: Snapshot) -> Plan:
+    """A running job gets the durable cancel flag its worker polls; the status stays ``running``."""
+    return Plan(**_on(snap, records.with_cancel_flag(snap.record)), event=EventReason.cancel_requested)
+
+
+# ------------------------------------------------------------------------------------------ worker side
+def start(snap: Snapshot, new: GenerationRecord, worker_id: str) -> Plan:
+    """Claim: ``new`` is ``records.started(snap.record)`` (the caller keeps it for the ``Claim``)."""
+    return Plan(**_on(snap, new), status=Status.running, event=claimed_by(worker_id))
+
+
+def progress(snap: Snapshot, new: GenerationRecord, claim: Claim) -> Plan:
+    """Stage and progress of the current attempt (fenced, no event)."""
+    return Plan(**_on(snap, new, claim))
+
+
+def finish(snap: Snapshot, claim: Claim, outcome: Outcome) -> Plan:
+    """The worker's terminal outcome of the current attempt; the entry is acknowledged."""
+    code = outcome.error.code if outcome.error else None
+    return Plan(
+        **_on(snap, records.finished(snap.record, outcome), claim),
+        status=outcome.status,
+        ack=snap.entry,
+        event=finished_event(outcome.status, code),
+    )
+
+
+def retry(snap: Snapshot, claim: Claim, error: ErrorInfo, *, delay_s: float) -> Plan:
+    """A transient failure with attempts left: re-queue keeping ``error``, after ``delay_s``.
+
+    With a delay the job waits in the delayed zset (the claim path promotes it when due); without,
+    it gets a new stream entry at once. Out of attempts is ``dead_letter`` (``policy.out_of_attempts``)."""
+    delayed = delay_s > 0
+    return Plan(
+        **_on(snap, records.requeued(snap.record, error=error), claim),
+        status=Status.queued,
+        ack=snap.entry,
+        delay_until_ms=int((time.time() + delay_s) * 1000) if delayed else None,
+        payload=None if delayed else _payload(snap.record),
+        event=retry_event(error.code),
+    )
+
+
+def release(snap: Snapshot, claim: Claim) -> Plan:
+    """A draining worker gives the job back for re-delivery now; a drain does not use up an attempt."""
+    return Plan(
+        **_on(snap, records.requeued(snap.record), claim),
+        status=Status.queued,
+        ack=snap.entry,
+        payload=_payload(snap.record),
+        released_incr=1,
+        event=EventReason.released,
+    )
+
+
+def dead_letter(
+    snap: Snapshot, error: ErrorInfo, reason: DeadReason, *, fence: Claim | None = None, owned_by: str | None = None
+) -> Plan:
+    """Out of attempts: ``failed`` with ``error``, the entry acknowledged, a dead letter appended.
+
+    ``fence``: a worker's retry (fenced by its claim); ``owned_by``: the reaper, on a lapsed lease."""
+    return Plan(
+        **_on(snap, records.dead_lettered(snap.record, error), fence),
+        status=Status.failed,
+        owned_by=owned_by,
+        ack=snap.entry,
+        event=dead_event(error.code, reason),
+        dead=reason.value,
+        dead_code=error.code.value,
+        dead_message=error.message,
+    )
+
+
+# ------------------------------------------------------------------------------------------ reaper
+def reclaim(snap: Snapshot, entry_id: str) -> Plan | None:
+    """What the reaper does with the job of a lapsed entry; None when the entry is not the job's now
+    (the job moved on or ended) or nothing is to be done."""
+    rec = snap.record
+    if snap.entry != entry_id or rec.terminal:
+        return None
+    if rec.status is Status.queued:  # its claimer stopped between XREADGROUP and the start
+        return reclaim_unstarted(snap, entry_id)
+    if rec.cancel_requested:
+        return reclaim_canceled(snap, entry_id)
+    if out_of_attempts(rec, snap.released):
+        error = records.worker_lost(rec.attempt)
+        return dead_letter(snap, error, DeadReason.worker_lost, owned_by=keys.REAPER_CONSUMER)
+    return reclaim_requeued(snap, entry_id)
+
+
+def reclaim_unstarted(snap: Snapshot, entry_id: str) -> Plan:
+    """A lapsed entry whose job is still ``queued`` (its claimer stopped before starting it): a new
+    entry replaces it, with no status change and no event."""
+    return Plan(
+        **_on(snap, snap.record),
+        owned_by=keys.REAPER_CONSUMER,
+        ack=entry_id,
+        payload=_payload(snap.record),
+    )
+
+
+def reclaim_canceled(snap: Snapshot, entry_id: str) -> Plan:
+    """A lapsed lease on a job asked to cancel: it ends ``canceled`` (nobody is running it)."""
+    ended = records.finished(snap.record, Outcome(status=Status.canceled))
+    return Plan(
+        **_on(snap, ended),
+        status=Status.canceled,
+        owned_by=keys.REAPER_CONSUMER,
+        ack=entry_id,
+        event=EventReason.canceled_lease_lapsed,
+    )
+
+
+def reclaim_requeued(snap: Snapshot, entry_id: str) -> Plan:
+    """A lapsed lease with attempts left: back to ``queued`` with a new entry."""
+    return Plan(
+        **_on(snap, records.requeued(snap.record)),
+        status=Status.queued,
+        owned_by=keys.REAPER_CONSUMER,
+        ack=entry_id,
+        payload=_payload(snap.record),
+        event=EventReason.lease_expired,
+    )
+
+
+def promote(snap: Snapshot) -> Plan:
+    """A retry whose backoff is over: out of the delayed zset, into the stream (record unchanged)."""
+    rec = snap.record
+    return Plan(job_id=rec.id, model=rec.model, attempt=rec.attempt, rev=snap.rev, undelay=True, payload=_payload(rec))
