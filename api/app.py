@@ -14,11 +14,11 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp
 
 from api.auth import Authenticator
+from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.keys import KeyStore
 from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
 from api.routes import generations, models
-from api.services import ApiContext
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest
 from worker.queue.base import ApiQueue
@@ -71,7 +71,6 @@ def create_app(
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
-    app.state.context = ctx  # for introspection only; routes get it through their factories
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

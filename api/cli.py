@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
@@ -44,11 +45,8 @@ def keys_create(
     """Create a key and print it alone on stdout (it is shown only this once)."""
     if not project.strip():
         raise typer.BadParameter("must not be empty", param_hint="--project")
-    keys = _open_keys(data_dir, redis_url, config)
-    try:
+    with closing(_open_keys(data_dir, redis_url, config)) as keys:
         record, key = keys.create(project, scope)
-    finally:
-        keys.close()
     typer.echo(f"created {record.id} for project {record.project} ({', '.join(record.scopes)})", err=True)
     typer.echo(key)
 
@@ -61,11 +59,8 @@ def keys_list(
     config: _Config = None,
 ) -> None:
     """List keys (id, project, scopes, created, revoked); never the keys themselves."""
-    keys = _open_keys(data_dir, redis_url, config)
-    try:
+    with closing(_open_keys(data_dir, redis_url, config)) as keys:
         records = keys.list_keys(project)
-    finally:
-        keys.close()
     for r in records:
         state = f"revoked {r.revoked_at.isoformat(timespec='seconds')}" if r.revoked_at else "active"
         created = r.created_at.isoformat(timespec="seconds")
@@ -80,11 +75,8 @@ def keys_revoke(
     config: _Config = None,
 ) -> None:
     """Revoke a key; requests with it get 401 from then on."""
-    keys = _open_keys(data_dir, redis_url, config)
-    try:
+    with closing(_open_keys(data_dir, redis_url, config)) as keys:
         found = keys.revoke(key_id)
-    finally:
-        keys.close()
     if not found:
         typer.echo(f"no key {key_id!r}", err=True)
         raise typer.Exit(1)

@@ -35,6 +35,7 @@ from pipelines.runtime import (
     synchronize,
     torch_dtype,
 )
+from worker.core.catalog import FAMILY_OPTIONS
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import AudioTrack, Media, StepCallback
 
@@ -71,24 +72,10 @@ class LTX2Latents(Latents):
 class LTX2TextToVideo:
     """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
-    # Variant options (``pipeline_kwargs``): keywords of ``LTX2Pipeline.__call__``; the two ``decode_*`` ones
+    # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: keywords of
+    # ``LTX2Pipeline.__call__``; the two ``decode_*`` ones
     # are applied by ``decode``.
-    options: ClassVar[frozenset[str]] = frozenset(
-        {
-            "audio_guidance_rescale",
-            "audio_guidance_scale",
-            "audio_modality_scale",
-            "audio_stg_scale",
-            "decode_noise_scale",
-            "decode_timestep",
-            "guidance_rescale",
-            "max_sequence_length",
-            "modality_scale",
-            "spatio_temporal_guidance_blocks",
-            "stg_scale",
-            "use_cross_timestep",
-        }
-    )
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["ltx2"]
     own_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:

@@ -33,6 +33,7 @@ from pipelines.runtime import (
     synchronize,
     torch_dtype,
 )
+from worker.core.catalog import FAMILY_OPTIONS
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import Media, StepCallback
 
@@ -58,9 +59,9 @@ class WanLatents(Latents):
 class WanTextToVideo:
     """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
-    # Variant options (``pipeline_kwargs``): ``boundary_ratio`` is applied here, the rest are keywords of
-    # ``WanPipeline.__call__``.
-    options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio", "max_sequence_length"})
+    # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: ``boundary_ratio``
+    # is applied here, the rest are keywords of ``WanPipeline.__call__``.
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
     own_options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio"})
 
     def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:

@@ -1,1 +1,1 @@
-"""Routers, one module per resource; each exposes a ``build_router(services)`` factory."""
+"""Routers, one module per resource; each exposes a ``build_router(ctx)`` factory."""

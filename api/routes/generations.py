@@ -9,11 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from api.auth import Principal, bearer
+from api.context import ApiContext
 from api.create import IDEMPOTENCY_HEADER, build_record, check_idempotency_key, parse_body, request_hash
 from api.errors import ApiError, responses_for
 from api.keys import Scope
 from api.query import only_query
-from api.services import ApiContext
 from api.views import GenerationList, GenerationView, generation_view
 from worker.core.contract import GenerationRecord, Status, utcnow
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from api.context import ApiContext
 from api.errors import responses_for
 from api.query import only_query
-from api.services import ApiContext
 from api.views import ModelList, model_view
 
 __all__ = ["build_router"]

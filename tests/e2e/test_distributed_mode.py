@@ -74,13 +74,12 @@ def test_api_and_worker_processes_over_redis_and_s3(
     logs = tmp_path / "logs"
     logs.mkdir()
     api_cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
-    api = subprocess.Popen(api_cmd, env=env, stdout=(logs / "api.out").open("wb"), stderr=subprocess.STDOUT)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "genworker.cli", "worker"],
-        env=env,
-        stdout=(logs / "worker.out").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    # The children keep their own descriptors of the log files; ours close once they are started.
+    with (logs / "api.out").open("wb") as api_out, (logs / "worker.out").open("wb") as worker_out:
+        api = subprocess.Popen(api_cmd, env=env, stdout=api_out, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "genworker.cli", "worker"], env=env, stdout=worker_out, stderr=subprocess.STDOUT
+        )
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_until_available(base_url, api, "tiny-wan")

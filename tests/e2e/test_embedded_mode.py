@@ -107,5 +107,8 @@ def test_genworker_up_serves_the_whole_flow(tmp_path: Path, tiny_models_dir: Pat
             proc.kill()
             proc.wait()
         errors.close()
-    out = proc.stdout.read().decode() if proc.stdout else ""
+    out = ""
+    if proc.stdout is not None:
+        with proc.stdout:
+            out = proc.stdout.read().decode()
     assert key in out and f"curl -s {base_url}/v1/generations" in out  # the banner a newcomer pastes from

@@ -50,6 +50,8 @@ def test_killed_consumer_job_is_redelivered_and_finishes_once(make_queue: Callab
         if consumer.poll() is None:
             os.kill(consumer.pid, signal.SIGKILL)
             consumer.wait(timeout=10)
+        if consumer.stdout is not None:
+            consumer.stdout.close()
     claim = q.claim("survivor", ["tiny-wan"], block_s=10 * LEASE_S)
     assert claim is not None and claim.job_id == record.id and claim.attempt == 2
     assert q.finish(claim, Outcome(status=Status.succeeded))

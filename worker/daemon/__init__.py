@@ -1,6 +1,6 @@
 """The worker daemon: claim -> load -> extend -> denoise -> decode -> encode -> upload -> report.
 
-``loop`` (the claim loop and its threads), ``services`` (what a worker process builds once at start),
+``loop`` (the claim loop and its threads), ``context`` (what a worker process builds once at start),
 ``runner`` (the GPU side of one job, through ``pipeline_run``: load -> extend -> denoise -> decode
 with the OOM retry, shared with ``genworker generate``), ``postprocess`` (encode, upload, finish;
 overlapped with the next job), ``attempt`` and ``verdict`` (how an attempt ends), ``progress`` and

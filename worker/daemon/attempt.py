@@ -1,7 +1,7 @@
 """One claimed attempt as it moves through the worker, and how it ends (``settle``).
 
 ``Attempt`` bundles what every stage needs: the claim, its lease, progress checkpoints and a logger
-with the job bound. ``Settler`` turns an exception into the queue call ``worker.failures`` prescribes
+with the job bound. ``Settler`` turns an exception into the queue call ``worker.daemon.verdict`` prescribes
 and is the only place that ends an attempt other than success.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.core.contract import ErrorInfo, PromptExtension, Status
+from worker.core.contract import ErrorInfo, Status
 from worker.core.errors import BackendUnavailable, ErrorCode
 from worker.daemon.lease import Lease, LeaseKeeper
 from worker.daemon.logs import JobLogger
@@ -22,10 +22,9 @@ from worker.daemon.verdict import Verdict, backoff_s, classify
 from worker.queue.base import Claim, Outcome, WorkerQueue
 
 if TYPE_CHECKING:
-    from worker.core.media import Media
-    from worker.core.resolve import ResolvedJob
+    from worker.daemon.pipeline_run import Rendered
 
-__all__ = ["Attempt", "Generated", "Settler"]
+__all__ = ["Attempt", "HandOff", "Settler"]
 
 _TRACED = frozenset({ErrorCode.pipeline_error, ErrorCode.internal_error, ErrorCode.out_of_memory})
 
@@ -43,16 +42,13 @@ class Attempt:
         return self.claim.job_id
 
 
-@dataclass
-class Generated:
-    """What the GPU hands to post-processing: the media plus what the final record needs."""
+@dataclass(frozen=True)
+class HandOff:
+    """What the GPU side hands to post-processing: the attempt, what the model rendered (the job as run,
+    its media, the prompt extension, GPU seconds) and the work directory the encoder writes into."""
 
     attempt: Attempt
-    job: ResolvedJob
-    media: Media
-    gpu_seconds: float
-    prompt_used: str
-    extension: PromptExtension | None
+    rendered: Rendered
     work_dir: Path
 
 

@@ -21,8 +21,8 @@ from worker.core.catalog import load_catalog
 from worker.core.contract import CreateRequest, PromptExtension, Stage
 from worker.core.errors import ErrorCode, JobError
 from worker.core.resolve import ResolvedJob, resolve
+from worker.daemon.context import ensure_tiny_models
 from worker.daemon.pipeline_run import RunHooks, run_pipeline
-from worker.daemon.services import ensure_tiny_models
 from worker.settings import Settings
 
 if TYPE_CHECKING:

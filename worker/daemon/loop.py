@@ -23,8 +23,8 @@ import threading
 import time
 
 from worker.core.errors import BackendUnavailable, FatalWorkerError
+from worker.daemon.context import WorkerContext, start_worker_context
 from worker.daemon.lifecycle import Shutdown
-from worker.daemon.services import Services, start_services
 from worker.queue.base import Claim
 from worker.settings import Settings
 
@@ -38,8 +38,8 @@ _MAX_QUEUE_BACKOFF_S = 30.0
 
 
 class Worker:
-    def __init__(self, services: Services, shutdown: Shutdown) -> None:
-        self.s = services
+    def __init__(self, ctx: WorkerContext, shutdown: Shutdown) -> None:
+        self.ctx = ctx
         self.shutdown = shutdown
         self.exit_code = 0
 
@@ -68,7 +68,7 @@ class Worker:
                 log.error("worker loop error, retrying in %.0f s: %s", self._backoff(failures), e, exc_info=e)
                 self.shutdown.draining.wait(self._backoff(failures))
         try:
-            self.s.post.wait()  # the job behind the GPU finishes too (within the drain grace)
+            self.ctx.post.wait()  # the job behind the GPU finishes too (within the drain grace)
         except FatalWorkerError:
             self.exit_code = 1
 
@@ -77,29 +77,29 @@ class Worker:
         return min(_MAX_QUEUE_BACKOFF_S, 2.0 ** min(failures, 5))
 
     def claim_next(self) -> Claim | None:
-        s = self.s
-        return s.queue.claim(
-            s.worker_id, s.hosted_models, prefer=s.cache.loaded(), block_s=s.settings.worker.claim_block_s
+        ctx = self.ctx
+        return ctx.queue.claim(
+            ctx.worker_id, ctx.hosted_models, prefer=ctx.cache.loaded(), block_s=ctx.settings.worker.claim_block_s
         )
 
     def run_job(self, claim: Claim) -> None:
-        s = self.s
-        attempt = s.runner.begin(claim)
-        s.current_job = claim.job_id
+        ctx = self.ctx
+        attempt = ctx.runner.begin(claim)
+        ctx.current_job = claim.job_id
         try:
-            generated = s.runner.run_on_gpu(attempt)
+            handoff = ctx.runner.run_on_gpu(attempt)
         finally:
-            s.current_job = None
-        if generated is not None:
-            s.post.submit(generated)
+            ctx.current_job = None
+        if handoff is not None:
+            ctx.post.submit(handoff)
 
     # ------------------------------------------------------------------------------------ main thread
     def supervise(self, gpu: threading.Thread) -> None:
         """Wait for the GPU thread; on drain give it the grace, then interrupt, then force."""
         while gpu.is_alive() and not self.shutdown.draining.is_set():
             gpu.join(0.2)
-        self.s.health.set_ready(False, "draining")
-        grace_end = (self.shutdown.drain_started or time.monotonic()) + self.s.settings.worker.drain_grace_s
+        self.ctx.health.set_ready(False, "draining")
+        grace_end = (self.shutdown.drain_started or time.monotonic()) + self.ctx.settings.worker.drain_grace_s
         while gpu.is_alive() and not self.shutdown.stop_now.is_set() and time.monotonic() < grace_end:
             gpu.join(0.2)
         if not gpu.is_alive():
@@ -111,8 +111,8 @@ class Worker:
 
     def force_exit(self) -> None:
         """Work is stuck in a call nothing can interrupt: release its claims so others take them now."""
-        for lease in self.s.leases.held():
-            released = self.s.queue.release(lease.claim)
+        for lease in self.ctx.leases.held():
+            released = self.ctx.queue.release(lease.claim)
             log.warning("released stuck job", extra={"job_id": lease.claim.job_id, "released": released})
         logging.shutdown()
         os._exit(self.exit_code)
@@ -124,18 +124,18 @@ def run_worker(settings: Settings, *, install_signals: bool = True) -> int:
     if install_signals:
         shutdown.install()
     try:
-        services = start_services(settings, shutdown)
+        ctx = start_worker_context(settings, shutdown)
     except FatalWorkerError as e:
         log.critical("cannot start: %s", e)
         return 2
-    worker = Worker(services, shutdown)
+    worker = Worker(ctx, shutdown)
     gpu = threading.Thread(target=worker.process, name="gpu", daemon=True)
     if not shutdown.draining.is_set():
-        services.health.set_ready(True, "ready")
-        services.heartbeat.tick()
-        log.info("ready", extra={"worker_id": services.worker_id, "models": services.hosted_models})
+        ctx.health.set_ready(True, "ready")
+        ctx.heartbeat.tick()
+        log.info("ready", extra={"worker_id": ctx.worker_id, "models": ctx.hosted_models})
         gpu.start()
         worker.supervise(gpu)
-    services.stop()
+    ctx.stop()
     log.info("stopped", extra={"exit_code": worker.exit_code})
     return worker.exit_code

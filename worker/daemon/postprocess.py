@@ -1,6 +1,6 @@
 """The post-GPU side of one job: encode → upload → finish, and the line that overlaps it with the GPU.
 
-``PostLine`` runs post-processing in one background thread so encoding and uploading job N overlap
+``PostProcessingLane`` runs post-processing in one background thread so encoding and uploading job N overlap
 the denoising of job N+1. It is bounded: before handing over job N+1 the GPU thread waits for job N,
 so at most one job is post-processed behind the GPU and host memory holds at most two clips. The
 lease keeper keeps renewing the waiting job's lease meanwhile.
@@ -22,7 +22,7 @@ from worker.core.catalog import Catalog
 from worker.core.contract import Artifact, Money, Stage, Status, Usage
 from worker.core.errors import JobError, TransientError
 from worker.core.resolve import ResolvedJob, compute_price
-from worker.daemon.attempt import Generated, Settler
+from worker.daemon.attempt import HandOff, Settler
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.runner import stage
 from worker.queue.base import Outcome, WorkerQueue
@@ -31,7 +31,7 @@ from worker.stores.base import ArtifactStore, artifact_key
 if TYPE_CHECKING:
     from worker.media.encoder import EncoderSettings
 
-__all__ = ["PostLine", "PostProcessor", "final_price"]
+__all__ = ["PostProcessingLane", "PostProcessor", "final_price"]
 
 log = logging.getLogger("genworker.post")
 
@@ -62,43 +62,43 @@ class PostProcessor:
         self._settler = settler
         self._metrics = metrics
 
-    def run(self, gen: Generated) -> None:
+    def run(self, handoff: HandOff) -> None:
         """Encode, upload and finish; any failure is settled. Never raises except ``FatalWorkerError``."""
-        attempt = gen.attempt
+        attempt = handoff.attempt
         try:
-            artifacts = self.encode(gen)
-            stored = self.upload(gen, artifacts)
-            self.succeed(gen, stored)
+            artifacts = self.encode(handoff)
+            stored = self.upload(handoff, artifacts)
+            self.succeed(handoff, stored)
         except Exception as e:
             # The one catch-all of this line: it runs in the post-processing thread, which must outlive
             # any job. The settler classifies every exception (ours, ffmpeg's, a bug) into an outcome.
             self._settler.settle(attempt, e)
         finally:
-            shutil.rmtree(gen.work_dir, ignore_errors=True)
+            shutil.rmtree(handoff.work_dir, ignore_errors=True)
             self._settler.close(attempt)
 
-    def encode(self, gen: Generated) -> list[tuple[Artifact, Path]]:
+    def encode(self, handoff: HandOff) -> list[tuple[Artifact, Path]]:
         """Encode the clip (and its poster) into the attempt's work directory."""
         from worker.media.encoder import encode_video
 
-        job = gen.job
-        with stage(gen.attempt, self._metrics, Stage.encoding):
+        job = handoff.rendered.job
+        with stage(handoff.attempt, self._metrics, Stage.encoding):
             encoded = encode_video(
-                gen.media,
+                handoff.rendered.media,
                 keep_frames=job.keep_frames,
                 width=job.width,
                 height=job.height,
-                out_dir=gen.work_dir,
+                out_dir=handoff.work_dir,
                 settings=self._encoder,
             )
-        gen.attempt.progress.check()
+        handoff.attempt.progress.check()
         return encoded.artifacts()
 
-    def upload(self, gen: Generated, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
+    def upload(self, handoff: HandOff, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
         """Upload under attempt-scoped keys, so a retry never overwrites an earlier attempt's objects."""
-        claim = gen.attempt.claim
+        claim = handoff.attempt.claim
         stored: list[Artifact] = []
-        with stage(gen.attempt, self._metrics, Stage.uploading):
+        with stage(handoff.attempt, self._metrics, Stage.uploading):
             try:
                 for artifact, path in files:
                     key = artifact_key(claim.job_id, claim.attempt, path.name)
@@ -113,19 +113,20 @@ class PostProcessor:
                     with contextlib.suppress(JobError, TransientError):
                         self._store.delete(done.key)
                 raise
-        gen.attempt.progress.check()
+        handoff.attempt.progress.check()
         return stored
 
-    def succeed(self, gen: Generated, artifacts: list[Artifact]) -> None:
-        job, attempt = gen.job, gen.attempt
+    def succeed(self, handoff: HandOff, artifacts: list[Artifact]) -> None:
+        rendered, attempt = handoff.rendered, handoff.attempt
+        job = rendered.job
         seconds = Decimal(job.keep_frames) / Decimal(job.fps)
         outcome = Outcome(
             status=Status.succeeded,
             artifacts=artifacts,
-            usage=Usage(output_seconds=float(seconds), gpu_seconds=round(gen.gpu_seconds, 3)),
+            usage=Usage(output_seconds=float(seconds), gpu_seconds=round(rendered.gpu_seconds, 3)),
             price=final_price(self._catalog, job, attempt.claim.record.price_hold, seconds),
-            actual_prompt=gen.prompt_used,
-            prompt_extension=gen.extension,
+            actual_prompt=job.prompt,
+            prompt_extension=rendered.extension,
         )
         if self._queue.finish(attempt.claim, outcome):
             elapsed_ms = round((time.monotonic() - attempt.started) * 1000, 1)
@@ -136,24 +137,23 @@ class PostProcessor:
             self._metrics.abandoned.labels(job.model).inc()
 
 
-class PostLine:
+class PostProcessingLane:
     """Post-processing inline (``overlap=False``) or one job behind the GPU in a background thread."""
 
     def __init__(self, processor: PostProcessor, *, overlap: bool) -> None:
         self._processor = processor
-        self._overlap = overlap
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="postprocess") if overlap else None
         self._pending: Future[None] | None = None
         self._lock = threading.Lock()
 
-    def submit(self, gen: Generated) -> None:
-        """Hand ``gen`` over; blocks while the previous job is still post-processing (the bound)."""
+    def submit(self, handoff: HandOff) -> None:
+        """Hand ``handoff`` over; blocks while the previous job is still post-processing (the bound)."""
         if self._pool is None:
-            self._processor.run(gen)
+            self._processor.run(handoff)
             return
         self.wait()
         with self._lock:
-            self._pending = self._pool.submit(self._processor.run, gen)
+            self._pending = self._pool.submit(self._processor.run, handoff)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the job in post-processing; True when none is left. Re-raises a fatal error."""

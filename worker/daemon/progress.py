@@ -28,7 +28,6 @@ class JobProgress:
         self._stop_now = stop_now
         self._stage = Stage.queued
         self._last_write = 0.0
-        self.steps_seen = 0
 
     @property
     def stage(self) -> Stage:
@@ -42,7 +41,6 @@ class JobProgress:
 
     def on_step(self, step: int, total: int) -> None:
         """Step callback: ``step`` steps of ``total`` are done (1-based, as ``pipelines.runtime`` reports)."""
-        self.steps_seen += 1
         self.check(poll_cancel=True)
         done = min(1.0, step / max(1, total))
         if done >= 1.0 or time.monotonic() - self._last_write >= self._interval_s:

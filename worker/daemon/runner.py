@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from worker.core.catalog import Catalog, ModelSpec
 from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request
 from worker.core.resolve import ResolvedJob, resolve
-from worker.daemon.attempt import Attempt, Generated, Settler
+from worker.daemon.attempt import Attempt, HandOff, Settler
 from worker.daemon.lease import LeaseKeeper
 from worker.daemon.logs import job_logger, log_stage
 from worker.daemon.metrics import WorkerMetrics
@@ -98,7 +98,7 @@ class JobRunner:
         log.info("claimed", extra={"stage": "claimed"})
         return Attempt(claim=claim, lease=lease, progress=progress, log=log)
 
-    def run_on_gpu(self, attempt: Attempt) -> Generated | None:
+    def run_on_gpu(self, attempt: Attempt) -> HandOff | None:
         """Everything up to the decoded media; None when the attempt already ended (settled)."""
         try:
             job, spec = self.validate(attempt)
@@ -110,8 +110,7 @@ class JobRunner:
             finally:
                 self._settler.close(attempt)
             return None
-        job = rendered.job
-        return Generated(attempt, job, rendered.media, rendered.gpu_seconds, job.prompt, rendered.extension, work_dir)
+        return HandOff(attempt, rendered, work_dir)
 
     def validate(self, attempt: Attempt) -> tuple[ResolvedJob, ModelSpec]:
         """Re-check the payload against the contract and this worker's catalog (coded rejections)."""

@@ -1,4 +1,4 @@
-"""Every Redis key and stream name the queue uses, in one place (arq's habit), each with why it exists.
+"""Every Redis key and stream name the queue uses, in one place, each with why it exists.
 
 Cluster layout: the keys that one atomic operation (a Lua script) touches share a hash slot through
 the per-model hash tag ``{m:<model>}``: the model's job stream, its delayed-retry zset, its events and

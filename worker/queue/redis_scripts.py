@@ -54,8 +54,7 @@ class Reply:
     """``commit.lua``'s answer."""
 
     kind: str  # ok | exists | missing | conflict | fenced | illegal
-    entry: str = ""
-    event_id: str = ""
+    entry: str = ""  # the stream entry the commit added, when it added one
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ class Scripts:
             raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {plan.job_id}")
         if kind != "ok":
             return Reply(kind)
-        return Reply(kind, entry=str(raw[1]), event_id=str(raw[2]))
+        return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
 
     def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
         """Reset the lease (the entry's idle time); False when the claim is stale."""

@@ -85,7 +85,7 @@ class _Translate(ContextDecorator):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is not None and not isinstance(exc, BackendUnavailable) and self._is_down(exc):
-            message = f"queue backend {self._backend} unavailable: {type(exc).__name__}: {short_message(exc)}"
+            message = f"{self._backend} unavailable: {type(exc).__name__}: {short_message(exc)}"
             raise BackendUnavailable(message) from exc
 
 

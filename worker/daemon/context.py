@@ -2,7 +2,7 @@
 
 Order matters: the status server answers ``/healthz`` (and ``/readyz`` 503) while models are still
 loading, heartbeats announce the worker as not ready, and readiness comes only after every preloaded
-model is resident (cog's "ready only after setup").
+model is resident.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lease import Heartbeat, LeaseKeeper
 from worker.daemon.lifecycle import Shutdown
 from worker.daemon.metrics import WorkerMetrics
-from worker.daemon.postprocess import PostLine, PostProcessor
+from worker.daemon.postprocess import PostProcessingLane, PostProcessor
 from worker.daemon.runner import JobRunner
 from worker.queue.base import WorkerHeartbeat, WorkerQueue
 from worker.settings import Settings
@@ -31,13 +31,13 @@ from worker.stores.base import ArtifactStore
 if TYPE_CHECKING:
     from pipelines.cache import ModelCache
 
-__all__ = ["Services", "ensure_tiny_models", "start_services"]
+__all__ = ["WorkerContext", "ensure_tiny_models", "start_worker_context"]
 
 log = logging.getLogger("genworker.worker")
 
 
 @dataclass
-class Services:
+class WorkerContext:
     settings: Settings
     worker_id: str
     hosted_models: list[str]
@@ -50,7 +50,7 @@ class Services:
     leases: LeaseKeeper
     heartbeat: Heartbeat
     runner: JobRunner
-    post: PostLine
+    post: PostProcessingLane
     status_server: StatusServer | None = None
     current_job: str | None = field(default=None)
 
@@ -102,19 +102,19 @@ def ensure_tiny_models(settings: Settings, catalog: Catalog, hosted: list[str]) 
         log.info("tiny models ready", extra={"dir": str(root), "elapsed_ms": elapsed_ms, "built": missing})
 
 
-def preload(services: Services) -> None:
-    for model in services.settings.worker.preload:
+def preload(ctx: WorkerContext) -> None:
+    for model in ctx.settings.worker.preload:
         started = time.perf_counter()
         try:
-            services.cache.get(services.catalog.models[model])
+            ctx.cache.get(ctx.catalog.models[model])
         except Exception as e:  # a worker that cannot host its preloaded model must not report ready
             raise FatalWorkerError(f"preloading {model} failed: {e}") from e
         seconds = time.perf_counter() - started
-        services.metrics.model_load_seconds.labels(model).observe(seconds)
+        ctx.metrics.model_load_seconds.labels(model).observe(seconds)
         log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
 
 
-def start_services(settings: Settings, shutdown: Shutdown) -> Services:
+def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContext:
     """Build and start everything; raise ``FatalWorkerError`` on a configuration the worker cannot run."""
     from pipelines.cache import ModelCache
     from worker.queue.factory import open_queue
@@ -144,7 +144,7 @@ def start_services(settings: Settings, shutdown: Shutdown) -> Services:
         metrics=metrics,
         shutdown=shutdown,
     )
-    services = Services(
+    ctx = WorkerContext(
         settings=settings,
         worker_id=ws.worker_id or f"{socket.gethostname()}-{os.getpid()}",
         hosted_models=hosted,
@@ -155,15 +155,15 @@ def start_services(settings: Settings, shutdown: Shutdown) -> Services:
         metrics=metrics,
         health=health,
         leases=leases,
-        heartbeat=Heartbeat(queue, ws.heartbeat_s, ws.reclaim_interval_s, lambda: services.beat(), metrics),  # noqa: PLW0108 (bound late)
+        heartbeat=Heartbeat(queue, ws.heartbeat_s, ws.reclaim_interval_s, lambda: ctx.beat(), metrics),  # noqa: PLW0108 (bound late)
         runner=runner,
         post=post,
         status_server=status_server,
     )
-    services.heartbeat.start()
-    preload(services)
+    ctx.heartbeat.start()
+    preload(ctx)
     leases.start()
-    return services
+    return ctx
 
 
 def _start_status_server(settings: Settings, health: HealthState, metrics: WorkerMetrics) -> StatusServer | None:
@@ -188,7 +188,7 @@ def _job_path(
     leases: LeaseKeeper,
     metrics: WorkerMetrics,
     shutdown: Shutdown,
-) -> tuple[JobRunner, PostLine]:
+) -> tuple[JobRunner, PostProcessingLane]:
     """The GPU side and the post-processing side of a job, sharing one settler."""
     ws = settings.worker
     settler = Settler(
@@ -210,4 +210,4 @@ def _job_path(
     processor = PostProcessor(
         catalog=catalog, queue=queue, store=store, encoder=settings.encoder, settler=settler, metrics=metrics
     )
-    return runner, PostLine(processor, overlap=ws.overlap)
+    return runner, PostProcessingLane(processor, overlap=ws.overlap)
