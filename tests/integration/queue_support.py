@@ -6,19 +6,33 @@ one contract suite runs against both backends: ``make_queue`` is parametrized ov
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters
+from worker.queue import keys
 from worker.queue.base import JobQueue
 from worker.queue.redis_backend import RedisQueue
 from worker.queue.sqlite_backend import SqliteQueue
 
-__all__ = ["BACKENDS", "make_queue", "new_record", "open_backend", "queue"]
+__all__ = [
+    "BACKENDS",
+    "drop_lease",
+    "make_queue",
+    "new_record",
+    "open_backend",
+    "queue",
+    "read_raw_record",
+    "write_raw_record",
+]
 
 BACKENDS = ["redis", "sqlite"]
 
@@ -65,3 +79,43 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 @pytest.fixture
 def queue(make_queue: Callable[..., JobQueue]) -> JobQueue:
     return make_queue()
+
+
+def write_raw_record(make_queue: Callable[..., JobQueue], record: GenerationRecord, **changes: Any) -> str:
+    """Overwrite a stored record with JSON this version cannot read (e.g. ``status="paused"``), the way
+    a newer version would during a rolling upgrade: only the record text changes. Returns the text."""
+    text = json.dumps({**json.loads(record.model_dump_json()), **changes})
+    location = make_queue.location  # type: ignore[attr-defined]
+    if make_queue.backend == "redis":  # type: ignore[attr-defined]
+        with closing(redis.Redis.from_url(location)) as client:
+            client.hset(keys.job_record(record.model, record.id), "record", text)
+    else:
+        with closing(sqlite3.connect(location)) as conn, conn:
+            conn.execute("UPDATE jobs SET record = ? WHERE id = ?", (text, record.id))
+    return text
+
+
+def read_raw_record(make_queue: Callable[..., JobQueue], record: GenerationRecord) -> str | None:
+    """The stored record text as it is, readable or not (None: no record)."""
+    location = make_queue.location  # type: ignore[attr-defined]
+    if make_queue.backend == "redis":  # type: ignore[attr-defined]
+        with closing(redis.Redis.from_url(location, decode_responses=True)) as client:
+            return client.hget(keys.job_record(record.model, record.id), "record")  # type: ignore[return-value]
+    with closing(sqlite3.connect(location)) as conn:
+        row = conn.execute("SELECT record FROM jobs WHERE id = ?", (record.id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def drop_lease(make_queue: Callable[..., JobQueue], record: GenerationRecord) -> None:
+    """Leave a running record with no lease, as a lost write or a wrongly acknowledged entry would:
+    Redis: its entry acknowledged and deleted; SQLite: its token and lease deadline cleared."""
+    location = make_queue.location  # type: ignore[attr-defined]
+    if make_queue.backend == "redis":  # type: ignore[attr-defined]
+        with closing(redis.Redis.from_url(location, decode_responses=True)) as client:
+            entry = client.hget(keys.job_record(record.model, record.id), "entry")
+            assert entry, "the record points at no entry"
+            client.xack(keys.job_stream(record.model), keys.CONSUMER_GROUP, entry)
+            client.xdel(keys.job_stream(record.model), entry)
+    else:
+        with closing(sqlite3.connect(location)) as conn, conn:
+            conn.execute("UPDATE jobs SET token = NULL, lease_expires_at = NULL WHERE id = ?", (record.id,))

@@ -124,6 +124,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     ensure_tiny_models(settings, catalog, hosted)
     ws = settings.worker
     metrics = WorkerMetrics()
+    metrics.host(hosted)
     health = HealthState(metrics)
     health.set_ready(False, "loading models")
     status_server = _start_status_server(settings, health, metrics)

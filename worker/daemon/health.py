@@ -38,7 +38,7 @@ class HealthState:
     def set_ready(self, ready: bool, reason: str) -> None:
         with self._lock:
             self._ready, self._ready_reason = ready, reason
-            self._metrics.ready.set(1 if ready else 0)
+            self._metrics.set_ready(ready)
 
     def mark_unhealthy(self, reason: str) -> None:
         with self._lock:
@@ -47,7 +47,7 @@ class HealthState:
             self._healthy, self._unhealthy_reason = False, reason
             self._ready, self._ready_reason = False, "unhealthy"
             self._metrics.healthy.set(0)
-            self._metrics.ready.set(0)
+            self._metrics.set_ready(False)
 
     @property
     def ready(self) -> bool:

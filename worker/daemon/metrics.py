@@ -40,16 +40,35 @@ class WorkerMetrics:
         self.queue_depth = Gauge("genworker_queue_depth", "Jobs waiting, per hosted model.", ["model"], registry=r)
         self.in_flight = Gauge("genworker_jobs_in_flight", "Jobs claimed and not yet ended.", registry=r)
         self.ready = Gauge("genworker_ready", "1 when the worker takes jobs.", registry=r)
+        # One series per hosted model, so "no ready worker for model X" is one aggregation away, and a
+        # dead worker's series vanish with it (deploy/prometheus/rules.yaml).
+        self.model_ready = Gauge(
+            "genworker_model_ready", "1 per hosted model while this worker takes jobs.", ["model"], registry=r
+        )
+        self._hosted: tuple[str, ...] = ()
         self.healthy = Gauge("genworker_healthy", "0 once the worker needs a restart.", registry=r)
         self.gpu_memory = Gauge(
             "genworker_gpu_memory_bytes", "CUDA memory of this process.", ["device", "kind"], registry=r
         )
 
+    def host(self, models: list[str]) -> None:
+        """The models this worker claims jobs for: each gets a ``genworker_model_ready`` series (0 until ready)."""
+        self._hosted = tuple(models)
+        for model in self._hosted:
+            self.model_ready.labels(model).set(0)
+
+    def set_ready(self, ready: bool) -> None:
+        value = 1 if ready else 0
+        self.ready.set(value)
+        for model in self._hosted:
+            self.model_ready.labels(model).set(value)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def sample_gpu_memory(self) -> None:
-        """Record allocated/reserved CUDA memory; nothing on CPU-only machines (torch imported lazily)."""
+        """Record allocated/reserved CUDA memory and the card's total (headroom alerts need the total);
+        nothing on CPU-only machines (torch imported lazily)."""
         import sys
 
         torch = sys.modules.get("torch")
@@ -58,3 +77,4 @@ class WorkerMetrics:
         for index in range(torch.cuda.device_count()):
             self.gpu_memory.labels(str(index), "allocated").set(torch.cuda.memory_allocated(index))
             self.gpu_memory.labels(str(index), "reserved").set(torch.cuda.memory_reserved(index))
+            self.gpu_memory.labels(str(index), "total").set(torch.cuda.get_device_properties(index).total_memory)

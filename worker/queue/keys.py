@@ -29,6 +29,7 @@ __all__ = [
     "job_stream",
     "pool_tag",
     "project_jobs",
+    "running_set",
     "worker_heartbeat",
 ]
 
@@ -39,7 +40,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")
 # The consumer group of every job stream. Workers are its consumers, named by worker id.
 CONSUMER_GROUP = "workers"
 
-# The consumer that ``XAUTOCLAIM`` moves lapsed entries to while they are re-queued or dead-lettered.
+# The consumer that the reaper's ``XCLAIM`` moves lapsed entries to while they are re-queued or dead-lettered.
 # A shared name on purpose: two reapers racing on one entry are told apart by the record's ``rev``.
 REAPER_CONSUMER = "_reaper"
 
@@ -89,6 +90,12 @@ def events_stream(model: str) -> str:
 def dead_stream(model: str) -> str:
     """Dead letters of the model: jobs out of attempts and unreadable entries, with a reason."""
     return f"gw:{pool_tag(model)}:dead"
+
+
+def running_set(model: str) -> str:
+    """Ids of the model's jobs whose record is ``running`` (kept by ``commit.lua``): how the sweep finds
+    a running record that lost its lease (no pending entry), which no reaper would ever see."""
+    return f"gw:{pool_tag(model)}:running"
 
 
 def job_record(model: str, job_id: str) -> str:

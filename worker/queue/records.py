@@ -9,21 +9,45 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, check_transition, utcnow
-from worker.core.errors import ErrorCode
+from worker.core.errors import ErrorCode, GenworkerError
 from worker.queue.base import Outcome
 
 __all__ = [
+    "UnreadableRecord",
     "canceled",
     "dead_lettered",
     "enqueued",
     "finished",
+    "parse",
     "requeued",
     "started",
     "with_cancel_flag",
     "with_progress",
     "worker_lost",
 ]
+
+
+class UnreadableRecord(GenworkerError, ValueError):
+    """A stored record this version cannot read (e.g. a status value a newer version wrote during a
+    rolling upgrade). The reader sets that one record aside as a dead letter and goes on with the rest."""
+
+    def __init__(self, raw: str, detail: str) -> None:
+        super().__init__(detail)
+        self.raw = raw
+        self.detail = detail
+
+
+def parse(raw: str) -> GenerationRecord:
+    """A stored record; ``UnreadableRecord`` with the first problem when it does not validate."""
+    try:
+        return GenerationRecord.model_validate_json(raw)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        raise UnreadableRecord(raw, f"{where}: {first['msg']}"[:500]) from None
 
 
 def _moved(record: GenerationRecord, status: Status, now: datetime, **changes: object) -> GenerationRecord:

@@ -7,7 +7,8 @@ See ``docs/queue-protocol.md`` for keys, payloads and rules. In short:
 - claim: move due retries back into the streams, pick a model (``ordering``), ``XREADGROUP`` one entry,
   then ``commit.lua`` turns the record ``running`` with ``attempt + 1`` (the fencing token).
 - lease: the entry's idle time in the PEL; ``renew`` resets it with ``XCLAIM ... JUSTID`` (fenced).
-  ``XAUTOCLAIM`` (min idle = lease TTL) finds lapsed leases, which are re-queued or dead-lettered.
+  ``redis_reclaim.Reaper`` finds leases lapsed past their holder's own TTL (stored with the claim) and
+  re-queues or dead-letters their jobs.
 - every write after the claim is fenced: refused unless the record is ``running`` at the claim's
   attempt with the claim's entry.
 
@@ -25,19 +26,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from pydantic import ValidationError
 from redis.cluster import RedisCluster
 
-from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records, redis_plans
 from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
 from worker.queue.entries import UnreadableEntry, read_payload
 from worker.queue.ordering import order_models
 from worker.queue.policy import DeadReason, out_of_attempts
+from worker.queue.records import UnreadableRecord
 from worker.queue.redis_jobs import MAX_CAS_TRIES, JobWriter
 from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
+from worker.queue.redis_reclaim import Reaper
 from worker.queue.redis_scripts import Scripts
 from worker.queue.unavailable import redis_unavailable
 
@@ -65,6 +67,7 @@ class RedisQueue:
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
         self._scripts = Scripts(client, events_maxlen)
         self._jobs = JobWriter(client, self._scripts)
+        self._reaper = Reaper(client, self._scripts, self._jobs)
         self.reads = RedisReads(client, self._scripts)
         self.lease_ttl_s = lease_ttl_s
         self.max_attempts = max_attempts
@@ -249,7 +252,8 @@ class RedisQueue:
 
     @redis_unavailable
     def reclaim_expired(self) -> int:
-        return sum(self._reclaim_model(m) for m in sorted(self._r.smembers(keys.MODELS)))
+        models = sorted(self._r.smembers(keys.MODELS))
+        return sum(self._reclaim_model(m) + self._reaper.sweep_unleased(m) for m in models)
 
     def close(self) -> None:
         self._r.close()
@@ -275,30 +279,39 @@ class RedisQueue:
         try:
             payload = read_payload(fields, model)
         except UnreadableEntry as e:
-            self._dead_entry(model, entry_id, e.reason, e.job_id, fields)
+            self._reaper.dead_entry(model, entry_id, e.reason, e.job_id, fields)
             return None
         for _ in range(MAX_CAS_TRIES):
             try:
                 snap = self._jobs.snapshot(model, payload.job_id)
-            except ValidationError:
-                self._dead_entry(model, entry_id, DeadReason.invalid_record, payload.job_id, fields)
+            except UnreadableRecord as e:
+                self._reaper.set_aside(model, payload.job_id, e, entry_id)
                 return None
             if snap is None:
-                self._dead_entry(model, entry_id, DeadReason.no_record, payload.job_id, fields)
+                self._reaper.dead_entry(model, entry_id, DeadReason.no_record, payload.job_id, fields)
                 return None
-            if snap.entry != entry_id or snap.record.status is not Status.queued:
+            if snap.entry != entry_id:
                 self._scripts.drop_entry(model, entry_id)  # canceled or superseded meanwhile
                 return None
+            if snap.record.status is not Status.queued:
+                # The record still points at this entry, so it is never dropped here (that would
+                # leave a running job nobody holds and no reaper sees).
+                return self._resumed(worker_id, model, entry_id, snap)
             new = records.started(snap.record)
-            if self._scripts.commit(redis_plans.start(snap, new, worker_id)).kind == "ok":
+            lease_ms = int(self.lease_ttl_s * 1000)
+            if self._scripts.commit(redis_plans.start(snap, new, worker_id, lease_ms=lease_ms)).done:
                 return Claim(payload.job_id, model, new.attempt, new, token=f"{entry_id}|{worker_id}")
         raise RuntimeError(f"job {payload.job_id}: too many concurrent writers")
 
-    def _dead_entry(self, model: str, entry_id: str, reason: str, job_id: str, fields: dict[str, str]) -> None:
-        raw = json.dumps(fields)[:2000]
-        dead = {"job_id": job_id, "model": model, "reason": reason, "entry": entry_id, "raw": raw}
-        dead["at"] = utcnow().isoformat()
-        self._scripts.drop_entry(model, entry_id, dead)
+    def _resumed(self, worker_id: str, model: str, entry_id: str, snap: Snapshot) -> Claim | None:
+        """A delivered entry whose job is already running on it: our own start, applied although its
+        reply was lost and then moved on by another write (a cancel flag), when the entry is still
+        pending for us; otherwise the job is left to the reaper, which re-queues it once the lease lapses."""
+        pending = self._r.xpending_range(keys.job_stream(model), keys.CONSUMER_GROUP, entry_id, entry_id, 1)
+        if snap.record.status is not Status.running or not pending or pending[0]["consumer"] != worker_id:
+            return None
+        rec = snap.record
+        return Claim(rec.id, model, rec.attempt, rec, token=f"{entry_id}|{worker_id}")
 
     def _waiting_ages(self, models: list[str]) -> tuple[dict[str, float], dict[str, str]]:
         """Age (s) of the oldest waiting entry of each model with work (due retries promoted first),
@@ -324,8 +337,13 @@ class RedisQueue:
                     return None
                 return redis_plans.promote(snap)
 
-            if self._jobs.mutate(model, job_id, build) is None:
-                self._r.zrem(keys.delayed_zset(model), job_id)  # record gone or moved on: stale member
+            try:
+                promoted = self._jobs.mutate(model, job_id, build)
+            except UnreadableRecord as e:
+                self._reaper.set_aside(model, job_id, e)
+                promoted = None
+            if promoted is None:
+                self._r.zrem(keys.delayed_zset(model), job_id)  # record gone, moved on or unreadable
 
     def _ensure_groups(self, models: list[str]) -> None:
         for model in models:
@@ -350,34 +368,7 @@ class RedisQueue:
                 self._reclaim_model(model)
 
     def _reclaim_model(self, model: str) -> int:
-        count, cursor = 0, "0-0"
-        min_idle_ms = int(self.lease_ttl_s * 1000)
-        while True:
-            try:
-                reply = self._r.xautoclaim(
-                    keys.job_stream(model), keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, min_idle_ms, cursor, count=100
-                )
-            except redis.ResponseError as e:
-                if "NOGROUP" in str(e):
-                    return count
-                raise
-            cursor = str(reply[0])
-            for entry_id, fields in reply[1]:
-                count += self._reclaim_entry(model, entry_id, fields or {})
-            if cursor == "0-0":
-                return count
-
-    def _reclaim_entry(self, model: str, entry_id: str, fields: dict[str, str]) -> int:
-        """Re-queue (or dead-letter) the job of a lapsed entry; 1 when a job was re-queued or failed."""
-        try:
-            job_id = read_payload(fields, model).job_id
-        except UnreadableEntry as e:
-            self._dead_entry(model, entry_id, e.reason, e.job_id, fields)
-            return 0
-        committed = self._jobs.mutate(model, job_id, lambda snap: redis_plans.reclaim(snap, entry_id))
-        if committed is None and self._jobs.snapshot_entry(model, job_id) != entry_id:
-            self._scripts.drop_entry(model, entry_id)  # an orphan: its record moved on or is gone
-        return 1 if committed is not None else 0
+        return self._reaper.reclaim_model(model, self.lease_ttl_s)
 
 
 def _entries_of(reply: Any) -> list[tuple[str, dict[str, str]]]:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from worker.core.contract import GenerationRecord
-from worker.queue import keys
+from worker.queue import keys, records
 from worker.queue.redis_plans import Plan, Snapshot
 from worker.queue.redis_scripts import Reply, Scripts
 
@@ -27,11 +26,16 @@ class JobWriter:
         self._scripts = scripts
 
     def snapshot(self, model: str, job_id: str) -> Snapshot | None:
+        """The job as stored; None when it has no record, ``records.UnreadableRecord`` when this
+        version cannot read it."""
         raw, rev, entry, released = self._r.hmget(keys.job_record(model, job_id), "record", "rev", "entry", "released")
         if raw is None:
             return None
-        record = GenerationRecord.model_validate_json(raw)
-        return Snapshot(record, int(rev or 0), entry or "", int(released or 0))
+        record = records.parse(raw)
+        try:
+            return Snapshot(record, int(rev or 0), entry or "", int(released or 0))
+        except ValueError:
+            raise records.UnreadableRecord(raw, f"job hash: rev {rev!r}, released {released!r}") from None
 
     def snapshot_entry(self, model: str, job_id: str) -> str | None:
         return self._r.hget(keys.job_record(model, job_id), "entry")  # type: ignore[no-any-return]
@@ -46,7 +50,7 @@ class JobWriter:
             if plan is None:
                 return None
             reply = self._scripts.commit(plan)
-            if reply.kind == "ok":
+            if reply.done:
                 return reply
             if reply.kind != "conflict":
                 return None

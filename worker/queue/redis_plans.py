@@ -19,6 +19,7 @@ constructor        status change                   stream / zset
 ``dead_letter``    running → failed                ack; dead-letter stream
 ``reclaim``        lapsed lease (reaper-owned):    ack; new entry unless the job ended
                    ``reclaim_unstarted``, ``_canceled``, ``_requeued`` or ``dead_letter``
+``sweep``          running, no lease (as reclaim)  ack if any; new entry unless the job ended
 ``promote``        — (a due retry)                 leave the delayed zset, new entry
 =================  ==============================  ============================================
 """
@@ -26,7 +27,8 @@ constructor        status change                   stream / zset
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
 from worker.core.contract import ErrorInfo, GenerationRecord, Status
@@ -62,6 +64,7 @@ __all__ = [
     "retry",
     "split_token",
     "start",
+    "sweep",
 ]
 
 
@@ -79,7 +82,11 @@ class Snapshot:
 class Plan:
     """One change to one job, applied by ``commit.lua`` only if the stored ``rev`` is still ``rev``.
 
-    Field by field what the script does is in ``redis_scripts.COMMIT`` and ``lua/commit.lua``."""
+    Field by field what the script does is in ``redis_scripts.COMMIT`` and ``lua/commit.lua``.
+
+    ``plan_id`` is unique per plan and stored on the job hash by the commit that applies it: a client
+    that re-sends the call after losing the reply (a retry, a Cluster redirect) gets ``applied``
+    instead of ``conflict``, so a commit is safe to run twice."""
 
     job_id: str
     model: str
@@ -92,6 +99,7 @@ class Plan:
     fence_attempt: int | None = None  # with fence_entry: refuse unless running at this attempt
     fence_entry: str | None = None
     owned_by: str | None = None  # refuse unless ``ack`` is still pending for this consumer
+    unleased: bool = False  # refuse unless running with its entry pending for nobody (the sweep)
     ack: str | None = None  # entry to acknowledge and delete
     undelay: bool = False  # drop the job from the delayed zset
     delay_until_ms: int | None = None  # park the job in the delayed zset until then
@@ -101,6 +109,8 @@ class Plan:
     dead: str | None = None  # reason of the dead letter to append (None: none)
     dead_code: str | None = None
     dead_message: str | None = None
+    lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
+    plan_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def split_token(token: str) -> tuple[str, str]:
@@ -130,6 +140,18 @@ class _Target(TypedDict):
     cancel: bool
     fence_attempt: NotRequired[int]
     fence_entry: NotRequired[str]
+
+
+class _Guard(TypedDict, total=False):
+    """Who may end a job its worker no longer holds: the reaper, on an entry it took (``owned_by``),
+    or the sweep, on a running record whose entry is pending for nobody (``unleased``)."""
+
+    owned_by: str
+    unleased: bool
+
+
+_REAPER: _Guard = {"owned_by": keys.REAPER_CONSUMER}
+_SWEEP: _Guard = {"unleased": True}
 
 
 def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) -> _Target:
@@ -180,9 +202,11 @@ def cancel_flag(snap: Snapshot) -> Plan:
 
 
 # ------------------------------------------------------------------------------------------ worker side
-def start(snap: Snapshot, new: GenerationRecord, worker_id: str) -> Plan:
-    """Claim: ``new`` is ``records.started(snap.record)`` (the caller keeps it for the ``Claim``)."""
-    return Plan(**_on(snap, new), status=Status.running, event=claimed_by(worker_id))
+def start(snap: Snapshot, new: GenerationRecord, worker_id: str, *, lease_ms: int | None = None) -> Plan:
+    """Claim: ``new`` is ``records.started(snap.record)`` (the caller keeps it for the ``Claim``).
+
+    ``lease_ms``: the claimer's lease, stored on the job hash so reapers measure the holder's lease."""
+    return Plan(**_on(snap, new), status=Status.running, event=claimed_by(worker_id), lease_ms=lease_ms)
 
 
 def progress(snap: Snapshot, new: GenerationRecord, claim: Claim) -> Plan:
@@ -230,16 +254,24 @@ def release(snap: Snapshot, claim: Claim) -> Plan:
 
 
 def dead_letter(
-    snap: Snapshot, error: ErrorInfo, reason: DeadReason, *, fence: Claim | None = None, owned_by: str | None = None
+    snap: Snapshot,
+    error: ErrorInfo,
+    reason: DeadReason,
+    *,
+    fence: Claim | None = None,
+    owned_by: str | None = None,
+    unleased: bool = False,
 ) -> Plan:
     """Out of attempts: ``failed`` with ``error``, the entry acknowledged, a dead letter appended.
 
-    ``fence``: a worker's retry (fenced by its claim); ``owned_by``: the reaper, on a lapsed lease."""
+    ``fence``: a worker's retry (fenced by its claim); ``owned_by``: the reaper, on a lapsed lease;
+    ``unleased``: the sweep, on a running record with no lease."""
     return Plan(
         **_on(snap, records.dead_lettered(snap.record, error), fence),
         status=Status.failed,
         owned_by=owned_by,
-        ack=snap.entry,
+        unleased=unleased,
+        ack=snap.entry or None,
         event=dead_event(error.code, reason),
         dead=reason.value,
         dead_code=error.code.value,
@@ -275,28 +307,44 @@ def reclaim_unstarted(snap: Snapshot, entry_id: str) -> Plan:
     )
 
 
-def reclaim_canceled(snap: Snapshot, entry_id: str) -> Plan:
+def reclaim_canceled(snap: Snapshot, entry_id: str | None, guard: _Guard = _REAPER) -> Plan:
     """A lapsed lease on a job asked to cancel: it ends ``canceled`` (nobody is running it)."""
     ended = records.finished(snap.record, Outcome(status=Status.canceled))
     return Plan(
         **_on(snap, ended),
+        **guard,
         status=Status.canceled,
-        owned_by=keys.REAPER_CONSUMER,
         ack=entry_id,
         event=EventReason.canceled_lease_lapsed,
     )
 
 
-def reclaim_requeued(snap: Snapshot, entry_id: str) -> Plan:
+def reclaim_requeued(snap: Snapshot, entry_id: str | None, guard: _Guard = _REAPER) -> Plan:
     """A lapsed lease with attempts left: back to ``queued`` with a new entry."""
     return Plan(
         **_on(snap, records.requeued(snap.record)),
+        **guard,
         status=Status.queued,
-        owned_by=keys.REAPER_CONSUMER,
         ack=entry_id,
         payload=_payload(snap.record),
         event=EventReason.lease_expired,
     )
+
+
+def sweep(snap: Snapshot) -> Plan | None:
+    """A ``running`` record whose entry is pending for nobody: no worker holds a lease on it and no
+    reaper would ever see it (a lost write, an entry acknowledged by mistake). Treated as a lapsed
+    lease: re-queued, ended ``canceled`` or, out of attempts, dead-lettered ``worker_lost``. Its old
+    entry, if still in the stream, is deleted. ``commit.lua`` re-checks "no pending entry" atomically."""
+    rec = snap.record
+    if rec.status is not Status.running:
+        return None
+    entry = snap.entry or None
+    if rec.cancel_requested:
+        return reclaim_canceled(snap, entry, _SWEEP)
+    if out_of_attempts(rec, snap.released):
+        return dead_letter(snap, records.worker_lost(rec.attempt), DeadReason.worker_lost, unleased=True)
+    return reclaim_requeued(snap, entry, _SWEEP)
 
 
 def promote(snap: Snapshot) -> Plan:

@@ -8,12 +8,12 @@ script            KEYS                                        ARGV
 ================  ==========================================  =============================================
 ``commit.lua``    1 job hash, 2 job stream, 3 delayed zset,   1 plan JSON (``Plan`` fields plus ``group``,
                   4 events stream, 5 job events stream,       ``events_maxlen``, ``at``; a ``None`` field
-                  6 dead-letter stream                        is left out), 2 new record JSON (``''``: keep)
+                  6 dead-letter stream, 7 running set         is left out), 2 new record JSON (``''``: keep)
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
 ``position.lua``  1 job hash, 2 job stream, 3 delayed zset    1 group, 2 job id
-``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id, 3 dead-letter MAXLEN,
+``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id ('': none), 3 MAXLEN,
                                                               4.. dead-letter field/value pairs (none: none)
 ================  ==========================================  =============================================
 
@@ -53,8 +53,13 @@ def lua_source(name: str) -> str:
 class Reply:
     """``commit.lua``'s answer."""
 
-    kind: str  # ok | exists | missing | conflict | fenced | illegal
-    entry: str = ""  # the stream entry the commit added, when it added one
+    kind: str  # ok | applied | exists | missing | conflict | fenced | illegal
+    entry: str = ""  # the job's stream entry after the commit ('' when it has none)
+
+    @property
+    def done(self) -> bool:
+        """The plan is in effect: applied now (``ok``) or by an earlier run of the same plan (``applied``)."""
+        return self.kind in ("ok", "applied")
 
 
 @dataclass(frozen=True)
@@ -97,12 +102,13 @@ class Scripts:
             keys.events_stream(plan.model),
             keys.job_events(plan.model, plan.job_id),
             keys.dead_stream(plan.model),
+            keys.running_set(plan.model),
         ]
         raw = self._commit(keys=script_keys, args=[json.dumps(spec), record_json])
         kind = str(raw[0])
         if kind == "illegal":
             raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {plan.job_id}")
-        if kind != "ok":
+        if kind not in ("ok", "applied"):
             return Reply(kind)
         return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
 

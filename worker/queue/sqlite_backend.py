@@ -3,10 +3,10 @@
 Every read-modify-write runs in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting
 up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its own connection
 (the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column
-(wall clock: every process shares the machine's clock); fencing compares ``attempt`` and the claim's
-``token``. Statuses are changed only through ``records`` (``check_transition``). Every public method
-(and opening the file) translates a locked or unreadable database into ``BackendUnavailable``
-(``unavailable.sqlite_unavailable``).
+(wall clock, the holder's TTL; a running row with no lease counts as lapsed); fencing compares
+``attempt`` and the claim's ``token``. A row this version cannot read is set aside. Statuses change
+only through ``records``. Every public method (and opening the file) translates a locked or
+unreadable database into ``BackendUnavailable`` (``unavailable.sqlite_unavailable``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import IdempotencyConflict, UnknownJob
@@ -33,6 +31,7 @@ from worker.queue.policy import (
     out_of_attempts,
     retry_event,
 )
+from worker.queue.records import UnreadableRecord
 from worker.queue.sqlite_db import SqliteFile
 from worker.queue.sqlite_schema import SCHEMA
 from worker.queue.unavailable import sqlite_unavailable
@@ -74,7 +73,7 @@ class SqliteQueue:
         row = conn.execute("SELECT record, released, token FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             return None
-        return GenerationRecord.model_validate_json(row[0]), int(row[1]), row[2]
+        return records.parse(row[0]), int(row[1]), row[2]
 
     def _store(
         self,
@@ -283,11 +282,9 @@ class SqliteQueue:
                     (model, now),
                 ).fetchall():
                     try:
-                        rec = GenerationRecord.model_validate_json(raw)
-                    except ValidationError:
-                        # Never crash the consumer: set the row aside as a dead letter and go on.
-                        self._dead(conn, job_id, model, DeadReason.invalid_record, raw=raw[:2000])
-                        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+                        rec = records.parse(raw)
+                    except UnreadableRecord as e:
+                        self._set_aside(conn, job_id, model, e)  # never crash the consumer: go on
                         continue
                     rec = records.started(rec)
                     token = uuid.uuid4().hex
@@ -362,18 +359,30 @@ class SqliteQueue:
         self._store(conn, records.dead_lettered(rec, error), event=dead_event(error.code, reason))
         self._dead(conn, rec.id, rec.model, reason, code=error.code.value, message=error.message)
 
+    def _set_aside(self, conn: sqlite3.Connection, job_id: str, model: str, error: UnreadableRecord) -> None:
+        """An unreadable row: a dead letter, the row kept as stored but out of every query (``unreadable``)."""
+        self._dead(conn, job_id, model, DeadReason.invalid_record, message=error.detail, raw=error.raw[:2000])
+        aside = "status = 'unreadable', ready_at = NULL, queue_seq = NULL, token = NULL, lease_expires_at = NULL"
+        conn.execute(f"UPDATE jobs SET {aside} WHERE id = ?", (job_id,))
+
     @sqlite_unavailable
     def reclaim_expired(self) -> int:
+        count = 0
         with self._db.tx() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT id FROM jobs WHERE status = 'running' AND lease_expires_at < ? LIMIT 1000", (time.time(),)
-                )
-            ]
-            for job_id in ids:
-                loaded = self._load(conn, job_id)
+            rows = conn.execute(
+                # A running row with no lease at all (no token or no deadline) counts as lapsed too.
+                """SELECT id, model FROM jobs WHERE status = 'running'
+                   AND (lease_expires_at IS NULL OR lease_expires_at < ? OR token IS NULL) LIMIT 1000""",
+                (time.time(),),
+            ).fetchall()
+            for job_id, model in rows:
+                try:
+                    loaded = self._load(conn, job_id)
+                except UnreadableRecord as e:
+                    self._set_aside(conn, job_id, model, e)
+                    continue
                 assert loaded is not None
+                count += 1
                 rec, released, _ = loaded
                 if rec.cancel_requested:
                     ended = records.finished(rec, Outcome(status=Status.canceled))
@@ -382,7 +391,7 @@ class SqliteQueue:
                     self._fail_dead(conn, rec, records.worker_lost(rec.attempt), DeadReason.worker_lost)
                 else:
                     self._store(conn, records.requeued(rec), event=EventReason.lease_expired)
-        return len(ids)
+        return count
 
     def close(self) -> None:
         self._db.close()

@@ -2,14 +2,19 @@
 -- append the event, dead-letter. Python builds the new record (pydantic); this script is the gate.
 --
 -- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] events stream
--- KEYS[5] job events stream   KEYS[6] dead-letter stream          (all share the {m:<model>} slot)
+-- KEYS[5] job events stream   KEYS[6] dead-letter stream   KEYS[7] running set
+--                                                                (all share the {m:<model>} slot)
 -- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
 --
--- Replies: {'ok', entry_id, event_id} | {'exists'} | {'missing'} | {'conflict'} | {'fenced'}
---          | {'illegal', old_status, new_status}
+-- Replies: {'ok', entry_id, event_id} | {'applied', entry_id, ''} | {'exists'} | {'missing'}
+--          | {'conflict'} | {'fenced'} | {'illegal', old_status, new_status}
 local plan = cjson.decode(ARGV[1])
 local job = KEYS[1]
-local cur = redis.call('HMGET', job, 'rev', 'status', 'attempt', 'entry', 'released')
+local cur = redis.call('HMGET', job, 'rev', 'status', 'attempt', 'entry', 'released', 'plan')
+
+-- 0. A plan that is already the last one applied was re-sent by the client after its reply was lost:
+-- answer as the first run did (the job's entry is still the one that run left), change nothing.
+if cur[6] and cur[6] == plan.plan_id then return {'applied', cur[4] or '', ''} end
 
 -- 1. The record must be the one the plan was built from (optimistic check-and-set on rev).
 if plan.create then
@@ -30,6 +35,16 @@ end
 if plan.owned_by then
   local p = redis.call('XPENDING', KEYS[2], plan.group, plan.ack, plan.ack, 1)
   if #p == 0 or p[1][2] ~= plan.owned_by then return {'fenced'} end
+end
+
+-- 3b. The sweep acts only on a running record whose entry is pending for nobody (it has no lease).
+if plan.unleased then
+  if cur[2] ~= 'running' then return {'fenced'} end
+  local e = cur[4] or ''
+  if e ~= '' and redis.call('EXISTS', KEYS[2]) == 1
+     and #redis.call('XPENDING', KEYS[2], plan.group, e, e, 1) > 0 then
+    return {'fenced'}
+  end
 end
 
 -- 4. The lifecycle table.
@@ -61,7 +76,14 @@ end
 -- 6. Write the record and the fields scripts check.
 local rev = tonumber(cur[1] or '0') + 1
 local released = tonumber(cur[5] or '0') + (plan.released_incr or 0)
-local fields = {'rev', rev, 'status', status, 'entry', entry, 'released', released}
+local fields = {'rev', rev, 'status', status, 'entry', entry, 'released', released, 'plan', plan.plan_id}
+-- The holder's lease goes with its claim; any other status change clears it (a claim that names
+-- none then counts with the reaper's lease).
+if plan.lease_ms then
+  table.insert(fields, 'lease_ms'); table.insert(fields, plan.lease_ms)
+elseif status ~= old then
+  table.insert(fields, 'lease_ms'); table.insert(fields, '')
+end
 if ARGV[2] ~= '' then
   table.insert(fields, 'record'); table.insert(fields, ARGV[2])
   table.insert(fields, 'attempt'); table.insert(fields, plan.attempt)
@@ -69,6 +91,11 @@ if ARGV[2] ~= '' then
   table.insert(fields, 'model'); table.insert(fields, plan.model)
 end
 redis.call('HSET', job, unpack(fields))
+if status == 'running' then
+  redis.call('SADD', KEYS[7], plan.job_id)
+elseif old == 'running' then
+  redis.call('SREM', KEYS[7], plan.job_id)
+end
 
 -- 7. The event, in the model's feed and the job's own stream under the same id.
 local event_id = ''
