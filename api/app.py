@@ -18,6 +18,7 @@ from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.keys import KeyStore
 from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
+from api.metrics import install_metrics
 from api.routes import generations, models
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest
@@ -71,6 +72,7 @@ def create_app(
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
+    install_metrics(app)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

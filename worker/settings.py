@@ -63,6 +63,14 @@ class WorkerSettings(BaseModel):
     hang_margin_s: float = Field(default=60.0, ge=0)
     # Cap of the exponential retry backoff for transient errors (base: queue.retry_backoff_s).
     max_backoff_s: float = Field(default=300.0, ge=0)
+    # A fault of this worker's own (a model that does not load, ffmpeg that cannot run, a full work
+    # disk, an unusable GPU) releases the job without using up an attempt and stops claims of that
+    # model (model load) or of every model for fault_backoff_s, doubling per repeat up to the max.
+    fault_backoff_s: float = Field(default=10.0, gt=0)
+    fault_backoff_max_s: float = Field(default=600.0, gt=0)
+    # A job whose model did not load on this many distinct workers (or on every live worker hosting
+    # it, if fewer) fails with model_load_failed instead of going round the fleet for ever.
+    model_load_failure_workers: int = Field(default=3, ge=1)
     # Build the tiny CPU models when a hosted tiny model is missing from models.tiny_models_dir.
     build_tiny_models: bool = True
 

@@ -5,6 +5,8 @@ Argument: a lease is the idle time of the job's entry in the consumer group's pe
 ``XAUTOCLAIM min-idle-time = lease TTL``: both compare server-side times only, so a worker whose wall
 clock is wrong (or jumps) can neither keep a lease it stopped renewing nor lose one it renews.
 This test reads the PEL idle time the server reports and shows re-delivery follows it.
+The SQLite backend, which has no server, keeps its leases on the machine's monotonic clock per boot:
+``tests/integration/test_queue_sqlite_clock.py`` steps its wall clock and changes its boot.
 """
 
 from __future__ import annotations

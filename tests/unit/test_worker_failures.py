@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 import torch
 
+from pipelines.registry import ModelLoadError
 from worker.core.errors import (
+    EncoderUnavailable,
     ErrorCode,
     FatalWorkerError,
     JobCanceled,
@@ -14,10 +18,11 @@ from worker.core.errors import (
     RequestRejected,
     StaleClaim,
     TransientError,
+    WorkDiskFull,
     is_out_of_memory,
     short_message,
 )
-from worker.daemon.verdict import backoff_s, classify
+from worker.daemon.verdict import FaultKind, backoff_s, classify
 
 
 @pytest.mark.parametrize(
@@ -40,6 +45,61 @@ def test_classify(exc: BaseException, action: str, code: ErrorCode | None) -> No
     verdict = classify(exc)
     assert verdict.action == action
     assert verdict.code == code
+
+
+def _caused(exc: BaseException, cause: BaseException) -> BaseException:
+    exc.__cause__ = cause
+    return exc
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("exc", "fault"),
+    [
+        (ModelLoadError("weights path '/nope' does not exist"), FaultKind.model_load),
+        (EncoderUnavailable("cannot start ffmpeg: No such file"), FaultKind.encoder),
+        (WorkDiskFull("ffmpeg ran out of disk space"), FaultKind.disk),
+        (_enospc(), FaultKind.disk),  # the work dir or the audio file, raised raw
+        (_caused(ModelLoadError("loading failed"), _enospc()), FaultKind.disk),
+        (RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable"), FaultKind.device),
+        (RuntimeError("Found no NVIDIA driver: no CUDA-capable device is detected"), FaultKind.device),
+        (
+            _caused(
+                ModelLoadError("loading failed"), RuntimeError("CUDA-capable device(s) is/are busy or unavailable")
+            ),
+            FaultKind.device,
+        ),
+    ],
+)
+def test_faults_of_the_worker_release_the_job_locally(exc: BaseException, fault: FaultKind) -> None:
+    verdict = classify(exc)
+    assert (verdict.action, verdict.fault) == ("release_local", fault)
+    assert fault.worker_wide is (fault is not FaultKind.model_load)
+
+
+@pytest.mark.parametrize(
+    ("exc", "action", "code"),
+    [
+        # A device-side assert is the job's (an index out of range in model code), not the device's.
+        (RuntimeError("CUDA error: device-side assert triggered"), "failed", ErrorCode.pipeline_error),
+        # ffmpeg refusing this job's input stays the job's failure.
+        (
+            JobError(ErrorCode.encode_failed, "ffmpeg failed (exit 1): Conversion failed!"),
+            "failed",
+            ErrorCode.encode_failed,
+        ),
+        # The store translated its full disk at its seam: that classification stands.
+        (_caused(TransientError(ErrorCode.upload_failed, "no space"), _enospc()), "retry", ErrorCode.upload_failed),
+        (_caused(JobError(ErrorCode.timeout, "too long"), _enospc()), "failed", ErrorCode.timeout),
+        (OSError(errno.EACCES, "Permission denied"), "failed", ErrorCode.pipeline_error),
+    ],
+)
+def test_job_made_errors_are_not_local_faults(exc: BaseException, action: str, code: ErrorCode) -> None:
+    verdict = classify(exc)
+    assert (verdict.action, verdict.code, verdict.fault) == (action, code, None)
 
 
 def test_cancel_is_not_reported_as_a_failure_although_it_is_a_job_error() -> None:

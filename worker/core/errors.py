@@ -15,6 +15,10 @@ is not this one; ``client`` is a separate package with its own tree in ``client/
     │   └── BackendUnavailable   a queue, store or key-store backend did not answer (connection refused
     │                            or reset, timeout, failover, a locked database); the API answers 503
     ├── FatalWorkerError         the worker itself cannot go on (bad config, lost device); it stops
+    ├── WorkerFault              this worker cannot run jobs now, another may: the job is released (no
+    │   │                        attempt used up) and the worker backs off (daemon: ``verdict``)
+    │   ├── EncoderUnavailable   media: the ffmpeg binary is missing, cannot be executed or is broken
+    │   └── WorkDiskFull         media: no space left on the worker's work disk while encoding
     ├── StaleClaim               a fenced queue call refused this attempt (another attempt owns the job)
     ├── JobInterrupted           the worker is stopping: release the job for re-delivery now
     ├── UnknownJob               no record with this id (also a ``KeyError``)
@@ -39,6 +43,7 @@ from enum import StrEnum
 
 __all__ = [
     "BackendUnavailable",
+    "EncoderUnavailable",
     "ErrorCode",
     "FatalWorkerError",
     "GenworkerError",
@@ -50,6 +55,8 @@ __all__ = [
     "StaleClaim",
     "TransientError",
     "UnknownJob",
+    "WorkDiskFull",
+    "WorkerFault",
     "is_out_of_memory",
     "short_message",
 ]
@@ -143,6 +150,31 @@ class BackendUnavailable(TransientError):
 
 class FatalWorkerError(GenworkerError):
     """The worker cannot continue (bad configuration, lost device): it releases its job and exits."""
+
+
+class WorkerFault(GenworkerError):
+    """Something of this worker's own (its encoder, its work disk) stops every job it runs, while another
+    worker could run them: the job goes back to the queue without using up an attempt."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # what the job would have failed with, for the log line
+        self.message = message
+
+
+class EncoderUnavailable(WorkerFault):
+    """ffmpeg cannot run here at all (not found, not executable, crashes on a bare ``-version``), as
+    opposed to ffmpeg refusing one job's input (``JobError(encode_failed)``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.encode_failed, message)
+
+
+class WorkDiskFull(WorkerFault):
+    """The work directory's filesystem has no space left (ENOSPC) for the encoder's output."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.internal_error, message)
 
 
 class StaleClaim(GenworkerError):

@@ -2,7 +2,9 @@
 
 ``Attempt`` bundles what every stage needs: the claim, its lease, progress checkpoints and a logger
 with the job bound. ``Settler`` turns an exception into the queue call ``worker.daemon.verdict`` prescribes
-and is the only place that ends an attempt other than success.
+and is the only place that ends an attempt other than success. A fault of the worker's own
+(``release_local``) goes through ``worker.daemon.faults`` first: it backs the worker off, and may turn
+a load failure seen on enough workers into a failure of the job.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from worker.core.contract import ErrorInfo, Status
 from worker.core.errors import BackendUnavailable, ErrorCode
+from worker.daemon.faults import LocalFaults
 from worker.daemon.lease import Lease, LeaseKeeper
 from worker.daemon.logs import JobLogger
 from worker.daemon.metrics import WorkerMetrics
@@ -60,6 +63,7 @@ class Settler:
         queue: WorkerQueue,
         leases: LeaseKeeper,
         metrics: WorkerMetrics,
+        faults: LocalFaults,
         *,
         backoff_base_s: float,
         backoff_cap_s: float,
@@ -67,12 +71,15 @@ class Settler:
         self._queue = queue
         self._leases = leases
         self._metrics = metrics
+        self._faults = faults
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
 
     def settle(self, attempt: Attempt, exc: BaseException) -> None:
         """End ``attempt`` as ``exc`` prescribes. Re-raises ``FatalWorkerError`` after releasing the job."""
         verdict = classify(exc)
+        if verdict.action == "release_local":
+            verdict = self._faults.judge(attempt.claim, verdict)
         log, model = attempt.log, attempt.claim.model
         extra = {"stage": attempt.progress.stage.value, "code": verdict.code.value if verdict.code else None}
         if verdict.action == "abandon":
@@ -102,6 +109,13 @@ class Settler:
         log = attempt.log
         if verdict.action in ("release", "fatal"):
             log.warning("releasing the job for re-delivery: %s", verdict.message, extra=extra)
+        elif verdict.action == "release_local":
+            fault = verdict.fault.value if verdict.fault else None
+            log.warning(
+                "fault of this worker: releasing the job for another worker: %s",
+                verdict.message,
+                extra={**extra, "fault": fault},
+            )
         elif verdict.action == "retry":
             log.warning("transient failure, retrying: %s", verdict.message, extra=extra)
         elif verdict.action == "canceled":
@@ -113,7 +127,7 @@ class Settler:
 
     def _report(self, claim: Claim, verdict: Verdict) -> bool:
         """The queue call for ``verdict``; False when the queue refused it (stale claim)."""
-        if verdict.action in ("release", "fatal"):
+        if verdict.action in ("release", "release_local", "fatal"):
             return self._queue.release(claim)
         if verdict.action == "canceled":
             return self._queue.finish(claim, Outcome(status=Status.canceled))

@@ -59,7 +59,7 @@ def generate_command(
 ) -> None:
     """Generate one video in this process (same path as the worker, no queue or store)."""
     from worker.core.contract import parse_create_request
-    from worker.core.errors import JobError, RequestRejected
+    from worker.core.errors import JobError, RequestRejected, WorkerFault
     from worker.daemon.generate import generate_once, prepare_job
     from worker.daemon.logs import configure_logging
     from worker.settings import load_settings
@@ -82,7 +82,7 @@ def generate_command(
     except RequestRejected as e:
         typer.echo(f"{e.code.value}: {e.message}" + (f" (param {e.param})" if e.param else ""), err=True)
         raise typer.Exit(2) from None
-    except JobError as e:
+    except (JobError, WorkerFault) as e:  # a missing ffmpeg or a full disk: said as plainly as a job error
         typer.echo(f"{e.code.value}: {e.message}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(result.summary(), default=str))

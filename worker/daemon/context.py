@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from worker.core.catalog import Catalog, CatalogError, load_catalog
 from worker.core.errors import FatalWorkerError
 from worker.daemon.attempt import Settler
+from worker.daemon.faults import LocalFaults
 from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lease import Heartbeat, LeaseKeeper
 from worker.daemon.lifecycle import Shutdown
@@ -46,6 +47,7 @@ class WorkerContext:
     store: ArtifactStore
     cache: ModelCache
     metrics: WorkerMetrics
+    faults: LocalFaults
     health: HealthState
     leases: LeaseKeeper
     heartbeat: Heartbeat
@@ -123,12 +125,22 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     catalog, hosted = hosted_catalog(settings)
     ensure_tiny_models(settings, catalog, hosted)
     ws = settings.worker
+    worker_id = ws.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     metrics = WorkerMetrics()
     metrics.host(hosted)
-    health = HealthState(metrics)
+    queue = open_queue(settings.queue)
+    faults = LocalFaults(
+        metrics,
+        hosted,
+        worker_id=worker_id,
+        base_s=ws.fault_backoff_s,
+        cap_s=ws.fault_backoff_max_s,
+        load_failure_workers=ws.model_load_failure_workers,
+        fleet=queue,
+    )
+    health = HealthState(metrics, faults)
     health.set_ready(False, "loading models")
     status_server = _start_status_server(settings, health, metrics)
-    queue = open_queue(settings.queue)
     store = open_store(settings.store, data_dir=settings.data_dir)
     ensure_bucket = getattr(store, "ensure_bucket", None)
     if ensure_bucket is not None:  # S3: create the bucket once at start, not on the first upload
@@ -143,17 +155,19 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
         cache=cache,
         leases=leases,
         metrics=metrics,
+        faults=faults,
         shutdown=shutdown,
     )
     ctx = WorkerContext(
         settings=settings,
-        worker_id=ws.worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        worker_id=worker_id,
         hosted_models=hosted,
         catalog=catalog,
         queue=queue,
         store=store,
         cache=cache,
         metrics=metrics,
+        faults=faults,
         health=health,
         leases=leases,
         heartbeat=Heartbeat(queue, ws.heartbeat_s, ws.reclaim_interval_s, lambda: ctx.beat(), metrics),  # noqa: PLW0108 (bound late)
@@ -188,12 +202,13 @@ def _job_path(
     cache: ModelCache,
     leases: LeaseKeeper,
     metrics: WorkerMetrics,
+    faults: LocalFaults,
     shutdown: Shutdown,
 ) -> tuple[JobRunner, PostProcessingLane]:
     """The GPU side and the post-processing side of a job, sharing one settler."""
     ws = settings.worker
     settler = Settler(
-        queue, leases, metrics, backoff_base_s=settings.queue.retry_backoff_s, backoff_cap_s=ws.max_backoff_s
+        queue, leases, metrics, faults, backoff_base_s=settings.queue.retry_backoff_s, backoff_cap_s=ws.max_backoff_s
     )
     work_root = Path(settings.data_dir) / "work"
     work_root.mkdir(parents=True, exist_ok=True)
@@ -204,11 +219,18 @@ def _job_path(
         leases=leases,
         settler=settler,
         metrics=metrics,
+        faults=faults,
         stop_now=shutdown.stop_now,
         progress_interval_s=ws.progress_interval_s,
         work_root=work_root,
     )
     processor = PostProcessor(
-        catalog=catalog, queue=queue, store=store, encoder=settings.encoder, settler=settler, metrics=metrics
+        catalog=catalog,
+        queue=queue,
+        store=store,
+        encoder=settings.encoder,
+        settler=settler,
+        metrics=metrics,
+        faults=faults,
     )
     return runner, PostProcessingLane(processor, overlap=ws.overlap)

@@ -2,8 +2,10 @@
 
 - ``/healthz`` answers 200 while the process can make progress and 503 once it cannot (a job stuck
   inside one pipeline step past its time limit, a lost device): the orchestrator should restart it.
-- ``/readyz`` answers 200 only after setup (catalog, queue, store, preloaded models) and until a
-  drain starts; a worker that is not ready claims nothing.
+- ``/readyz`` answers 200 only after setup (catalog, queue, store, preloaded models), until a drain
+  starts, and while at least one hosted model is free of a fault of this worker's own
+  (``worker.daemon.faults``); its body lists those faults (kind, model, reason, failures, retry_in_s)
+  and the hosted models still taken. A worker that is not ready claims nothing.
 
 One small ``ThreadingHTTPServer`` thread, bound to loopback by default.
 """
@@ -14,9 +16,12 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.daemon.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from worker.daemon.faults import LocalFaults
 
 __all__ = ["HealthState", "StatusServer"]
 
@@ -26,9 +31,10 @@ log = logging.getLogger("genworker.health")
 class HealthState:
     """Thread-safe flags: ``ready`` (taking jobs) and ``healthy`` (no restart needed), with reasons."""
 
-    def __init__(self, metrics: WorkerMetrics) -> None:
+    def __init__(self, metrics: WorkerMetrics, faults: LocalFaults | None = None) -> None:
         self._lock = threading.Lock()
         self._metrics = metrics
+        self._faults = faults
         self._ready = False
         self._ready_reason = "starting"
         self._healthy = True
@@ -52,7 +58,11 @@ class HealthState:
     @property
     def ready(self) -> bool:
         with self._lock:
-            return self._ready and self._healthy
+            ready = self._ready and self._healthy
+        return ready and self._models_left()
+
+    def _models_left(self) -> bool:
+        return self._faults is None or bool(self._faults.ready_models())
 
     @property
     def healthy(self) -> bool:
@@ -61,12 +71,17 @@ class HealthState:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {
+            snap: dict[str, Any] = {
                 "healthy": self._healthy,
                 "ready": self._ready and self._healthy,
                 "state": self._ready_reason,
                 "reason": self._unhealthy_reason,
             }
+        if self._faults is not None:
+            snap["ready"] = snap["ready"] and self._models_left()
+            snap["models_ready"] = self._faults.ready_models()
+            snap["faults"] = self._faults.snapshot()
+        return snap
 
 
 def _handler(state: HealthState, metrics: WorkerMetrics) -> type[BaseHTTPRequestHandler]:

@@ -8,8 +8,8 @@
   kernel): the keeper stops renewing it, so the queue re-delivers or dead-letters it when the lease
   lapses, and marks the worker unhealthy so its orchestrator restarts the process.
 - ``Heartbeat`` reports the worker (hosted and loaded models, current job, ready) every
-  ``heartbeat_s`` with a TTL of three beats, re-queues other workers' lapsed leases, and samples
-  queue depth and GPU memory for the metrics.
+  ``heartbeat_s`` with a TTL of three beats, re-queues other workers' lapsed leases (counted in
+  ``genworker_leases_reclaimed_total``), and samples queue depth and GPU memory for the metrics.
 """
 
 from __future__ import annotations
@@ -135,4 +135,5 @@ class Heartbeat(_Ticker):
             self._last_reclaim = time.monotonic()
             count = self._queue.reclaim_expired()
             if count:
+                self._metrics.leases_reclaimed.inc(count)
                 log.info("re-queued lapsed leases", extra={"count": count})

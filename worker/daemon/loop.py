@@ -77,10 +77,15 @@ class Worker:
         return min(_MAX_QUEUE_BACKOFF_S, 2.0 ** min(failures, 5))
 
     def claim_next(self) -> Claim | None:
+        """The next job of a hosted model this worker is not backing off from (``worker.daemon.faults``)."""
         ctx = self.ctx
-        return ctx.queue.claim(
-            ctx.worker_id, ctx.hosted_models, prefer=ctx.cache.loaded(), block_s=ctx.settings.worker.claim_block_s
-        )
+        block_s = ctx.settings.worker.claim_block_s
+        models = ctx.faults.claimable(ctx.hosted_models)
+        if not models:  # a worker-wide fault, or every model backing off: other workers take the jobs
+            self.shutdown.draining.wait(max(0.05, ctx.faults.wait_s(max(block_s, 0.05))))
+            return None
+        prefer = [m for m in ctx.cache.loaded() if m in models]
+        return ctx.queue.claim(ctx.worker_id, models, prefer=prefer, block_s=block_s)
 
     def run_job(self, claim: Claim) -> None:
         ctx = self.ctx

@@ -6,6 +6,8 @@ Served on ``/metrics`` by ``worker.health.StatusServer``. Names follow the Prome
 
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["WorkerMetrics"]
@@ -13,6 +15,8 @@ __all__ = ["WorkerMetrics"]
 # Tiny CPU jobs take tenths of a second, real GPU jobs tens of minutes: buckets span both.
 _STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _LOAD_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# From an idle fleet (sub-second) to a backlog of long GPU jobs (hours).
+_WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
 
 
 class WorkerMetrics:
@@ -26,7 +30,10 @@ class WorkerMetrics:
             "genworker_job_retries", "Attempts handed back for a retry, by reason.", ["model", "code"], registry=r
         )
         self.released = Counter(
-            "genworker_jobs_released", "Attempts released for re-delivery (worker stopping).", ["model"], registry=r
+            "genworker_jobs_released",
+            "Attempts released for re-delivery (worker stopping, or a fault of its own).",
+            ["model"],
+            registry=r,
         )
         self.abandoned = Counter(
             "genworker_jobs_abandoned", "Attempts dropped because the claim went stale.", ["model"], registry=r
@@ -37,6 +44,22 @@ class WorkerMetrics:
         self.model_load_seconds = Histogram(
             "genworker_model_load_seconds", "Time to load a model.", ["model"], buckets=_LOAD_BUCKETS, registry=r
         )
+        # Observed at each claim: the job's age then (now - created_at). A job given back (lapsed lease,
+        # release) and claimed again is observed again, its earlier runs included: the wait its client saw.
+        self.queue_wait = Histogram(
+            "genworker_queue_wait_seconds",
+            "Time from a job's creation to its claim, per claim.",
+            ["model"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        # From the heartbeat's reclaim sweep; the queue's claim path also reclaims in passing and does
+        # not report a count, so this is a lower bound of the fleet's lapsed leases.
+        self.leases_reclaimed = Counter(
+            "genworker_leases_reclaimed",
+            "Jobs this worker re-queued or dead-lettered because their holder's lease lapsed.",
+            registry=r,
+        )
         self.queue_depth = Gauge("genworker_queue_depth", "Jobs waiting, per hosted model.", ["model"], registry=r)
         self.in_flight = Gauge("genworker_jobs_in_flight", "Jobs claimed and not yet ended.", registry=r)
         self.ready = Gauge("genworker_ready", "1 when the worker takes jobs.", registry=r)
@@ -45,7 +68,22 @@ class WorkerMetrics:
         self.model_ready = Gauge(
             "genworker_model_ready", "1 per hosted model while this worker takes jobs.", ["model"], registry=r
         )
+        self.local_faults = Counter(
+            "genworker_local_faults",
+            "Faults of this worker's own (model load, encoder, disk, device) that released a job.",
+            ["kind", "model"],
+            registry=r,
+        )
+        # 1 while the fault is recorded (backing off, or probing until a job gets past it); model "" for
+        # a worker-wide fault. A cleared fault's series stays at 0.
+        self.worker_fault = Gauge(
+            "genworker_worker_fault", "1 while this worker has a fault of its own.", ["kind", "model"], registry=r
+        )
         self._hosted: tuple[str, ...] = ()
+        self._ready_flag = False
+        self._fault_free: tuple[str, ...] | None = None  # None: no fault recorded, every hosted model
+        self._fault_series: set[tuple[str, str]] = set()
+        self._ready_lock = threading.Lock()  # readiness and faults are set from different threads
         self.healthy = Gauge("genworker_healthy", "0 once the worker needs a restart.", registry=r)
         self.gpu_memory = Gauge(
             "genworker_gpu_memory_bytes", "CUDA memory of this process.", ["device", "kind"], registry=r
@@ -58,10 +96,26 @@ class WorkerMetrics:
             self.model_ready.labels(model).set(0)
 
     def set_ready(self, ready: bool) -> None:
-        value = 1 if ready else 0
-        self.ready.set(value)
+        with self._ready_lock:
+            self._ready_flag = ready
+            self._publish_ready()
+
+    def set_model_faults(self, fault_free: list[str], faults: list[tuple[str, str]]) -> None:
+        """The hosted models without a fault, and the (kind, model) faults now recorded."""
+        with self._ready_lock:
+            self._fault_free = tuple(fault_free)
+            for kind, model in self._fault_series - set(faults):
+                self.worker_fault.labels(kind, model).set(0)
+            for kind, model in faults:
+                self.worker_fault.labels(kind, model).set(1)
+            self._fault_series |= set(faults)
+            self._publish_ready()
+
+    def _publish_ready(self) -> None:
+        models = self._hosted if self._fault_free is None else self._fault_free
+        self.ready.set(1 if self._ready_flag and (models or not self._hosted) else 0)
         for model in self._hosted:
-            self.model_ready.labels(model).set(value)
+            self.model_ready.labels(model).set(1 if self._ready_flag and model in models else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,8 +23,10 @@ from worker.core.contract import Artifact, Money, Stage, Status, Usage
 from worker.core.errors import JobError, TransientError
 from worker.core.resolve import ResolvedJob, compute_price
 from worker.daemon.attempt import HandOff, Settler
+from worker.daemon.faults import LocalFaults
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.runner import stage
+from worker.daemon.verdict import FaultKind
 from worker.queue.base import Outcome, WorkerQueue
 from worker.stores.base import ArtifactStore, artifact_key
 
@@ -54,6 +56,7 @@ class PostProcessor:
         encoder: EncoderSettings,
         settler: Settler,
         metrics: WorkerMetrics,
+        faults: LocalFaults,
     ) -> None:
         self._catalog = catalog
         self._queue = queue
@@ -61,6 +64,7 @@ class PostProcessor:
         self._encoder = encoder
         self._settler = settler
         self._metrics = metrics
+        self._faults = faults
 
     def run(self, handoff: HandOff) -> None:
         """Encode, upload and finish; any failure is settled. Never raises except ``FatalWorkerError``."""
@@ -91,6 +95,8 @@ class PostProcessor:
                 out_dir=handoff.work_dir,
                 settings=self._encoder,
             )
+        # ffmpeg ran and the work disk took its output: faults of either are over.
+        self._faults.clear(job.model, FaultKind.encoder, FaultKind.disk)
         handoff.attempt.progress.check()
         return encoded.artifacts()
 

@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.core.catalog import Catalog, ModelSpec
-from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request
+from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request, utcnow
 from worker.core.resolve import ResolvedJob, resolve
 from worker.daemon.attempt import Attempt, HandOff, Settler
+from worker.daemon.faults import LocalFaults
 from worker.daemon.lease import LeaseKeeper
 from worker.daemon.logs import job_logger, log_stage
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.pipeline_run import RunHooks, run_pipeline
 from worker.daemon.progress import JobProgress
+from worker.daemon.verdict import FaultKind
 from worker.queue.base import Claim, WorkerQueue
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class JobRunner:
         leases: LeaseKeeper,
         settler: Settler,
         metrics: WorkerMetrics,
+        faults: LocalFaults,
         stop_now: threading.Event,
         progress_interval_s: float,
         work_root: Path,
@@ -84,6 +87,7 @@ class JobRunner:
         self._leases = leases
         self._settler = settler
         self._metrics = metrics
+        self._faults = faults
         self._stop_now = stop_now
         self._progress_interval_s = progress_interval_s
         self._work_root = work_root
@@ -94,6 +98,8 @@ class JobRunner:
         lease = self._leases.hold(claim, spec.max_job_seconds if spec else _DEFAULT_LIMIT_S)
         progress = JobProgress(self._queue, lease, interval_s=self._progress_interval_s, stop_now=self._stop_now)
         self._metrics.in_flight.inc()
+        waited_s = (utcnow() - claim.record.created_at).total_seconds()
+        self._metrics.queue_wait.labels(claim.model).observe(max(0.0, waited_s))  # hosts' clocks may differ
         log = job_logger(claim.job_id, claim.model, claim.attempt)
         log.info("claimed", extra={"stage": "claimed"})
         return Attempt(claim=claim, lease=lease, progress=progress, log=log)
@@ -103,6 +109,8 @@ class JobRunner:
         try:
             job, spec = self.validate(attempt)
             rendered = run_pipeline(self._cache, spec, job, _AttemptHooks(attempt, self._metrics))
+            # The model loaded and the device ran it: faults of either are over.
+            self._faults.clear(spec.id, FaultKind.model_load, FaultKind.device)
             work_dir = Path(tempfile.mkdtemp(prefix=f"{attempt.job_id}-{attempt.claim.attempt}-", dir=self._work_root))
         except Exception as e:
             try:

@@ -10,13 +10,17 @@ seconds, so the MP4 lasts exactly the requested duration without ``-shortest``.
     for artifact, path in encoded.artifacts():   # (Artifact with key = file name, local path)
         store.put_file(artifact_key(job_id, attempt, path.name), path, content_type=...)
 
-Errors: ffmpeg failing -> ``JobError(encode_failed)`` with its stderr tail; media that breaks its own
-contract (too few frames, wrong chunk shape or dtype) -> ``JobError(pipeline_error)``.
+Errors: ffmpeg failing on this job -> ``JobError(encode_failed)`` with its stderr tail; media that
+breaks its own contract (too few frames, wrong chunk shape or dtype) -> ``JobError(pipeline_error)``.
+Faults of this machine rather than of the job (the worker releases the job and backs off):
+ffmpeg missing, not executable or failing a bare ``-version`` -> ``EncoderUnavailable``; no space
+left in the output directory -> ``WorkDiskFull``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import subprocess
 import tempfile
@@ -29,9 +33,9 @@ from typing import IO
 import numpy as np
 
 from worker.core.contract import Artifact, AudioInfo
-from worker.core.errors import ErrorCode, JobError
+from worker.core.errors import EncoderUnavailable, ErrorCode, JobError, WorkDiskFull
 from worker.core.media import Media
-from worker.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, resolve_codec
+from worker.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, ffmpeg_problem, resolve_codec
 from worker.media.frames import CropBox, audio_sample_count, center_crop_box, exact_fps, fit_audio
 from worker.media.settings import EncoderSettings
 
@@ -40,6 +44,7 @@ __all__ = ["EncodedFile", "EncodedVideo", "EncoderSettings", "encode_video"]
 VIDEO_FILE = "video.mp4"
 POSTER_FILE = "poster.jpg"
 _STDERR_TAIL_CHARS = 2000
+_NO_SPACE = "No space left on device"  # strerror(ENOSPC), as ffmpeg prints it
 
 Frames = Generator[np.ndarray, None, None]
 
@@ -112,7 +117,10 @@ def encode_video(
     out_dir.mkdir(parents=True, exist_ok=True)
     video_path, poster_path = out_dir / VIDEO_FILE, out_dir / POSTER_FILE
     ffmpeg = ffmpeg_exe()
-    codec = resolve_codec(settings, ffmpeg)
+    try:
+        codec = resolve_codec(settings, ffmpeg)
+    except OSError as e:  # the encoder probe could not even start the binary
+        raise EncoderUnavailable(f"cannot run ffmpeg {ffmpeg}: {e}") from e
     poster_index = 0 if settings.poster == "first" else keep_frames // 2
     with contextlib.ExitStack() as stack:
         audio = _write_audio(media, keep_frames, fps, out_dir, stack)
@@ -198,7 +206,7 @@ def _run_ffmpeg(
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr)
     except OSError as e:
-        raise JobError(ErrorCode.encode_failed, f"cannot start ffmpeg: {e}") from e
+        raise EncoderUnavailable(f"cannot start ffmpeg: {e}") from e
     assert proc.stdin is not None
     poster: np.ndarray | None = None
     try:
@@ -215,8 +223,18 @@ def _run_ffmpeg(
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
     if returncode != 0 or poster is None:
-        raise JobError(ErrorCode.encode_failed, f"ffmpeg failed (exit {returncode}): {_tail(stderr)}")
+        raise _encode_error(cmd[0], returncode, _tail(stderr))
     return poster
+
+
+def _encode_error(ffmpeg: str, returncode: int, tail: str) -> Exception:
+    """Whose fault a failed encode is: this machine's (disk, binary) or the job's."""
+    if _NO_SPACE in tail:
+        return WorkDiskFull(f"ffmpeg ran out of disk space (exit {returncode}): {tail}")
+    problem = ffmpeg_problem(ffmpeg)
+    if problem is not None:
+        return EncoderUnavailable(f"ffmpeg failed (exit {returncode}) and is broken: {problem}")
+    return JobError(ErrorCode.encode_failed, f"ffmpeg failed (exit {returncode}): {tail}")
 
 
 def _stream_frames(
@@ -275,6 +293,8 @@ def _write_poster(frame: np.ndarray, path: Path, quality: int) -> None:
     try:
         Image.fromarray(frame).save(path, format="JPEG", quality=quality, optimize=True)
     except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise WorkDiskFull(f"cannot write the poster: {e}") from e
         raise JobError(ErrorCode.encode_failed, f"cannot write the poster: {e}") from e
 
 

@@ -14,17 +14,48 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from worker.core.errors import EncoderUnavailable
 from worker.media.settings import EncoderSettings
 
-__all__ = ["AudioInput", "VideoInput", "build_command", "ffmpeg_exe", "list_encoders", "resolve_codec"]
+__all__ = [
+    "AudioInput",
+    "VideoInput",
+    "build_command",
+    "ffmpeg_exe",
+    "ffmpeg_problem",
+    "list_encoders",
+    "resolve_codec",
+]
 
 log = logging.getLogger("genworker.encoder")
 
 
 def ffmpeg_exe() -> str:
+    """The binary to run; ``EncoderUnavailable`` when there is none (``IMAGEIO_FFMPEG_EXE`` overrides)."""
     import imageio_ffmpeg
 
-    return str(imageio_ffmpeg.get_ffmpeg_exe())
+    try:
+        return str(imageio_ffmpeg.get_ffmpeg_exe())
+    except RuntimeError as e:  # imageio-ffmpeg's way of saying it found no binary anywhere
+        raise EncoderUnavailable(str(e)) from e
+
+
+def ffmpeg_problem(ffmpeg: str) -> str | None:
+    """Why ``ffmpeg`` cannot run at all (missing, not executable, crashes on ``-version``), or None.
+
+    An encode that failed asks this to tell "this worker's ffmpeg is broken" (any job would fail
+    here, another worker may succeed) from "ffmpeg refused this job's input" (it fails everywhere).
+    """
+    try:
+        done = subprocess.run([ffmpeg, "-hide_banner", "-version"], capture_output=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{ffmpeg} -version did not answer within 30 s"
+    except OSError as e:
+        return f"cannot run {ffmpeg}: {e}"
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", errors="replace").strip()[-300:]
+        return f"{ffmpeg} -version exited with {done.returncode}: {tail or '(no output on stderr)'}"
+    return None
 
 
 @functools.cache

@@ -2,11 +2,13 @@
 
 Every read-modify-write runs in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting
 up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its own connection
-(the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column
-(wall clock, the holder's TTL; a running row with no lease counts as lapsed); fencing compares
-``attempt`` and the claim's ``token``. A row this version cannot read is set aside. Statuses change
-only through ``records``. Every public method (and opening the file) translates a locked or
-unreadable database into ``BackendUnavailable`` (``unavailable.sqlite_unavailable``).
+(the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column: the
+holder's TTL on the monotonic clock of the boot in ``lease_boot``, so a wall-clock step moves no
+lease (``sqlite_clock``); a running row with no lease, or a lease of another boot, counts as lapsed.
+Fencing compares ``attempt`` and the claim's ``token``. A row this version cannot read is set aside.
+Statuses change only through ``records``; the reads live in ``sqlite_reads.SqliteReads``. Every
+public method (and opening the file) translates a locked or unreadable database into
+``BackendUnavailable`` (``unavailable.sqlite_unavailable``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from worker.queue.policy import (
     retry_event,
 )
 from worker.queue.records import UnreadableRecord
+from worker.queue.sqlite_clock import Clock, rebase
 from worker.queue.sqlite_db import SqliteFile
-from worker.queue.sqlite_schema import SCHEMA
+from worker.queue.sqlite_reads import SqliteReads
+from worker.queue.sqlite_schema import SCHEMA, migrate
 from worker.queue.unavailable import sqlite_unavailable
 
 __all__ = ["SqliteQueue"]
@@ -57,6 +61,7 @@ class SqliteQueue:
         retry_backoff_s: float = 2.0,
         starve_after_s: float = 60.0,
         durable: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +71,16 @@ class SqliteQueue:
         self.starve_after_s = starve_after_s
         self._db = SqliteFile(self.path, synchronous="FULL" if durable else "NORMAL")
         self._last_reclaim = float("-inf")
-        self._db.conn().executescript(SCHEMA)
+        self._clock = clock or Clock()
+        self.reads = SqliteReads(self._db, self._clock)
+        try:
+            self._db.conn().executescript(SCHEMA)
+            with self._db.tx() as conn:  # once per file and boot, whoever opens first
+                migrate(conn)
+                rebase(conn, self._clock)
+        except BaseException:
+            self._db.close()
+            raise
 
     # ------------------------------------------------------------------------------------ plumbing
     def _load(self, conn: sqlite3.Connection, job_id: str) -> tuple[GenerationRecord, int, str | None] | None:
@@ -90,17 +104,18 @@ class SqliteQueue:
         conn.execute(
             """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, released = released + ?,
                    ready_at = ?, queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs)
-                   END, token = ?, lease_expires_at = ? WHERE id = ?""",
+                   END, token = ?, lease_expires_at = ?, lease_boot = ? WHERE id = ?""",
             (
                 rec.status.value,
                 rec.attempt,
                 int(rec.cancel_requested),
                 rec.model_dump_json(),
                 released_incr,
-                (ready_at if ready_at is not None else time.time()) if queued else None,
+                (ready_at if ready_at is not None else self._clock.monotonic()) if queued else None,
                 queued,
                 token if running else None,
-                time.time() + self.lease_ttl_s if running else None,
+                self._clock.monotonic() + self.lease_ttl_s if running else None,
+                self._clock.boot_id if running else None,
                 rec.id,
             ),
         )
@@ -119,13 +134,43 @@ class SqliteQueue:
             (job_id, model, reason, extra.get("code"), extra.get("message"), utcnow().isoformat(), extra.get("raw")),
         )
 
+    # ------------------------------------------------------------------------------------ reads
+    def get(self, job_id: str) -> GenerationRecord | None:
+        return self.reads.get(job_id)
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+
+    def depth(self, model: str) -> int:
+        return self.reads.depth(model)
+
+    def position(self, job_id: str) -> int | None:
+        return self.reads.position(job_id)
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        return self.reads.live_workers()
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        self.reads.heartbeat(beat, ttl_s=ttl_s)
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        return self.reads.events(job_id, after=after, limit=limit)
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return self.reads.dead_letters(limit)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return self.reads.cancel_requested(job_id)
+
     # ------------------------------------------------------------------------------------ API side
     @sqlite_unavailable
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
         record = records.enqueued(record, max_attempts=self.max_attempts)
-        now = time.time()
+        now = self._clock.wall()  # the idempotency expiry: 24 h must hold across reboots
         with self._db.tx() as conn:
             if idempotency_key is not None:
                 row = conn.execute(
@@ -155,31 +200,8 @@ class SqliteQueue:
                     record.created_at.timestamp() * 1000,
                 ),
             )
-            self._store(conn, record, event=EventReason.enqueued, ready_at=now)
+            self._store(conn, record, event=EventReason.enqueued)
         return EnqueueResult(record, replayed=False)
-
-    @sqlite_unavailable
-    def get(self, job_id: str) -> GenerationRecord | None:
-        row = self._db.conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else GenerationRecord.model_validate_json(row[0])
-
-    @sqlite_unavailable
-    def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
-    ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
-        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
-        args_: list[object] = [project]
-        if cursor:
-            score, _, last_id = cursor.partition(":")
-            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
-            args_ += [float(score), float(score), last_id]
-        rows = (
-            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
-        )
-        page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
-        more = len(rows) > limit and bool(page)
-        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
 
     @sqlite_unavailable
     def cancel(self, job_id: str) -> GenerationRecord:
@@ -198,57 +220,6 @@ class SqliteQueue:
                 self._event(conn, rec, EventReason.cancel_requested)
             return rec
 
-    @sqlite_unavailable
-    def depth(self, model: str) -> int:
-        row = self._db.conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
-        return int(row.fetchone()[0])
-
-    @sqlite_unavailable
-    def position(self, job_id: str) -> int | None:
-        conn = self._db.conn()
-        row = conn.execute("SELECT model, status, ready_at, queue_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or row[1] != "queued":
-            return None
-        ahead = conn.execute(
-            """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
-               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
-            (row[0], row[2], row[2], row[3]),
-        ).fetchone()[0]
-        return int(ahead)
-
-    @sqlite_unavailable
-    def live_workers(self) -> list[WorkerHeartbeat]:
-        with self._db.tx() as conn:
-            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (time.time(),))
-            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
-        return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
-
-    @sqlite_unavailable
-    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
-        with self._db.tx() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
-                (beat.worker_id, beat.model_dump_json(), time.time() + ttl_s),
-            )
-
-    @sqlite_unavailable
-    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
-        sql = "SELECT id, job_id, status, attempt, at, reason FROM events WHERE id > ?"
-        args: list[object] = [int(after or 0)]
-        if job_id is not None:
-            sql += " AND job_id = ?"
-            args.append(job_id)
-        rows = self._db.conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
-        return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
-
-    @sqlite_unavailable
-    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        cur = self._db.conn().execute(
-            "SELECT id, job_id, model, reason, code, message, at, raw FROM dead_letters ORDER BY id LIMIT ?", (limit,)
-        )
-        names = [d[0] for d in cur.description]
-        return [DeadLetter.model_validate({**dict(zip(names, row, strict=True)), "id": str(row[0])}) for row in cur]
-
     # ------------------------------------------------------------------------------------ worker side
     @sqlite_unavailable
     def claim(
@@ -257,8 +228,8 @@ class SqliteQueue:
         hosted = list(dict.fromkeys(models))
         deadline = time.monotonic() + block_s
         while hosted:
-            if time.monotonic() - self._last_reclaim >= self.lease_ttl_s / 2:  # a write lock: not every poll
-                self._last_reclaim = time.monotonic()
+            if self._clock.monotonic() - self._last_reclaim >= self.lease_ttl_s / 2:  # a write lock: not every poll
+                self._last_reclaim = self._clock.monotonic()
                 self.reclaim_expired()
             claim = self._claim_once(worker_id, hosted, prefer)
             if claim is not None or time.monotonic() >= deadline:
@@ -269,7 +240,7 @@ class SqliteQueue:
     def _claim_once(self, worker_id: str, models: list[str], prefer: Sequence[str]) -> Claim | None:
         marks = ",".join("?" * len(models))
         with self._db.tx() as conn:
-            now = time.time()
+            now = self._clock.monotonic()
             rows = conn.execute(
                 f"""SELECT model, MIN(ready_at) FROM jobs WHERE status = 'queued' AND ready_at <= ?
                     AND model IN ({marks}) GROUP BY model""",
@@ -307,9 +278,15 @@ class SqliteQueue:
     def renew(self, claim: Claim) -> bool:
         with self._db.tx() as conn:
             cur = conn.execute(
-                """UPDATE jobs SET lease_expires_at = ? WHERE id = ? AND status = 'running' AND attempt = ?
-                   AND token = ?""",
-                (time.time() + self.lease_ttl_s, claim.job_id, claim.attempt, claim.token),
+                """UPDATE jobs SET lease_expires_at = ?, lease_boot = ? WHERE id = ? AND status = 'running'
+                   AND attempt = ? AND token = ?""",
+                (
+                    self._clock.monotonic() + self.lease_ttl_s,
+                    self._clock.boot_id,
+                    claim.job_id,
+                    claim.attempt,
+                    claim.token,
+                ),
             )
             return cur.rowcount == 1
 
@@ -322,11 +299,6 @@ class SqliteQueue:
             )
 
         return self._fenced(claim, change)
-
-    @sqlite_unavailable
-    def cancel_requested(self, job_id: str) -> bool:
-        row = self._db.conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return bool(row and row[0])
 
     @sqlite_unavailable
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
@@ -343,7 +315,9 @@ class SqliteQueue:
                 self._fail_dead(conn, rec, error, DeadReason.out_of_attempts)
             else:
                 requeued = records.requeued(rec, error=error)
-                self._store(conn, requeued, event=retry_event(error.code), ready_at=time.time() + max(0.0, delay_s))
+                self._store(
+                    conn, requeued, event=retry_event(error.code), ready_at=self._clock.monotonic() + max(0.0, delay_s)
+                )
 
         return self._fenced(claim, change)
 
@@ -363,6 +337,7 @@ class SqliteQueue:
         """An unreadable row: a dead letter, the row kept as stored but out of every query (``unreadable``)."""
         self._dead(conn, job_id, model, DeadReason.invalid_record, message=error.detail, raw=error.raw[:2000])
         aside = "status = 'unreadable', ready_at = NULL, queue_seq = NULL, token = NULL, lease_expires_at = NULL"
+        aside += ", lease_boot = NULL"
         conn.execute(f"UPDATE jobs SET {aside} WHERE id = ?", (job_id,))
 
     @sqlite_unavailable
@@ -370,10 +345,11 @@ class SqliteQueue:
         count = 0
         with self._db.tx() as conn:
             rows = conn.execute(
-                # A running row with no lease at all (no token or no deadline) counts as lapsed too.
-                """SELECT id, model FROM jobs WHERE status = 'running'
-                   AND (lease_expires_at IS NULL OR lease_expires_at < ? OR token IS NULL) LIMIT 1000""",
-                (time.time(),),
+                # A running row with no lease at all (no token, no deadline, no boot: written before
+                # leases carried one) or a lease of another boot (its holder is gone) counts as lapsed.
+                """SELECT id, model FROM jobs WHERE status = 'running' AND (token IS NULL
+                   OR lease_expires_at IS NULL OR lease_boot IS NOT ? OR lease_expires_at < ?) LIMIT 1000""",
+                (self._clock.boot_id, self._clock.monotonic()),
             ).fetchall()
             for job_id, model in rows:
                 try:

@@ -1,0 +1,80 @@
+"""The two fleet metrics the alerts read: lapsed leases re-queued by the heartbeat's sweep
+(``genworker_leases_reclaimed_total``) and a job's age at claim (``genworker_queue_wait_seconds``),
+against a real (SQLite) queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.worker_harness import make_record
+from worker.core.catalog import load_catalog
+from worker.core.contract import utcnow
+from worker.daemon.faults import LocalFaults
+from worker.daemon.lease import Heartbeat, LeaseKeeper
+from worker.daemon.metrics import WorkerMetrics
+from worker.daemon.runner import JobRunner
+from worker.queue.base import WorkerHeartbeat
+from worker.queue.sqlite_backend import SqliteQueue
+
+CATALOG = load_catalog()
+LEASE_S = 1.0
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[SqliteQueue]:
+    q = SqliteQueue(tmp_path / "queue.db", lease_ttl_s=LEASE_S)
+    yield q
+    q.close()
+
+
+def sample(metrics: WorkerMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_the_heartbeat_counts_the_lapsed_leases_it_re_queues(queue: SqliteQueue) -> None:
+    for _ in range(2):
+        queue.enqueue(make_record(CATALOG, "tiny-wan"))
+        assert queue.claim("dead-worker", ["tiny-wan"]) is not None  # never renewed: it died
+    metrics = WorkerMetrics()
+    beat = WorkerHeartbeat(worker_id="w2", hosted_models=["tiny-wan"])
+    heartbeat = Heartbeat(queue, 60, 0, lambda: beat, metrics)
+    heartbeat.tick()
+    assert sample(metrics, "genworker_leases_reclaimed_total") == 0  # the leases still run
+    time.sleep(2 * LEASE_S)
+    heartbeat.tick()
+    assert sample(metrics, "genworker_leases_reclaimed_total") == 2
+    heartbeat.tick()
+    assert sample(metrics, "genworker_leases_reclaimed_total") == 2  # counted once
+
+
+def test_a_claim_observes_the_job_age_by_model(queue: SqliteQueue, tmp_path: Path) -> None:
+    record = make_record(CATALOG, "tiny-wan")
+    queue.enqueue(record.model_copy(update={"created_at": utcnow() - timedelta(seconds=90)}))
+    claim = queue.claim("w1", ["tiny-wan"])
+    assert claim is not None
+    metrics = WorkerMetrics()
+    leases = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+    runner = JobRunner(
+        catalog=CATALOG,
+        queue=queue,
+        cache=object(),  # type: ignore[arg-type]  # begin() loads nothing
+        leases=leases,
+        settler=object(),  # type: ignore[arg-type]
+        metrics=metrics,
+        faults=LocalFaults(metrics, ["tiny-wan"], worker_id="w1", base_s=1, cap_s=1, load_failure_workers=3),
+        stop_now=threading.Event(),
+        progress_interval_s=1,
+        work_root=tmp_path,
+    )
+    runner.begin(claim)
+    assert sample(metrics, "genworker_queue_wait_seconds_count", model="tiny-wan") == 1
+    waited = sample(metrics, "genworker_queue_wait_seconds_sum", model="tiny-wan")
+    assert 90 <= waited < 120, waited
+    assert sample(metrics, "genworker_queue_wait_seconds_bucket", model="tiny-wan", le="60.0") == 0
+    assert sample(metrics, "genworker_queue_wait_seconds_bucket", model="tiny-wan", le="120.0") == 1

@@ -1,0 +1,99 @@
+"""The read side of the SQLite backend: records, listings, depth, position, events, dead letters,
+the cancel flag and worker heartbeats. Nothing here changes a job; ``sqlite_backend.SqliteQueue``
+holds one and answers these calls through it. Every public method translates a locked or unreadable
+database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (``sqlite_clock``)."""
+
+from __future__ import annotations
+
+from worker.core.contract import GenerationRecord, Status
+from worker.queue.base import DeadLetter, Event, WorkerHeartbeat
+from worker.queue.sqlite_clock import Clock
+from worker.queue.sqlite_db import SqliteFile
+from worker.queue.unavailable import sqlite_unavailable
+
+__all__ = ["SqliteReads"]
+
+
+class SqliteReads:
+    def __init__(self, db: SqliteFile, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    @sqlite_unavailable
+    def get(self, job_id: str) -> GenerationRecord | None:
+        row = self._db.conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else GenerationRecord.model_validate_json(row[0])
+
+    @sqlite_unavailable
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
+        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
+        args_: list[object] = [project]
+        if cursor:
+            score, _, last_id = cursor.partition(":")
+            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
+            args_ += [float(score), float(score), last_id]
+        rows = (
+            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
+        )
+        page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
+        more = len(rows) > limit and bool(page)
+        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
+
+    @sqlite_unavailable
+    def depth(self, model: str) -> int:
+        row = self._db.conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
+        return int(row.fetchone()[0])
+
+    @sqlite_unavailable
+    def position(self, job_id: str) -> int | None:
+        conn = self._db.conn()
+        row = conn.execute("SELECT model, status, ready_at, queue_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None or row[1] != "queued":
+            return None
+        ahead = conn.execute(
+            """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
+               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
+            (row[0], row[2], row[2], row[3]),
+        ).fetchone()[0]
+        return int(ahead)
+
+    @sqlite_unavailable
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        with self._db.tx() as conn:
+            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
+            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
+        return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
+
+    @sqlite_unavailable
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        with self._db.tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
+                (beat.worker_id, beat.model_dump_json(), self._clock.monotonic() + ttl_s),
+            )
+
+    @sqlite_unavailable
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        sql = "SELECT id, job_id, status, attempt, at, reason FROM events WHERE id > ?"
+        args: list[object] = [int(after or 0)]
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            args.append(job_id)
+        rows = self._db.conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+        return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
+
+    @sqlite_unavailable
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        cur = self._db.conn().execute(
+            "SELECT id, job_id, model, reason, code, message, at, raw FROM dead_letters ORDER BY id LIMIT ?", (limit,)
+        )
+        names = [d[0] for d in cur.description]
+        return [DeadLetter.model_validate({**dict(zip(names, row, strict=True)), "id": str(row[0])}) for row in cur]
+
+    @sqlite_unavailable
+    def cancel_requested(self, job_id: str) -> bool:
+        row = self._db.conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row[0])
