@@ -2,8 +2,9 @@
 metrics that exist, documented in the runbooks, and one alert watched firing for real.
 
 The live test runs Debian's Prometheus on loopback scraping a real ``genworker worker`` (embedded
-backends, a tiny model), kills the worker, and sees ``GenworkerNoReadyWorker`` go pending and then
-firing. Its rule is the real one, expression unchanged; only ``for:`` and the intervals are shortened.
+backends, a tiny model) and the API over the same queue, kills the worker, and sees
+``GenworkerNoReadyWorker`` go pending and then firing while the API stays up. Its rule is the real one,
+expression unchanged; only ``for:`` and the intervals are shortened.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 from tests.deploy.kube import ROOT
 from tests.deploy.prometheus_server import PrometheusServer
 from tests.deploy.promql import EXTERNAL, metric_names, worker_metric_names
+from tests.e2e.conftest import Stack, start_stack
 from tests.integration.worker_harness import WorkerProcess
 from worker.settings import settings_env
 
@@ -115,12 +117,24 @@ def worker(tmp_path: Path, tiny_models_dir: Path) -> Iterator[WorkerProcess]:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, worker: WorkerProcess) -> Iterator[PrometheusServer]:
+def api(tmp_path: Path, worker: WorkerProcess) -> Iterator[Stack]:
+    """The HTTP tier over the worker's queue (the same SQLite file), as ``genworker up`` runs it."""
+    stack = start_stack(tmp_path / "var")
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, worker: WorkerProcess, api: Stack) -> Iterator[PrometheusServer]:
+    api_target = api.base_url.removeprefix("http://")
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
         "rule_files": [str(_live_rules(tmp_path / "rules.yaml"))],
         "scrape_configs": [
-            {"job_name": "genworker-worker", "static_configs": [{"targets": [f"127.0.0.1:{worker.port}"]}]}
+            {"job_name": "genworker-worker", "static_configs": [{"targets": [f"127.0.0.1:{worker.port}"]}]},
+            {"job_name": "genworker-api", "static_configs": [{"targets": [api_target]}]},
         ],
     }
     path = tmp_path / "prometheus.yaml"
@@ -142,12 +156,16 @@ def _wait(what: str, check: Any, timeout_s: float, server: PrometheusServer) -> 
 
 
 def test_killing_the_last_worker_of_a_model_fires_no_ready_worker(
-    worker: WorkerProcess, prometheus: PrometheusServer
+    worker: WorkerProcess, api: Stack, prometheus: PrometheusServer
 ) -> None:
     worker.wait_ready()
     ready = f'genworker_model_ready{{model="{LIVE_MODEL}"}} == 1'
     _wait("the ready worker in Prometheus", lambda: prometheus.query(ready), 30, prometheus)
     assert not prometheus.alerts("GenworkerNoReadyWorker")
+    with api.client() as c:
+        assert c.get("/v1/models").status_code == 200
+    served = 'genworker_api_requests_total{route="/v1/models",status="200"} >= 1'
+    _wait("the API's requests in Prometheus", lambda: prometheus.query(served), 30, prometheus)
 
     worker.signal(signal.SIGKILL)
     worker.wait_exit(10)
@@ -170,3 +188,5 @@ def test_killing_the_last_worker_of_a_model_fires_no_ready_worker(
     assert LIVE_FOR_S - 1 <= firing_at - pending_at <= LIVE_FOR_S + 3
     (up,) = prometheus.query('up{job="genworker-worker"}')
     assert up["value"][1] == "0"
+    (api_up,) = prometheus.query('up{job="genworker-api"}')
+    assert api_up["value"][1] == "1"

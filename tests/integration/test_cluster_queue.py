@@ -20,6 +20,7 @@ from tests.fixtures.redis_cluster import LocalCluster
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
 from tests.integration.test_queue_contract import (  # noqa: F401  (collected here, on the cluster)
+    test_a_release_says_why_in_its_event,
     test_cancel_before_claim,
     test_cancel_while_running_sets_the_flag,
     test_claim_only_from_hosted_models,

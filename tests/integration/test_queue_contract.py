@@ -249,6 +249,15 @@ def test_release_redelivers_without_using_up_an_attempt(queue: JobQueue) -> None
     assert q.get(record.id).status is Status.queued  # type: ignore[union-attr]
 
 
+def test_a_release_says_why_in_its_event(queue: JobQueue) -> None:
+    record = queue.enqueue(new_record()).record
+    for reason in (None, "model_load"):
+        claim = queue.claim("w1", ["tiny-wan"])
+        assert claim is not None and queue.release(claim, reason=reason)
+    released = [e.reason for e in queue.events(record.id) if e.status is Status.queued][1:]
+    assert released == ["released", "released: model_load"]
+
+
 def test_events_are_ordered_and_resumable(queue: JobQueue) -> None:
     a = queue.enqueue(new_record()).record
     b = queue.enqueue(new_record(model="tiny-ltx2")).record

@@ -127,7 +127,7 @@ def released_by(queue: JobQueue, job_id: str) -> list[str]:
     for event in queue.events(job_id):
         if event.reason and event.reason.startswith("claimed by "):
             holder = event.reason.removeprefix("claimed by ")
-        elif event.reason == "released":
+        elif event.reason and event.reason.startswith("released"):
             out.append(holder)
     return out
 

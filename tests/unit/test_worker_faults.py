@@ -43,11 +43,11 @@ def event(status: Status, reason: str) -> Event:
     return Event(job_id="j", status=status, attempt=1, at=datetime.now(UTC), reason=reason)
 
 
-def history(*workers: str) -> list[Event]:
-    """Each worker claimed the job and released it."""
+def history(*workers: str, reason: str = "released: model_load") -> list[Event]:
+    """Each worker claimed the job and released it (by default: its model would not load there)."""
     out = [event(Status.queued, "enqueued")]
     for w in workers:
-        out += [event(Status.running, f"claimed by {w}"), event(Status.queued, "released")]
+        out += [event(Status.running, f"claimed by {w}"), event(Status.queued, reason)]
     return out
 
 
@@ -117,6 +117,11 @@ def test_releasers_are_the_workers_whose_claim_ended_in_a_release() -> None:
     events = history("a", "b", "a")
     events += [event(Status.running, "claimed by c"), event(Status.queued, "lease_expired")]
     assert releasers(events) == {"a", "b"}
+
+
+def test_only_model_load_releases_count_toward_the_limit() -> None:
+    events = history("a") + history("drained", reason="released") + history("d", reason="released: disk")
+    assert releasers(events) == {"a"}
 
 
 @pytest.mark.parametrize(

@@ -128,7 +128,7 @@ class Settler:
     def _report(self, claim: Claim, verdict: Verdict) -> bool:
         """The queue call for ``verdict``; False when the queue refused it (stale claim)."""
         if verdict.action in ("release", "release_local", "fatal"):
-            return self._queue.release(claim)
+            return self._queue.release(claim, reason=verdict.fault.value if verdict.fault else None)
         if verdict.action == "canceled":
             return self._queue.finish(claim, Outcome(status=Status.canceled))
         assert verdict.code is not None

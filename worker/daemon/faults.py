@@ -29,13 +29,14 @@ from worker.core.errors import BackendUnavailable, ErrorCode
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.verdict import FaultKind, Verdict
 from worker.queue.base import Claim, Event, WorkerHeartbeat
-from worker.queue.policy import EventReason
+from worker.queue.policy import claimed_by, released_event
 
 __all__ = ["FleetView", "LocalFaults", "releasers"]
 
 log = logging.getLogger("genworker.faults")
 
-_CLAIMED_BY = "claimed by "
+_CLAIMED_BY = claimed_by("")
+_LOAD_RELEASE = released_event(FaultKind.model_load.value)
 
 
 class FleetView(Protocol):
@@ -59,18 +60,15 @@ class _Fault:
 
 
 def releasers(events: Sequence[Event]) -> set[str]:
-    """Workers that gave the job back: each ``claimed by <worker>`` followed by a ``released``.
-
-    The event does not say why a job was released, so a drain release counts too; a job released by a
-    draining worker reaches the limit one load failure early.
-    """
+    """Workers that gave the job back because its model would not load on them: each ``claimed by
+    <worker>`` followed by ``released: model_load``. A drain or another local fault does not count."""
     holder: str | None = None
     found: set[str] = set()
     for event in events:
         reason = event.reason or ""
         if event.status is Status.running and reason.startswith(_CLAIMED_BY):
             holder = reason[len(_CLAIMED_BY) :]
-        elif event.status is Status.queued and reason == EventReason.released and holder is not None:
+        elif event.status is Status.queued and reason == _LOAD_RELEASE and holder is not None:
             found.add(holder)
             holder = None
     return found

@@ -194,8 +194,9 @@ class WorkerQueue(Protocol):
         are used up (keeping ``error``). Fenced."""
         ...
 
-    def release(self, claim: Claim) -> bool:
-        """Give the job back for immediate re-delivery (worker draining). Fenced."""
+    def release(self, claim: Claim, *, reason: str | None = None) -> bool:
+        """Give the job back for immediate re-delivery without using up an attempt (a draining worker, or
+        a fault of this worker's own); ``reason`` goes into the event (``released: <reason>``). Fenced."""
         ...
 
     def reclaim_expired(self) -> int:

@@ -20,6 +20,7 @@ __all__ = [
     "dead_event",
     "finished_event",
     "out_of_attempts",
+    "released_event",
     "retry_event",
 ]
 
@@ -57,6 +58,15 @@ class DeadReason(StrEnum):
 def claimed_by(worker_id: str) -> str:
     """``claimed by <worker>``: queued → running."""
     return f"claimed by {worker_id}"
+
+
+def released_event(reason: str | None) -> str:
+    """``released`` or ``released: <reason>``: running → queued, given back without using up an attempt.
+
+    The reason says why a worker gave the job back (e.g. ``model_load``: its own model would not load),
+    so a reader of the events can tell a drain from a fault of the releasing worker.
+    """
+    return EventReason.released.value + (f": {reason}" if reason else "")
 
 
 def retry_event(code: ErrorCode) -> str:

@@ -244,9 +244,9 @@ class RedisQueue:
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 
     @redis_unavailable
-    def release(self, claim: Claim) -> bool:
+    def release(self, claim: Claim, *, reason: str | None = None) -> bool:
         def build(snap: Snapshot) -> Plan | None:
-            return redis_plans.release(snap, claim) if holds(snap, claim) else None
+            return redis_plans.release(snap, claim, reason) if holds(snap, claim) else None
 
         return self._jobs.mutate(claim.model, claim.job_id, build) is not None
 

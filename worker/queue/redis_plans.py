@@ -42,6 +42,7 @@ from worker.queue.policy import (
     dead_event,
     finished_event,
     out_of_attempts,
+    released_event,
     retry_event,
 )
 
@@ -241,15 +242,15 @@ def retry(snap: Snapshot, claim: Claim, error: ErrorInfo, *, delay_s: float) -> 
     )
 
 
-def release(snap: Snapshot, claim: Claim) -> Plan:
-    """A draining worker gives the job back for re-delivery now; a drain does not use up an attempt."""
+def release(snap: Snapshot, claim: Claim, reason: str | None = None) -> Plan:
+    """A worker gives the job back for re-delivery now (a drain, or a fault of its own); no attempt is used."""
     return Plan(
         **_on(snap, records.requeued(snap.record), claim),
         status=Status.queued,
         ack=snap.entry,
         payload=_payload(snap.record),
         released_incr=1,
-        event=EventReason.released,
+        event=released_event(reason),
     )
 
 

@@ -31,6 +31,7 @@ from worker.queue.policy import (
     dead_event,
     finished_event,
     out_of_attempts,
+    released_event,
     retry_event,
 )
 from worker.queue.records import UnreadableRecord
@@ -322,10 +323,10 @@ class SqliteQueue:
         return self._fenced(claim, change)
 
     @sqlite_unavailable
-    def release(self, claim: Claim) -> bool:
+    def release(self, claim: Claim, *, reason: str | None = None) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
-            # A drain is not a failure: it does not use up an attempt.
-            self._store(conn, records.requeued(rec), event=EventReason.released, released_incr=1)
+            # A drain or a worker's own fault is not the job's failure: it does not use up an attempt.
+            self._store(conn, records.requeued(rec), event=released_event(reason), released_incr=1)
 
         return self._fenced(claim, change)
 
