@@ -101,7 +101,9 @@ class DirectPath:
         )
         t2 = time.perf_counter()
         for artifact, path in encoded.artifacts():
-            self.store.put_file(artifact_key(record.id, 1, path.name), path, content_type=artifact.content_type)
+            self.store.put_file(
+                artifact_key(record.id, 1, "bench", path.name), path, content_type=artifact.content_type
+            )
         t3 = time.perf_counter()
         return {"denoising": t1 - t0, "encoding": t2 - t1, "uploading": t3 - t2, "total": t3 - t0}
 

@@ -22,7 +22,7 @@ from worker.core.contract import Status, Usage
 from worker.core.media import Media
 from worker.media.encoder import EncoderSettings, encode_video
 from worker.queue.base import Claim, Outcome
-from worker.stores.base import artifact_key
+from worker.stores.base import artifact_key, claim_tag
 
 
 def claim_job(stack: Stack, job_id: str) -> Claim:
@@ -52,7 +52,7 @@ def finish_with_video(stack: Stack, claim: Claim, work: Path) -> None:
     )
     artifacts = []
     for artifact, path in encoded.artifacts():
-        key = artifact_key(claim.job_id, claim.attempt, path.name)
+        key = artifact_key(claim.job_id, claim.attempt, claim_tag(claim.token, claim.record.updated_at), path.name)
         stack.store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
         artifacts.append(artifact.model_copy(update={"key": key}))
     outcome = Outcome(

@@ -6,6 +6,7 @@ that own their slots.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ def test_jobs_of_two_slots_run_to_playable_mp4s(stack: dict[str, Any]) -> None:
     assert done.stage is Stage.done and done.progress == 1.0 and done.attempt == 1
     assert [e.status for e in queue.events(ltx.id)] == [Status.queued, Status.running, Status.succeeded]
     video = next(a for a in done.artifacts if a.kind == "video")
-    assert video.key == f"generations/{ltx.id}/1/video.mp4"
+    assert re.fullmatch(rf"generations/{ltx.id}/1-[0-9a-f]{{12}}/video\.mp4", video.key), video.key
     assert_playable_mp4(
         fetch_object(stack["store"], video.key), width=256, height=144, frames=16, duration_s=2.0, audio_channels=2
     )

@@ -13,6 +13,7 @@ from tests.integration.queue_support import new_record
 from worker.core.contract import Artifact, ErrorInfo, Money, Stage, Status, Usage
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
 from worker.queue.base import JobQueue, Outcome, WorkerHeartbeat
+from worker.queue.policy import DeadReason, ReleaseReason
 
 # The per-backend fixtures (redis, sqlite): every test here runs against both.
 make_queue = queue_support.make_queue
@@ -256,6 +257,26 @@ def test_a_release_says_why_in_its_event(queue: JobQueue) -> None:
         assert claim is not None and queue.release(claim, reason=reason)
     released = [e.reason for e in queue.events(record.id) if e.status is Status.queued][1:]
     assert released == ["released", "released: model_load"]
+
+
+def test_a_hung_release_uses_up_an_attempt_and_the_last_one_dead_letters(queue: JobQueue) -> None:
+    q = queue
+    record = q.enqueue(new_record()).record  # max_attempts 3
+    reasons = [None, ReleaseReason.hung, "model_load", ReleaseReason.hung, ReleaseReason.hung]
+    for expected_attempt, reason in enumerate(reasons, start=1):  # the free releases in between use none
+        claim = q.claim("w1", ["tiny-wan"])
+        assert claim is not None and claim.attempt == expected_attempt
+        assert q.release(claim, reason=reason)
+    # The third hung release used up the last attempt: failed and dead-lettered, never re-delivered.
+    failed = q.get(record.id)
+    assert failed is not None and failed.status is Status.failed and failed.attempt == 5
+    assert failed.error is not None and failed.error.code is ErrorCode.worker_lost
+    events = [e.reason for e in q.events(record.id)][1:]
+    assert events[1::2] == ["released", "released: hung", "released: model_load", "released: hung", events[-1]]
+    assert events[-1] == "failed: worker_lost (worker_lost)"
+    [dead] = [d for d in q.dead_letters() if d.job_id == record.id]
+    assert dead.reason == DeadReason.worker_lost and dead.code == ErrorCode.worker_lost.value
+    assert q.depth("tiny-wan") == 0 and q.claim("w2", ["tiny-wan"]) is None
 
 
 def test_events_are_ordered_and_resumable(queue: JobQueue) -> None:

@@ -117,7 +117,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 def fresh_key(filename: str) -> str:
-    return artifact_key(f"gen_{uuid.uuid4().hex[:12]}", 1, filename)
+    return artifact_key(f"gen_{uuid.uuid4().hex[:12]}", 1, uuid.uuid4().hex[:12], filename)
 
 
 def tamper(url: str, param: str) -> str:

@@ -107,7 +107,7 @@ def test_a_job_of_a_killed_worker_is_finished_by_another_worker(
     done, _ = wait_for(queue, job.id, terminal, timeout_s=120)
     assert done.status is Status.succeeded, done.error
     assert done.attempt == 2
-    assert all(f"/{job.id}/2/" in a.key for a in done.artifacts)
+    assert all(f"/{job.id}/2-" in a.key for a in done.artifacts)
     statuses = [e.status for e in queue.events(job.id)]
     assert statuses == [Status.queued, Status.running, Status.queued, Status.running, Status.succeeded]
 

@@ -8,6 +8,7 @@ The last test checks that the metrics add up to exactly what the earlier tests d
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -87,8 +88,8 @@ def test_a_job_goes_queued_running_succeeded_with_a_playable_mp4_with_audio(stac
     assert done.attempt == 1 and done.stage is Stage.done and done.progress == 1.0
     video = next(a for a in done.artifacts if a.kind == "video")
     poster = next(a for a in done.artifacts if a.kind == "poster")
-    assert video.key == f"generations/{record.id}/1/video.mp4"
-    assert poster.key == f"generations/{record.id}/1/poster.jpg"
+    assert re.fullmatch(rf"generations/{record.id}/1-[0-9a-f]{{12}}/video\.mp4", video.key), video.key
+    assert poster.key == video.key.replace("video.mp4", "poster.jpg")  # one claim, one prefix
     assert (video.width, video.height, video.frames, video.duration_seconds) == (256, 144, 16, 2.0)
     data = fetch_object(stack["store"], video.key)
     assert len(data) == video.bytes

@@ -68,7 +68,7 @@ def assert_invariants(
         if record.status is Status.succeeded:
             assert {a.kind for a in record.artifacts} >= {"video"}, record
             for artifact in record.artifacts:
-                assert f"/{job_id}/{record.attempt}/" in artifact.key
+                assert f"/{job_id}/{record.attempt}-" in artifact.key  # generations/<id>/<attempt>-<claim>/
                 assert object_size(store, artifact.key) == artifact.bytes, artifact.key
         else:
             assert record.artifacts == [], f"{job_id} {record.status} but references {record.artifacts}"

@@ -30,7 +30,7 @@ from worker.core.catalog import load_catalog
 from worker.core.contract import Status
 from worker.core.errors import ErrorCode
 from worker.media.ffmpeg import ffmpeg_exe
-from worker.stores.base import artifact_key
+from worker.stores.base import artifact_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def run_one(env: dict[str, Any], timeout_s: float = 90.0) -> Any:
 
 def objects_under(env: dict[str, Any], job_id: str) -> list[str]:
     """Every object stored under the job's key prefix (any attempt)."""
-    prefix = artifact_key(job_id, 1, "").rsplit("/", 2)[0] + "/"
+    prefix = artifact_prefix(job_id)
     listing = env["store"]._client.list_objects_v2(Bucket=env["store"].bucket, Prefix=prefix)
     return [o["Key"] for o in listing.get("Contents", [])]
 

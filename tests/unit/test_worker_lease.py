@@ -12,7 +12,7 @@ import pytest
 from tests.integration.worker_harness import make_record
 from worker.core.catalog import load_catalog
 from worker.core.contract import Stage, Status
-from worker.core.errors import ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from worker.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
 from worker.daemon.lease import LeaseKeeper
 from worker.daemon.progress import JobProgress
 from worker.queue.base import Claim
@@ -117,3 +117,38 @@ def test_time_limit_stop_and_stale_claim_stop_the_job(queue: SqliteQueue) -> Non
     assert queue.release(claim)
     with pytest.raises(StaleClaim):
         stale.enter(Stage.encoding)  # the write is refused: the attempt is over
+
+
+class FlakyRenewals(SqliteQueue):
+    """A real SQLite queue whose ``renew`` raises for chosen jobs: the backend down for one key
+    (``BackendUnavailable``) or a bug (anything else)."""
+
+    def __init__(self, path: Path, lease_ttl_s: float, failing: dict[str, Exception]) -> None:
+        super().__init__(path, lease_ttl_s=lease_ttl_s)
+        self.failing = failing
+
+    def renew(self, claim: Claim) -> bool:
+        if claim.job_id in self.failing:
+            raise self.failing[claim.job_id]
+        return super().renew(claim)
+
+
+def test_one_renewal_that_raises_does_not_skip_the_others(tmp_path: Path) -> None:
+    lease_s = 0.6
+    failing: dict[str, Exception] = {}
+    queue = FlakyRenewals(tmp_path / "queue.db", lease_s, failing)
+    try:
+        down, buggy, healthy = claimed(queue), claimed(queue), claimed(queue)
+        failing[down.job_id] = BackendUnavailable("redis unavailable: TimeoutError")
+        failing[buggy.job_id] = RuntimeError("a bug in one renewal")
+        keeper = LeaseKeeper(queue, lease_s, hang_margin_s=60, on_hang=lambda reason: None)
+        leases = [keeper.hold(c, max_job_seconds=300) for c in (down, buggy, healthy)]  # failing ones first
+        time.sleep(lease_s * 0.7)
+        keeper.tick()  # must not raise, and must renew ``healthy`` after the two that raise
+        time.sleep(lease_s * 0.7)  # past the first grant: only a renewed lease is still live
+        assert queue.reclaim_expired() == 2
+        statuses = {c.job_id: queue.get(c.job_id).status for c in (down, buggy, healthy)}  # type: ignore[union-attr]
+        assert statuses == {down.job_id: Status.queued, buggy.job_id: Status.queued, healthy.job_id: Status.running}
+        assert not any(lease.stale.is_set() for lease in leases)  # an error is not a refusal
+    finally:
+        queue.close()

@@ -93,15 +93,28 @@ class LeaseKeeper(_Ticker):
             return list(self._leases.values())
 
     def tick(self) -> None:
+        """Renew every held lease. Each renewal stands alone: one that raises is logged and the
+        others are still renewed this tick (the failed one is tried again at the next)."""
         now = time.monotonic()
         for lease in self.held():
             if lease.hung or lease.stale.is_set():
                 continue
             if now > lease.deadline + self._hang_margin_s:
                 self._give_up(lease)
-            elif not self._queue.renew(lease.claim):
-                log.warning("lease lost: the claim is stale", extra={"job_id": lease.claim.job_id})
-                lease.stale.set()
+                continue
+            try:
+                self._renew(lease)
+            except BackendUnavailable as e:
+                log.warning("renewal failed: %s", e, extra={"job_id": lease.claim.job_id, "error": type(e).__name__})
+            except Exception as e:
+                # Kept broad on purpose: a bug in one renewal must not let the other leases lapse.
+                extra = {"job_id": lease.claim.job_id, "error": type(e).__name__}
+                log.error("renewal failed: %s", e, extra=extra, exc_info=e)
+
+    def _renew(self, lease: Lease) -> None:
+        if not self._queue.renew(lease.claim):
+            log.warning("lease lost: the claim is stale", extra={"job_id": lease.claim.job_id})
+            lease.stale.set()
 
     def _give_up(self, lease: Lease) -> None:
         lease.hung = True

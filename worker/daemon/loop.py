@@ -26,6 +26,7 @@ from worker.core.errors import BackendUnavailable, FatalWorkerError
 from worker.daemon.context import WorkerContext, start_worker_context
 from worker.daemon.lifecycle import Shutdown
 from worker.queue.base import Claim
+from worker.queue.policy import ReleaseReason
 from worker.settings import Settings
 
 __all__ = ["Worker", "run_worker"]
@@ -115,9 +116,12 @@ class Worker:
             self.force_exit()
 
     def force_exit(self) -> None:
-        """Work is stuck in a call nothing can interrupt: release its claims so others take them now."""
+        """Work is stuck in a call nothing can interrupt: release its claims so others take them now.
+
+        Released as ``hung``: that uses up the attempt (``policy.release_uses_attempt``), so a job that
+        hangs wherever it runs fails after its attempts instead of being re-delivered forever."""
         for lease in self.ctx.leases.held():
-            released = self.ctx.queue.release(lease.claim)
+            released = self.ctx.queue.release(lease.claim, reason=ReleaseReason.hung)
             log.warning("released stuck job", extra={"job_id": lease.claim.job_id, "released": released})
         logging.shutdown()
         os._exit(self.exit_code)

@@ -27,13 +27,13 @@ from worker.daemon.faults import LocalFaults
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.runner import stage
 from worker.daemon.verdict import FaultKind
-from worker.queue.base import Outcome, WorkerQueue
-from worker.stores.base import ArtifactStore, artifact_key
+from worker.queue.base import Claim, Outcome, WorkerQueue
+from worker.stores.base import ArtifactStore, artifact_key, claim_tag
 
 if TYPE_CHECKING:
     from worker.media.encoder import EncoderSettings
 
-__all__ = ["PostProcessingLane", "PostProcessor", "final_price"]
+__all__ = ["PostProcessingLane", "PostProcessor", "discard_objects", "final_price", "upload_artifacts"]
 
 log = logging.getLogger("genworker.post")
 
@@ -101,24 +101,9 @@ class PostProcessor:
         return encoded.artifacts()
 
     def upload(self, handoff: HandOff, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
-        """Upload under attempt-scoped keys, so a retry never overwrites an earlier attempt's objects."""
-        claim = handoff.attempt.claim
-        stored: list[Artifact] = []
+        """Upload under this claim's own keys (``artifact_key``): nobody else ever writes or deletes them."""
         with stage(handoff.attempt, self._metrics, Stage.uploading):
-            try:
-                for artifact, path in files:
-                    key = artifact_key(claim.job_id, claim.attempt, path.name)
-                    obj = self._store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
-                    update = {"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}
-                    stored.append(artifact.model_copy(update=update))
-            except Exception:
-                # No record will reference this attempt's objects: remove those already stored, then
-                # re-raise whatever stopped the upload. Best effort: a store that cannot delete now
-                # raises one of its two error types, and the first error is the one worth reporting.
-                for done in stored:
-                    with contextlib.suppress(JobError, TransientError):
-                        self._store.delete(done.key)
-                raise
+            stored = upload_artifacts(self._store, handoff.attempt.claim, files)
         handoff.attempt.progress.check()
         return stored
 
@@ -141,6 +126,38 @@ class PostProcessor:
         else:
             attempt.log.info("queue refused the success: the claim was stale", extra={"stage": "done"})
             self._metrics.abandoned.labels(job.model).inc()
+            discard_objects(self._store, artifacts)
+
+
+def upload_artifacts(store: ArtifactStore, claim: Claim, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
+    """Store ``files`` under ``claim``'s keys; on failure remove those already stored, then re-raise."""
+    tag = claim_tag(claim.token, claim.record.updated_at)
+    stored: list[Artifact] = []
+    try:
+        for artifact, path in files:
+            key = artifact_key(claim.job_id, claim.attempt, tag, path.name)
+            obj = store.put_file(key, path, content_type=artifact.content_type, sha256=artifact.sha256)
+            stored.append(artifact.model_copy(update={"key": obj.key, "bytes": obj.bytes, "sha256": obj.sha256}))
+    except Exception:
+        # No record will reference this claim's objects. Best effort: a store that cannot delete now
+        # raises one of its two error types, and the first error is the one worth reporting.
+        _delete_all(store, [a.key for a in stored])
+        raise
+    return stored
+
+
+def discard_objects(store: ArtifactStore, artifacts: list[Artifact]) -> None:
+    """Delete a claim's objects after the queue refused its finish (the claim was superseded). Safe:
+    the keys are this claim's own (``claim_tag``), so no other holder's record can point at them, and a
+    refusal means this finish was never applied (a re-sent one that was answers "applied", i.e. True).
+    Best effort: a store that cannot delete now leaves orphans, never an error."""
+    _delete_all(store, [a.key for a in artifacts])
+
+
+def _delete_all(store: ArtifactStore, object_keys: list[str]) -> None:
+    for key in object_keys:
+        with contextlib.suppress(JobError, TransientError):
+            store.delete(key)
 
 
 class PostProcessingLane:

@@ -8,7 +8,7 @@ seconds, so the MP4 lasts exactly the requested duration without ``-shortest``.
 
     encoded = encode_video(media, keep_frames=96, width=432, height=240, out_dir=work, settings=s)
     for artifact, path in encoded.artifacts():   # (Artifact with key = file name, local path)
-        store.put_file(artifact_key(job_id, attempt, path.name), path, content_type=...)
+        store.put_file(artifact_key(job_id, attempt, claim_tag, path.name), path, content_type=...)
 
 Errors: ffmpeg failing on this job -> ``JobError(encode_failed)`` with its stderr tail; media that
 breaks its own contract (too few frames, wrong chunk shape or dtype) -> ``JobError(pipeline_error)``.

@@ -195,8 +195,11 @@ class WorkerQueue(Protocol):
         ...
 
     def release(self, claim: Claim, *, reason: str | None = None) -> bool:
-        """Give the job back for immediate re-delivery without using up an attempt (a draining worker, or
-        a fault of this worker's own); ``reason`` goes into the event (``released: <reason>``). Fenced."""
+        """Give the job back for immediate re-delivery; ``reason`` goes into the event (``released: <reason>``).
+
+        A drain (no reason) or a fault of this worker's own uses no attempt; ``hung`` (a job released
+        by force at shutdown) uses one up, and when that was the last the job fails ``worker_lost`` and
+        is dead-lettered (``policy.release_uses_attempt``). Fenced."""
         ...
 
     def reclaim_expired(self) -> int:

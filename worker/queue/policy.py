@@ -1,5 +1,5 @@
-"""Queue policies written once for both backends: when a job is out of attempts, and the reason
-strings of events and dead letters (``docs/queue-protocol.md`` cites this module).
+"""Queue policies written once for both backends: when a job is out of attempts, which releases use
+one up, and the reason strings of events and dead letters (``docs/queue-protocol.md`` cites this module).
 
 The Lua scripts never decide either: Python builds the plan (``redis_plans``) from a snapshot, and
 ``commit.lua`` applies it only if the job's ``rev`` did not move since, so the decision taken here
@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from worker.core.contract import GenerationRecord, Status
+from worker.core.contract import ErrorInfo, GenerationRecord, Status
 from worker.core.errors import ErrorCode
 
 __all__ = [
     "DeadReason",
     "EventReason",
+    "ReleaseReason",
     "claimed_by",
     "dead_event",
     "finished_event",
+    "hung_error",
     "out_of_attempts",
+    "release_uses_attempt",
     "released_event",
     "retry_event",
 ]
@@ -28,10 +31,36 @@ __all__ = [
 def out_of_attempts(record: GenerationRecord, released: int) -> bool:
     """True when the attempt that just ended was the last one the job may use.
 
-    ``released``: how often a draining worker gave the job back; those attempts are not used up.
-    A retry or a lapsed lease then dead-letters the job instead of re-queuing it.
+    ``released``: how often a worker gave the job back with a release that does not use up an attempt
+    (``release_uses_attempt``). A retry, a lapsed lease or a release that uses one up then
+    dead-letters the job instead of re-queuing it.
     """
     return record.attempt - released >= record.max_attempts
+
+
+class ReleaseReason(StrEnum):
+    """Release reasons the queue acts on. Others (none: a drain; a worker-local fault such as
+    ``model_load``) are only written into the event."""
+
+    hung = "hung"  # the job did not stop when its stopping worker interrupted it: released by force
+
+
+def release_uses_attempt(reason: str | None) -> bool:
+    """Whether a release for ``reason`` uses up the attempt it ends.
+
+    A drain (the job stopped at a step and was given back) and a fault of the releasing worker are not
+    the job's doing: free, counted in ``released``. A job that hung until its worker gave up on it may
+    hang wherever it runs: that attempt is used up, so a job that always hangs ends after
+    ``max_attempts`` (``hung_error``) instead of being re-delivered forever.
+    """
+    return reason == ReleaseReason.hung
+
+
+def hung_error(attempt: int) -> ErrorInfo:
+    """The failure of a job whose last attempt hung: ``worker_lost``, as when a hung job's lease lapses."""
+    return ErrorInfo(
+        code=ErrorCode.worker_lost, message=f"attempt {attempt} hung and was released by its stopping worker"
+    )
 
 
 class EventReason(StrEnum):
@@ -61,7 +90,8 @@ def claimed_by(worker_id: str) -> str:
 
 
 def released_event(reason: str | None) -> str:
-    """``released`` or ``released: <reason>``: running → queued, given back without using up an attempt.
+    """``released`` or ``released: <reason>``: running → queued, given back (``release_uses_attempt``
+    says whether that used up the attempt).
 
     The reason says why a worker gave the job back (e.g. ``model_load``: its own model would not load),
     so a reader of the events can tell a drain from a fault of the releasing worker.

@@ -15,7 +15,8 @@ constructor        status change                   stream / zset
 ``cancel_flag``    — (running; sets the flag)      —
 ``finish``         running → terminal (fenced)     ack
 ``retry``          running → queued (fenced)       ack; park in the delayed zset or new entry
-``release``        running → queued (fenced)       ack; new entry; ``released + 1``
+``release``        running → queued (fenced)       ack; new entry; ``released + 1`` unless it
+                   (or ``dead_letter``, hung)      used up the attempt
 ``dead_letter``    running → failed                ack; dead-letter stream
 ``reclaim``        lapsed lease (reaper-owned):    ack; new entry unless the job ended
                    ``reclaim_unstarted``, ``_canceled``, ``_requeued`` or ``dead_letter``
@@ -41,7 +42,9 @@ from worker.queue.policy import (
     claimed_by,
     dead_event,
     finished_event,
+    hung_error,
     out_of_attempts,
+    release_uses_attempt,
     released_event,
     retry_event,
 )
@@ -243,13 +246,18 @@ def retry(snap: Snapshot, claim: Claim, error: ErrorInfo, *, delay_s: float) -> 
 
 
 def release(snap: Snapshot, claim: Claim, reason: str | None = None) -> Plan:
-    """A worker gives the job back for re-delivery now (a drain, or a fault of its own); no attempt is used."""
+    """A worker gives the job back for re-delivery now. A drain or a fault of its own uses no attempt
+    (``released + 1``); a hung job's release uses one, and dead-letters the job when that was its last
+    (``policy.release_uses_attempt``, ``policy.out_of_attempts``)."""
+    uses_attempt = release_uses_attempt(reason)
+    if uses_attempt and out_of_attempts(snap.record, snap.released):
+        return dead_letter(snap, hung_error(snap.record.attempt), DeadReason.worker_lost, fence=claim)
     return Plan(
         **_on(snap, records.requeued(snap.record), claim),
         status=Status.queued,
         ack=snap.entry,
         payload=_payload(snap.record),
-        released_incr=1,
+        released_incr=0 if uses_attempt else 1,
         event=released_event(reason),
     )
 

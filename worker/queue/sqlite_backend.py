@@ -30,7 +30,9 @@ from worker.queue.policy import (
     claimed_by,
     dead_event,
     finished_event,
+    hung_error,
     out_of_attempts,
+    release_uses_attempt,
     released_event,
     retry_event,
 )
@@ -326,7 +328,13 @@ class SqliteQueue:
     def release(self, claim: Claim, *, reason: str | None = None) -> bool:
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
             # A drain or a worker's own fault is not the job's failure: it does not use up an attempt.
-            self._store(conn, records.requeued(rec), event=released_event(reason), released_incr=1)
+            # A hung job's does, and dead-letters the job when it was the last.
+            uses_attempt = release_uses_attempt(reason)
+            if uses_attempt and out_of_attempts(rec, released):
+                self._fail_dead(conn, rec, hung_error(rec.attempt), DeadReason.worker_lost)
+            else:
+                incr = 0 if uses_attempt else 1
+                self._store(conn, records.requeued(rec), event=released_event(reason), released_incr=incr)
 
         return self._fenced(claim, change)
 

@@ -11,17 +11,37 @@ the store did not answer at all (and the local store's ``InvalidKey`` for a key 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["ArtifactStore", "SignedUrl", "StoredObject", "artifact_key"]
+__all__ = ["ArtifactStore", "SignedUrl", "StoredObject", "artifact_key", "artifact_prefix", "claim_tag"]
 
 
-def artifact_key(job_id: str, attempt: int, filename: str) -> str:
-    """``generations/<id>/<attempt>/<filename>``: retries never clobber an earlier attempt's objects."""
-    return f"generations/{job_id}/{attempt}/{filename}"
+def claim_tag(token: str, claimed_at: datetime | None) -> str:
+    """12 hex characters naming one claim: a hash of the claim's token and the time its start was written.
+
+    The token alone is not enough: a failover that loses a claim's start can let the same worker take
+    the same stream entry again, at the same attempt number and with the same Redis token, while the
+    first claim is still uploading. Each claim writes its own start time (the record's ``updated_at`` as
+    the claim returned it), so the two tags differ.
+    """
+    stamp = claimed_at.isoformat() if claimed_at is not None else ""
+    return hashlib.sha256(f"{token}\n{stamp}".encode()).hexdigest()[:12]
+
+
+def artifact_key(job_id: str, attempt: int, claim: str, filename: str) -> str:
+    """``generations/<id>/<attempt>-<claim>/<filename>``, ``claim`` from ``claim_tag``: unique per claim, so
+    a retry never clobbers an earlier attempt's objects and two holders of one attempt (after a failover)
+    never touch each other's."""
+    return f"generations/{job_id}/{attempt}-{claim}/{filename}"
+
+
+def artifact_prefix(job_id: str) -> str:
+    """The prefix of every object of one job, all attempts and claims."""
+    return f"generations/{job_id}/"
 
 
 @dataclass(frozen=True)
