@@ -67,6 +67,7 @@ class WorkerSettings(BaseModel):
     # disk, an unusable GPU) releases the job without using up an attempt and stops claims of that
     # model (model load) or of every model for fault_backoff_s, doubling per repeat up to the max.
     fault_backoff_s: float = Field(default=10.0, gt=0)
+    # Cap of that backoff: a worker with a lasting fault still tries one job this often.
     fault_backoff_max_s: float = Field(default=600.0, gt=0)
     # A job whose model did not load on this many distinct workers (or on every live worker hosting
     # it, if fewer) fails with model_load_failed instead of going round the fleet for ever.
