@@ -13,16 +13,15 @@ about a minute on two cores. Nothing here asserts on time; waits poll with gener
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
+from tests.integration.worker_harness import WorkerProcess, claimed_by, make_record, wait_until, write_test_catalog
 from worker.core.catalog import Catalog, load_catalog
 from worker.core.contract import GenerationRecord, Status
 from worker.queue.base import JobQueue
@@ -113,26 +112,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: Any, tiny_mode
         fleet.stop_all()
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
-def claimed_by(queue: JobQueue, job_id: str) -> list[str]:
-    """The worker ids that claimed the job, from its events, in order."""
-    prefix = "claimed by "
-    return [e.reason[len(prefix) :] for e in queue.events(job_id) if e.reason and e.reason.startswith(prefix)]
-
-
 def test_each_of_100_jobs_runs_once_on_a_worker_that_hosts_its_model(fleet: Fleet) -> None:
     queue = fleet.queue
     jobs = [fleet.enqueue(model) for _ in range(JOBS_PER_MODEL) for model in ("tiny-wan", "tiny-ltx2")]
     ids = [r.id for r in jobs]
-    wait_until(lambda: all(queue.get(i).terminal for i in ids), "100 jobs to finish")  # type: ignore[union-attr]
+    wait_until(lambda: all(queue.get(i).terminal for i in ids), "100 jobs to finish", WAIT_S)  # type: ignore[union-attr]
 
     ran_on: dict[str, Counter[str]] = {"tiny-wan": Counter(), "tiny-ltx2": Counter()}
     for record in jobs:
@@ -175,14 +159,16 @@ def test_models_follow_the_fleet_as_workers_stop_and_start(fleet: Fleet) -> None
     # fleet-both stops: each model still has a worker.
     fleet.workers["fleet-both"].signal(signal.SIGTERM)
     assert fleet.workers["fleet-both"].wait_exit() == 0
-    wait_until(lambda: {w.worker_id for w in fleet.queue.live_workers()} == {"fleet-wan", "fleet-ltx"}, "heartbeat")
+    wait_until(
+        lambda: {w.worker_id for w in fleet.queue.live_workers()} == {"fleet-wan", "fleet-ltx"}, "heartbeat", WAIT_S
+    )
     models = _models(api)
     assert models["tiny-wan"]["available"] and models["tiny-ltx2"]["available"]
 
     # The last tiny-ltx2 worker stops: the model turns unavailable and its jobs wait, counted.
     fleet.workers["fleet-ltx"].signal(signal.SIGTERM)
     assert fleet.workers["fleet-ltx"].wait_exit() == 0
-    wait_until(lambda: not _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn unavailable")
+    wait_until(lambda: not _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn unavailable", WAIT_S)
     waiting = [fleet.enqueue("tiny-ltx2") for _ in range(3)]
     models = _models(api)
     assert models["tiny-wan"]["available"] and models["tiny-wan"]["queue_depth"] == 0
@@ -190,7 +176,7 @@ def test_models_follow_the_fleet_as_workers_stop_and_start(fleet: Fleet) -> None
 
     # A new tiny-ltx2 worker starts: available again, and it drains the waiting jobs.
     fleet.start("fleet-ltx-2", ["tiny-ltx2"]).wait_ready()
-    wait_until(lambda: _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn available again")
-    wait_until(lambda: all(fleet.queue.get(r.id).terminal for r in waiting), "waiting jobs")  # type: ignore[union-attr]
+    wait_until(lambda: _models(api)["tiny-ltx2"]["available"], "tiny-ltx2 to turn available again", WAIT_S)
+    wait_until(lambda: all(fleet.queue.get(r.id).terminal for r in waiting), "waiting jobs", WAIT_S)  # type: ignore[union-attr]
     assert all(claimed_by(fleet.queue, r.id) == ["fleet-ltx-2"] for r in waiting)
     assert _models(api)["tiny-ltx2"]["queue_depth"] == 0

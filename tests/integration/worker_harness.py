@@ -119,6 +119,22 @@ def make_record(
     )
 
 
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """Poll ``check`` every 0.1 s until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def claimed_by(queue: JobQueue, job_id: str) -> list[str]:
+    """The worker ids that claimed the job, from its events, in order."""
+    prefix = "claimed by "
+    return [e.reason[len(prefix) :] for e in queue.events(job_id) if e.reason and e.reason.startswith(prefix)]
+
+
 def wait_for(
     queue: JobQueue,
     job_id: str,

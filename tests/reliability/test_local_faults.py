@@ -28,7 +28,15 @@ import pytest
 import yaml
 
 from tests.fixtures.redis_server import start_redis
-from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for, write_test_catalog
+from tests.integration.worker_harness import (
+    WorkerProcess,
+    claimed_by,
+    make_record,
+    terminal,
+    wait_for,
+    wait_until,
+    write_test_catalog,
+)
 from tests.reliability.support import worker_env
 from tests.reliability.test_disk_full import fill, mount_tmpfs
 from worker.core.catalog import Catalog, load_catalog
@@ -112,15 +120,6 @@ def readyz(worker: WorkerProcess) -> tuple[int, dict[str, Any]]:
     return status, json.loads(body or b"{}")
 
 
-def wait_until(check: Any, what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def released_by(queue: JobQueue, job_id: str) -> list[str]:
     """Workers whose claim of the job ended in a release, from the job's events."""
     holder, out = "", []
@@ -153,8 +152,8 @@ def assert_all_succeeded_on(site: Site, jobs: list[GenerationRecord], good: str,
     for job in jobs:
         done = site.queue.get(job.id)
         assert done is not None and done.status is Status.succeeded, (job.id, done and done.error)
-        claims = [e.reason for e in site.queue.events(job.id) if e.reason and e.reason.startswith("claimed by ")]
-        assert claims[-1] == f"claimed by {good}", claims
+        claims = claimed_by(site.queue, job.id)
+        assert claims[-1] == good, claims
         reasons = {e.reason for e in site.queue.events(job.id)}
         assert not any(r and r.startswith(("retry", "failed")) for r in reasons), reasons  # no attempt used up
         released += released_by(site.queue, job.id).count(faulty)
@@ -187,8 +186,7 @@ def test_a_model_that_loads_on_no_worker_fails_after_n_distinct_workers(site: Si
 
 
 def _last_claimer(site: Site, job_id: str) -> str:
-    claims = [e.reason for e in site.queue.events(job_id) if e.reason and e.reason.startswith("claimed by ")]
-    return str(claims[-1]).removeprefix("claimed by ")
+    return claimed_by(site.queue, job_id)[-1]
 
 
 def test_a_worker_with_a_broken_model_path_leaves_every_job_to_a_good_one(site: Site) -> None:

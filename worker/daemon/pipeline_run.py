@@ -123,14 +123,5 @@ class _Run:
                 raise
             self._hooks.log.warning("out of memory: freeing the model cache and retrying once", extra={"stage": "oom"})
             self._hooks.out_of_memory(stage)
-            self._cache.clear()
-            _empty_cuda_cache()
+            self._cache.clear()  # unloads every model and returns the device's cached blocks
         return work()
-
-
-def _empty_cuda_cache() -> None:
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
