@@ -3,17 +3,10 @@
 # here; N replicas behind a load balancer, each stateless (keys and rate limits live in Redis).
 #
 # Build:  docker build -t genworker-api .
-#         docker build --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> -t genworker-api .
 # Run:    docker run -p 8000:8000 -e GENWORKER_QUEUE__BACKEND=redis \
 #           -e GENWORKER_QUEUE__REDIS_URL=redis://redis:6379/0 -e GENWORKER_STORE__BACKEND=s3 ... genworker-api
-# Create a key:  docker run --rm -e ... genworker-api keys create --project acme --scope generate --scope read
+# Create a key:  docker run --rm -e ... genworker-api keys create --project acme --scope generations:write --scope generations:read
 FROM python:3.11-slim-bookworm
-
-# The API never imports torch, but the package depends on torch==2.13.0 (the worker needs it). The
-# default index's Linux x86_64 wheel is the CUDA build (about 4 GB with its CUDA wheels); point
-# TORCH_INDEX_URL at PyTorch's CPU wheel index to install the same version's CPU wheel (about 200 MB),
-# as the Makefile's venv does.
-ARG TORCH_INDEX_URL=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -26,11 +19,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-RUN pip install --upgrade "pip>=25" \
- && if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" "torch==2.13.0"; \
-    else pip install "torch==2.13.0"; fi
+RUN pip install --upgrade "pip>=25"
 
-# The project as the Makefile installs it (same pyproject pins), without the test/dev/bench extras.
+# The API tier: the server distribution without its `worker` extra (no torch, diffusers, transformers,
+# accelerate, imageio-ffmpeg) plus the client distribution its `genworker client` commands use.
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY genworker ./genworker
@@ -40,18 +32,19 @@ COPY api ./api
 COPY client ./client
 COPY configs ./configs
 COPY scripts ./scripts
-RUN pip install /app && genworker version
+RUN pip install /app/client /app && genworker version \
+ && python -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('torch', 'diffusers', 'transformers')))"
 
 RUN useradd --create-home --uid 10001 genworker \
  && mkdir -p /var/lib/genworker && chown genworker:genworker /var/lib/genworker
 USER 10001:10001
 EXPOSE 8000
 
-# /v1/models needs the catalog and the queue (Redis): a replica that cannot reach Redis is unhealthy.
-# Shell form on purpose: it follows GENWORKER_API__PORT.
+# /readyz answers 200 only while the queue (Redis) and the artifact store answer: a replica that
+# cannot reach them is unhealthy. Shell form on purpose: it follows GENWORKER_API__PORT.
 # hadolint ignore=DL3025
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v1/models' % os.environ['GENWORKER_API__PORT'], timeout=4)" || exit 1
+  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ['GENWORKER_API__PORT'], timeout=4)" || exit 1
 
 # uvicorn finishes in-flight requests on SIGTERM; every request is short (create, get, list).
 ENTRYPOINT ["genworker"]

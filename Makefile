@@ -7,13 +7,15 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test up lint format bench bench-quick tiny-models schemas docs clean
+.PHONY: venv deps test up lint format bench bench-quick soak tiny-models schemas docs clean
 
-# The venv is (re)installed when pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
-$(STAMP): pyproject.toml
+# The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
+# Everything in one resolve: the client distribution (client/, editable) satisfies the server's
+# `genworker-client` dependency, and the `worker` extra brings the model stack (torch, diffusers).
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,dev,bench]'
+	$(PIP) install --quiet -e './client[cli]' -e '.[worker,test,dev,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -42,8 +44,10 @@ tiny-models: venv
 test: venv deps
 	$(PY) -m pytest
 
+# make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
+PORT ?= 8000
 up: venv
-	$(VENV)/bin/genworker up
+	$(VENV)/bin/genworker up --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -74,6 +78,14 @@ bench: venv deps
 bench-quick: venv deps
 	@$(WRK_CHECK)
 	$(PY) scripts/bench.py --quick
+
+# The fault soak (docs/reliability.md): 3 workers + 2 APIs on Redis Sentinel and SeaweedFS, a worker
+# kill -9, a Redis stall, a failover or a store restart every 15 s; exits 1 unless nothing was lost,
+# duplicated, left running or orphaned. make test runs a 120-job version (tests/reliability).
+# SOAK_JOBS=10000 for the long run.
+SOAK_JOBS ?= 1000
+soak: venv deps tiny-models
+	$(PY) scripts/soak.py --faults --jobs $(SOAK_JOBS) --clients 8 --time-limit-s 14400 --models-dir var/models --out var/soak-faults.json
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

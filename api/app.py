@@ -2,27 +2,33 @@
 
 Dependencies are passed in, never looked up: ``genworker api`` and ``genworker up`` build them from
 settings, tests build them over real backends. Routes live in ``api/routes``; the error shape in
-``api/errors``; auth in ``api/auth``.
+``api/errors``; auth in ``api/auth``; the probes in ``api/health``; the access log and request ids in
+``api/access_log``.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp
 
-from api.auth import Authenticator
+from api import health
+from api.access_log import AccessLogMiddleware
+from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.keys import KeyStore
-from api.limits import BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
+from api.limits import AsyncRateLimiter, BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
 from api.metrics import install_metrics
 from api.routes import generations, models
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest
-from worker.queue.base import ApiQueue
+from worker.queue.async_api import OffloadedQueue
+from worker.queue.base import ApiQueue, AsyncApiQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
 from worker.stores.local import ARTIFACTS_PATH
@@ -45,10 +51,35 @@ def create_app(
     keys: KeyStore,
     limiter: RateLimiter | None = None,
     artifacts_app: ASGIApp | None = None,
+    async_queue: AsyncApiQueue | None = None,
+    async_limiter: AsyncRateLimiter | None = None,
+    key_cache: KeyCache | None = None,
 ) -> FastAPI:
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
-    signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself."""
+    signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
+
+    ``async_queue`` serves the poll and create routes (default: ``queue`` on a small executor of its
+    own), ``async_limiter`` replaces ``limiter`` on them when given (a Redis counter awaited on the event
+    loop), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app closes the async queue,
+    the async limiter and the authenticator's threads at shutdown (lifespan); ``queue`` and ``keys``
+    stay its opener's to close."""
     api = settings.api
+    aqueue = async_queue or OffloadedQueue(queue)
+    auth = Authenticator(
+        keys,
+        limiter or TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst),
+        async_limiter=async_limiter,
+        cache=key_cache,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await aqueue.aclose()
+        if async_limiter is not None:
+            await async_limiter.aclose()
+        auth.close()
+
     app = FastAPI(
         title="genworker",
         version="1",
@@ -56,23 +87,18 @@ def create_app(
         openapi_url="/v1/openapi.json",
         docs_url="/docs" if api.docs else None,
         redoc_url=None,
+        lifespan=lifespan,
     )
-    limiter = limiter or TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
-    ctx = ApiContext(
-        settings=settings,
-        queue=queue,
-        store=store,
-        catalog=catalog,
-        keys=keys,
-        auth=Authenticator(keys, limiter),
-    )
+    ctx = ApiContext(settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth)
     install_error_handlers(app)
+    app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))
     app.include_router(models.build_router(ctx))
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     install_metrics(app)
+    app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

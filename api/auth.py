@@ -1,13 +1,22 @@
-"""Bearer-key authentication, scopes and per-key rate limits.
+"""Bearer-key authentication, scopes and per-key rate limits, with a short-lived key cache.
 
-Two steps, so that a request costs one threadpool hop (FastAPI runs every sync dependency on a thread
-of its own; a hop costs about as much as the rest of a poll, docs/benchmarks.md):
+Two steps:
 
-- ``bearer`` (async, no I/O, a route dependency): a missing or malformed ``Authorization`` header is 401
-  before anything else is looked at;
-- ``Authenticator.principal`` (sync, called first thing in each route's body, on the route's thread):
-  an unknown or revoked key is 401 (with ``WWW-Authenticate: Bearer``); then the key's rate limit (429
-  with ``Retry-After``); then the scope (403).
+- ``bearer`` (async, no I/O, a route dependency; ``presented_key`` the same for a route that reads its
+  request itself): a missing or malformed ``Authorization`` header is 401 before anything else is
+  looked at;
+- ``Authenticator.authorize`` (async, awaited first thing in a route's body; ``principal`` is the same
+  for the sync routes): an unknown or revoked key is 401 (with ``WWW-Authenticate: Bearer``); then the
+  key's rate limit (429 with ``Retry-After``); then the scope (403).
+
+**The key cache.** An active key's record is kept for ``key_cache_ttl_s`` (default
+``KEY_CACHE_TTL_S``, 1 s) after it was read from the key store, so a poll costs no key-store lookup.
+The bound this gives: a revoked key is refused by every API process at most ``key_cache_ttl_s`` after
+the revocation was written (a cached record was read before it, and is trusted no longer than that).
+Unknown and revoked keys are never cached: they are looked up on every request, so a new key works at
+once and a refusal is never stale. The cache holds SHA-256 hashes, never keys, and at most
+``KEY_CACHE_MAX`` entries (it is emptied when full). Lookups that miss the cache, and a rate limiter
+that does I/O without an asyncio twin, run on a small executor of the authenticator's own.
 
 A key acts for one project; a generation of another project is answered 404 by the routes, never 403,
 so ids do not leak.
@@ -15,17 +24,29 @@ so ids do not leak.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
-from api.keys import KeyStore, Scope
-from api.limits import RateLimiter
+from api.keys import ApiKey, KeyStore, Scope, hash_key
+from api.limits import AsyncRateLimiter, RateDecision, RateLimiter, TokenBucketLimiter
 from worker.core.errors import ErrorCode
 
-__all__ = ["Authenticator", "Principal", "bearer"]
+__all__ = ["KEY_CACHE_MAX", "KEY_CACHE_TTL_S", "Authenticator", "KeyCache", "Principal", "bearer", "presented_key"]
+
+T = TypeVar("T")
+
+# How long an active key's record is trusted after it was read: the revocation bound (module docstring).
+KEY_CACHE_TTL_S = 1.0
+KEY_CACHE_MAX = 10_000
 
 # auto_error=False: FastAPI's own 403 for a missing header would bypass our 401 body.
 _bearer = HTTPBearer(
@@ -55,26 +76,128 @@ async def bearer(credentials: HTTPAuthorizationCredentials | None = Depends(_bea
     return credentials.credentials.strip()
 
 
-class Authenticator:
-    """Turns a presented key into a ``Principal``: ``svc.auth.principal(key, Scope.generations_read)``."""
+async def presented_key(request: Request) -> str:
+    """``bearer`` called directly, for a route that declares no dependencies (FastAPI's dependency
+    resolution costs a poll more than the poll's own work): the same header rules, the same 401."""
+    return await bearer(await _bearer(request))
 
-    def __init__(self, keys: KeyStore, limiter: RateLimiter) -> None:
+
+class KeyCache:
+    """Active keys' principals by key hash, each trusted for ``ttl_s`` after it was read from the store.
+    ``clock`` is monotonic seconds (tests pass their own)."""
+
+    def __init__(
+        self,
+        ttl_s: float = KEY_CACHE_TTL_S,
+        *,
+        max_entries: int = KEY_CACHE_MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: dict[str, tuple[float, Principal]] = {}  # key hash -> (read at, principal)
+        self._lock = threading.Lock()  # the sync routes use it from threadpool threads
+
+    def get(self, key_hash: str) -> Principal | None:
+        entry = self._entries.get(key_hash)
+        if entry is None:
+            return None
+        if self.clock() - entry[0] >= self.ttl_s:
+            with self._lock:
+                self._entries.pop(key_hash, None)
+            return None
+        return entry[1]
+
+    def put(self, key_hash: str, principal: Principal, read_at: float) -> None:
+        """Remember a principal read from the store at ``read_at`` (taken before the read began)."""
+        if self.ttl_s <= 0:
+            return
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key_hash] = (read_at, principal)
+
+
+def _principal_of(record: ApiKey) -> Principal:
+    return Principal(key_id=record.id, project=record.project, scopes=frozenset(record.scopes))
+
+
+def _refused(decision: RateDecision) -> ApiError:
+    return ApiError(
+        429,
+        ErrorCode.rate_limited,
+        "rate limit exceeded for this API key",
+        None,
+        decision.headers(),  # Retry-After and the RateLimit-* fields
+    )
+
+
+def _checked_scope(principal: Principal, scope: Scope) -> Principal:
+    if scope not in principal.scopes:
+        raise ApiError(403, ErrorCode.insufficient_scope, f"this API key lacks the scope {scope.value!r}")
+    return principal
+
+
+class Authenticator:
+    """Turns a presented key into a ``Principal``: ``await auth.authorize(key, Scope.generations_read)``
+    on the event loop, ``auth.principal(key, scope)`` from a sync route's thread."""
+
+    def __init__(
+        self,
+        keys: KeyStore,
+        limiter: RateLimiter,
+        *,
+        async_limiter: AsyncRateLimiter | None = None,
+        cache: KeyCache | None = None,
+    ) -> None:
         self.keys = keys
         self.limiter = limiter
+        self.async_limiter = async_limiter
+        self.cache = cache or KeyCache()
+        # Cache misses and a limiter that does I/O: a thread each, off the event loop.
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="genworker-auth")
 
+    # ------------------------------------------------------------------------------------ sync
     def principal(self, key: str, scope: Scope) -> Principal:
+        principal = self._lookup(key)
+        decision = self.limiter.hit(principal.key_id)
+        if not decision.allowed:
+            raise _refused(decision)
+        return _checked_scope(principal, scope)
+
+    def _lookup(self, key: str) -> Principal:
+        key_hash = hash_key(key)
+        cached = self.cache.get(key_hash)
+        if cached is not None:
+            return cached
+        read_at = self.cache.clock()
         record = self.keys.authenticate(key)
         if record is None:
             raise _unauthenticated("invalid or revoked API key")
-        decision = self.limiter.hit(record.id)
+        principal = _principal_of(record)
+        self.cache.put(key_hash, principal, read_at)
+        return principal
+
+    # ------------------------------------------------------------------------------------ async
+    async def authorize(self, key: str, scope: Scope) -> Principal:
+        principal = self.cache.get(hash_key(key))
+        if principal is None:
+            principal = await self._offload(self._lookup, key)
+        decision = await self._hit(principal.key_id)
         if not decision.allowed:
-            raise ApiError(
-                429,
-                ErrorCode.rate_limited,
-                "rate limit exceeded for this API key",
-                None,
-                {"Retry-After": str(decision.retry_after_s)},
-            )
-        if scope not in record.scopes:
-            raise ApiError(403, ErrorCode.insufficient_scope, f"this API key lacks the scope {scope.value!r}")
-        return Principal(key_id=record.id, project=record.project, scopes=frozenset(record.scopes))
+            raise _refused(decision)
+        return _checked_scope(principal, scope)
+
+    async def _hit(self, key_id: str) -> RateDecision:
+        if self.async_limiter is not None:
+            return await self.async_limiter.hit(key_id)
+        if isinstance(self.limiter, TokenBucketLimiter):  # in memory: nothing to wait for
+            return self.limiter.hit(key_id)
+        return await self._offload(self.limiter.hit, key_id)
+
+    async def _offload(self, call: Callable[[str], T], arg: str) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call, arg)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
 from contextlib import closing
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.keys import KeyStore, RedisKeyStore, Scope, SqliteKeyStore
+from api.keys import ApiKey, InvalidProject, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from worker.settings import Settings
+
+__all__ = ["keys_location", "register"]
+
+log = logging.getLogger("genworker.api")
 
 keys_app = typer.Typer(help="Project API keys: create, list, revoke.", no_args_is_help=True)
 
@@ -21,17 +29,38 @@ _RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis key st
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else GENWORKER_CONFIG).")]
 
 
-def _open_keys(data_dir: Path | None, redis_url: str | None, config: Path | None) -> KeyStore:
-    """--redis-url, else --data-dir, else the settings: Redis when the queue is on Redis, else the
-    SQLite store under the settings' data dir (default ./var)."""
+def _open_keys(data_dir: Path | None, redis_url: str | None, config: Path | None) -> tuple[KeyStore, str]:
+    """The key store and where it lives: --redis-url, else --data-dir, else the settings (Redis when
+    the queue is on Redis, else ``<data_dir>/keys.db``: the same default as ``genworker up`` and ``api``)."""
     if redis_url:
-        return RedisKeyStore.from_url(redis_url)
+        return RedisKeyStore.from_url(redis_url), f"redis {_redacted(redis_url)}"
     if data_dir is not None:
-        return SqliteKeyStore(data_dir / "keys.db")
+        path = data_dir.expanduser().absolute() / "keys.db"
+        return SqliteKeyStore(path), str(path)
     from api.server import open_key_store
     from worker.settings import load_settings
 
-    return open_key_store(load_settings(config))
+    settings = load_settings(config)
+    return open_key_store(settings), keys_location(settings)
+
+
+def keys_location(settings: Settings) -> str:
+    """Where ``open_key_store`` keeps the keys, for the line a command prints (no password shown)."""
+    from api.server import keys_backend
+
+    if keys_backend(settings) == "sqlite":
+        return str(Path(settings.data_dir) / "keys.db")
+    return f"redis {_redacted(settings.api.keys_redis_url or settings.queue.redis_url)}"
+
+
+def _redacted(url: str) -> str:
+    """A Redis URL without its password, fit for a terminal."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:***@{host}" if user else f"{scheme}://***@{host}"
 
 
 @keys_app.command("create")
@@ -43,28 +72,48 @@ def keys_create(
     config: _Config = None,
 ) -> None:
     """Create a key and print it alone on stdout (it is shown only this once)."""
-    if not project.strip():
-        raise typer.BadParameter("must not be empty", param_hint="--project")
-    with closing(_open_keys(data_dir, redis_url, config)) as keys:
+    try:  # checked before a store is opened: a bad name never needs the backend up
+        check_project(project)
+    except InvalidProject as e:
+        raise typer.BadParameter(str(e), param_hint="--project") from None
+    store, where = _open_keys(data_dir, redis_url, config)
+    with closing(store) as keys:
         record, key = keys.create(project, scope)
-    typer.echo(f"created {record.id} for project {record.project} ({', '.join(record.scopes)})", err=True)
+    typer.echo(f"created {record.id} for project {record.project} ({', '.join(record.scopes)}) in {where}", err=True)
     typer.echo(key)
 
 
 @keys_app.command("list")
 def keys_list(
     project: Annotated[str | None, typer.Option("--project", help="Only this project's keys.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
     data_dir: _DataDir = None,
     redis_url: _RedisUrl = None,
     config: _Config = None,
 ) -> None:
-    """List keys (id, project, scopes, created, revoked); never the keys themselves."""
-    with closing(_open_keys(data_dir, redis_url, config)) as keys:
+    """List keys (id, project, scopes, prefix, created, state); never the keys themselves."""
+    store, where = _open_keys(data_dir, redis_url, config)
+    with closing(store) as keys:
         records = keys.list_keys(project)
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json", exclude={"key_hash"}) for r in records], indent=2))
+        return
+    _print_keys(records, where)
+
+
+def _print_keys(records: list[ApiKey], where: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"API keys in {where}", title_justify="left")
+    for column in ("id", "project", "scopes", "prefix", "created", "state"):
+        table.add_column(column, no_wrap=column in ("id", "prefix"))
     for r in records:
         state = f"revoked {r.revoked_at.isoformat(timespec='seconds')}" if r.revoked_at else "active"
         created = r.created_at.isoformat(timespec="seconds")
-        typer.echo(f"{r.id}\t{r.project}\t{','.join(r.scopes)}\t{r.display}\t{created}\t{state}")
+        table.add_row(r.id, r.project, ", ".join(r.scopes), r.display, created, state)
+    # A pipe gets whole rows (rich would wrap them at 80 columns), a terminal its own width.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 @keys_app.command("revoke")
@@ -75,7 +124,8 @@ def keys_revoke(
     config: _Config = None,
 ) -> None:
     """Revoke a key; requests with it get 401 from then on."""
-    with closing(_open_keys(data_dir, redis_url, config)) as keys:
+    store, _ = _open_keys(data_dir, redis_url, config)
+    with closing(store) as keys:
         found = keys.revoke(key_id)
     if not found:
         typer.echo(f"no key {key_id!r}", err=True)
@@ -90,12 +140,14 @@ def api_command(
 ) -> None:
     """Run the HTTP API alone over the configured queue, store and key store (distributed mode)."""
     from api.server import build_app, make_server, serve
-    from worker.settings import load_settings
+    from worker.settings import load_settings, state_paths
 
     settings = load_settings(config)
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
-    serve(make_server(build_app(settings), api.host, api.port, log_level=settings.log_level))
+    server = make_server(build_app(settings), api.host, api.port, log_level=settings.log_level)
+    log.info("state", extra={**state_paths(settings), "keys": keys_location(settings)})
+    serve(server)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,6 @@
 """``ApiContext``: what every route works with (settings, backends, catalog, auth), built once by
-``create_app`` and passed to the router factories."""
+``create_app`` and passed to the router factories. ``queue`` is the sync queue (list, cancel, models);
+``aqueue`` its asyncio face for the poll and create routes (``worker/queue/async_api.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from api.auth import Authenticator
 from api.keys import KeyStore
 from worker.core.catalog import Catalog
-from worker.queue.base import ApiQueue
+from worker.queue.base import ApiQueue, AsyncApiQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
 
@@ -19,6 +20,7 @@ __all__ = ["ApiContext"]
 class ApiContext:
     settings: Settings
     queue: ApiQueue
+    aqueue: AsyncApiQueue
     store: ArtifactStore
     catalog: Catalog
     keys: KeyStore

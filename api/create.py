@@ -11,6 +11,8 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from api.errors import ApiError
 from worker.core.catalog import Catalog
@@ -18,9 +20,14 @@ from worker.core.contract import CreateRequest, GenerationRecord, RecordInput, R
 from worker.core.errors import ErrorCode
 from worker.core.resolve import resolve
 
+if TYPE_CHECKING:
+    from worker.queue.base import WorkerHeartbeat
+    from worker.settings import Settings
+
 __all__ = [
     "IDEMPOTENCY_HEADER",
     "build_record",
+    "check_hosted",
     "check_idempotency_key",
     "new_generation_id",
     "parse_body",
@@ -87,4 +94,25 @@ def build_record(request: CreateRequest, catalog: Catalog, *, project: str, max_
         input=RecordInput(prompt=request.input.prompt),
         price_hold=hold,
         max_attempts=max_attempts,
+    )
+
+
+def check_hosted(model: str, settings: Settings, live_workers: Callable[[], Iterable[WorkerHeartbeat]]) -> None:
+    """Refuse (400 ``invalid_parameter``, param ``model``) a catalog model no worker hosts, where
+    ``api.unhosted_models`` says so: by default in embedded mode, whose one worker is all there is; a
+    fleet on Redis accepts it, since a worker for it may be started on demand (scale from zero)."""
+    policy = settings.api.unhosted_models
+    if policy == "accept" or (policy == "auto" and settings.queue.backend != "sqlite"):
+        return
+    if model in settings.worker.hosted_models:
+        return
+    if any(model in beat.hosted_models for beat in live_workers()):
+        return
+    hosted = ", ".join(settings.worker.hosted_models)
+    raise ApiError(
+        400,
+        ErrorCode.invalid_parameter,
+        f"model {model!r} is in the catalog but no worker of this service hosts it (hosted: {hosted}); "
+        "it would wait for ever. Add it to worker.hosted_models (GENWORKER_WORKER__HOSTED_MODELS)",
+        "model",
     )

@@ -5,6 +5,10 @@ SHA-256 and a short display prefix; the key itself is shown once, at creation. T
 ``KeyStore``: ``SqliteKeyStore`` (embedded, ``<data_dir>/keys.db``) and ``RedisKeyStore``
 (distributed, shared by every API replica). Revocation takes effect on the next request.
 
+A key's project names Redis keys of the queue (its listing, its idempotency keys), so ``new_key``
+refuses (``InvalidProject``) a name the queue's key scheme cannot hold, on both stores: a key issued
+for such a name would fail every create with a 500, and an embedded service may move to Redis later.
+
 Both stores translate their client library's "cannot answer now" errors (connection refused, timeout,
 a locked database, a failover) into ``BackendUnavailable`` at each public method, with the queue's
 own rules (``worker.queue.unavailable``): the keys live beside the queue, on the same backend, so the
@@ -16,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sqlite3
-import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,6 +28,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from worker.core.errors import GenworkerError
+from worker.queue import keys as queue_keys
+from worker.queue.sqlite_db import SqliteFile
 from worker.queue.unavailable import redis_unavailable, sqlite_unavailable
 
 if TYPE_CHECKING:
@@ -34,10 +39,12 @@ if TYPE_CHECKING:
 __all__ = [
     "KEY_PREFIX",
     "ApiKey",
+    "InvalidProject",
     "KeyStore",
     "RedisKeyStore",
     "Scope",
     "SqliteKeyStore",
+    "check_project",
     "hash_key",
     "new_key",
 ]
@@ -68,12 +75,28 @@ class ApiKey(BaseModel):
         return self.revoked_at is None
 
 
+class InvalidProject(GenworkerError, ValueError):
+    """A project name the queue's Redis key scheme cannot hold (``worker.queue.keys``)."""
+
+
+def check_project(project: str) -> str:
+    """``project`` unchanged, or ``InvalidProject`` saying which names are allowed. The rule is the
+    queue's own (its key functions check every name they embed), so the two cannot drift apart."""
+    try:
+        queue_keys.project_jobs(project)
+    except ValueError as e:  # its text names the allowed characters and length
+        raise InvalidProject(str(e)) from None
+    return project
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def new_key(project: str, scopes: Iterable[Scope]) -> tuple[ApiKey, str]:
-    """A fresh key and its record (the caller stores the record and shows the key once)."""
+    """A fresh key and its record (the caller stores the record and shows the key once); raises
+    ``InvalidProject`` for a name the queue cannot use."""
+    check_project(project)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     record = ApiKey(
         id="key_" + secrets.token_hex(8),
@@ -123,28 +146,21 @@ CREATE TABLE IF NOT EXISTS api_keys (
 
 
 class SqliteKeyStore:
-    """Keys in a SQLite file; one connection per thread (the API calls it from a thread pool)."""
+    """Keys in a SQLite file, through the queue's ``SqliteFile``: one connection per thread (the API
+    calls it from a thread pool), closed when its thread ends, and the same write transaction."""
 
     @sqlite_unavailable
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        with self._conn() as conn:
+        self._db = SqliteFile(str(self.path), synchronous="FULL")
+        with self._db.tx() as conn:
             conn.execute(_SCHEMA)
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=10.0)
-            conn.execute("PRAGMA journal_mode=WAL")
-            self._local.conn = conn
-        return conn
 
     @sqlite_unavailable
     def create(self, project: str, scopes: Iterable[Scope]) -> tuple[ApiKey, str]:
         record, key = new_key(project, scopes)
-        with self._conn() as conn:
+        with self._db.tx() as conn:
             conn.execute(
                 "INSERT INTO api_keys (id, key_hash, project, record) VALUES (?, ?, ?, ?)",
                 (record.id, record.key_hash, record.project, record.model_dump_json()),
@@ -154,7 +170,7 @@ class SqliteKeyStore:
     @sqlite_unavailable
     def authenticate(self, key: str) -> ApiKey | None:
         key_hash = hash_key(key)
-        row = self._conn().execute("SELECT record FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
+        row = self._db.conn().execute("SELECT record FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
         record = _matches(ApiKey.model_validate_json(row[0]) if row else None, key_hash)
         return record if record is not None and record.active else None
 
@@ -163,13 +179,12 @@ class SqliteKeyStore:
         sql, args = "SELECT record FROM api_keys", tuple[str, ...]()
         if project is not None:
             sql, args = sql + " WHERE project = ?", (project,)
-        rows = self._conn().execute(sql + " ORDER BY rowid", args).fetchall()
+        rows = self._db.conn().execute(sql + " ORDER BY rowid", args).fetchall()
         return [ApiKey.model_validate_json(r[0]) for r in rows]
 
     @sqlite_unavailable
     def revoke(self, key_id: str) -> bool:
-        conn = self._conn()
-        with conn:
+        with self._db.tx() as conn:  # read, then write: one transaction
             row = conn.execute("SELECT record FROM api_keys WHERE id = ?", (key_id,)).fetchone()
             if row is None:
                 return False
@@ -181,10 +196,7 @@ class SqliteKeyStore:
 
     @sqlite_unavailable
     def close(self) -> None:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        self._db.close()
 
 
 # Redis keys: the record by key hash (the lookup on every request), and an id -> hash index for

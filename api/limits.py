@@ -6,20 +6,26 @@ above the limit is refused before the app runs, and a chunked body is counted as
 with unread request bytes makes the kernel send a reset, which can destroy the 413 before the client
 has read it (clients such as httpx send the whole body before they read the answer).
 
-Rate limits are per API key. ``TokenBucketLimiter`` lives in the process (the embedded mode runs one
-API process); ``RedisWindowLimiter`` shares one fixed-window counter per key across API replicas and
-raises ``BackendUnavailable`` when that Redis cannot answer.
+Rate limits are per API key, one rule on every backend (``rate_item``): at most ``burst`` requests in
+any ``burst / rate_per_s`` seconds, a moving window kept by the ``limits`` library. ``MemoryLimiter``
+keeps it in the process (the embedded mode runs one API process); ``RedisLimiter`` shares it across API
+replicas and raises ``BackendUnavailable`` when that Redis cannot answer; ``AsyncRedisLimiter`` is the
+same window (same keys) over an asyncio client, for the routes that run on the event loop. Every
+decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (``RateDecision.headers``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.storage import MemoryStorage, RedisStorage
+from limits.strategies import MovingWindowRateLimiter
+from limits.util import WindowStats
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
@@ -28,8 +34,21 @@ from worker.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
     import redis
+    import redis.asyncio as aioredis
 
-__all__ = ["BodyLimitMiddleware", "RateDecision", "RateLimiter", "RedisWindowLimiter", "TokenBucketLimiter"]
+__all__ = [
+    "AsyncRateLimiter",
+    "AsyncRedisLimiter",
+    "AsyncRedisWindowLimiter",
+    "BodyLimitMiddleware",
+    "MemoryLimiter",
+    "RateDecision",
+    "RateLimiter",
+    "RedisLimiter",
+    "RedisWindowLimiter",
+    "TokenBucketLimiter",
+    "rate_item",
+]
 
 
 # How much of a refused body is read and dropped so that the 413 reaches the client, and for how long:
@@ -123,57 +142,127 @@ async def _drain(receive: Receive, seen: int) -> None:
 
 @dataclass(frozen=True)
 class RateDecision:
+    """One request's verdict, with what the ``RateLimit-*`` headers report: ``limit`` requests per
+    window, ``remaining`` of them after this one, and the window's next slot in ``reset_s`` seconds."""
+
     allowed: bool
     retry_after_s: int = 0
+    limit: int = 0
+    remaining: int = 0
+    reset_s: int = 0
+
+    def headers(self) -> dict[str, str]:
+        """``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset`` (and ``Retry-After`` when
+        refused), for every answer to a keyed request."""
+        headers = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_s),
+        }
+        if not self.allowed:
+            headers["Retry-After"] = str(self.retry_after_s)
+        return headers
 
 
 class RateLimiter(Protocol):
     def hit(self, key_id: str) -> RateDecision: ...
 
 
-class TokenBucketLimiter:
-    """In-process token bucket per key: ``burst`` requests at once, refilled at ``rate_per_s``."""
+class AsyncRateLimiter(Protocol):
+    async def hit(self, key_id: str) -> RateDecision: ...
+
+    async def aclose(self) -> None: ...
+
+
+# Prefix of the rate-limit keys in Redis. The ``limits`` library appends
+# ``LIMITER/<key id>/<limit>/<window>/second``: one key (a list of hit times) per API key, a single key
+# per call, so it is Cluster-safe.
+RATE_KEY_PREFIX = "gw:ratelimit"
+
+
+def rate_item(rate_per_s: float, burst: int) -> RateLimitItem:
+    """The one limit of both backends: ``burst`` requests in any ``burst / rate_per_s`` seconds (a moving
+    window, rounded up to whole seconds), so the sustained rate is ``rate_per_s`` and a quiet key may
+    send ``burst`` at once."""
+    return RateLimitItemPerSecond(burst, max(1, math.ceil(burst / rate_per_s)))
+
+
+def _decision(allowed: bool, stats: WindowStats, item: RateLimitItem, now: float) -> RateDecision:
+    reset_s = max(0, math.ceil(stats.reset_time - now))
+    return RateDecision(
+        allowed,
+        retry_after_s=0 if allowed else max(1, reset_s),
+        limit=item.amount,
+        remaining=max(0, stats.remaining),
+        reset_s=reset_s,
+    )
+
+
+class MemoryLimiter:
+    """The limit in this process (the embedded mode runs one API process): ``limits``' in-memory
+    storage, the same moving window as the Redis limiters."""
 
     def __init__(self, rate_per_s: float, burst: int) -> None:
-        self.rate_per_s = rate_per_s
-        self.burst = burst
-        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, last refill monotonic)
-        self._lock = threading.Lock()
+        self.item = rate_item(rate_per_s, burst)
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
 
     def hit(self, key_id: str) -> RateDecision:
-        now = time.monotonic()
-        with self._lock:
-            tokens, last = self._buckets.get(key_id, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate_per_s)
-            if tokens >= 1.0:
-                self._buckets[key_id] = (tokens - 1.0, now)
-                return RateDecision(True)
-            self._buckets[key_id] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate_per_s
-            return RateDecision(False, max(1, math.ceil(wait)))
+        allowed = self._limiter.hit(self.item, key_id)
+        return _decision(allowed, self._limiter.get_window_stats(self.item, key_id), self.item, time.time())
 
 
-# Redis key of one key's counter for one window; a single key per call keeps it Cluster-safe.
-RATE_KEY = "gw:ratelimit:{key_id}:{window}"
-
-
-class RedisWindowLimiter:
-    """A fixed window of ``burst`` requests per ``burst / rate_per_s`` seconds, shared by replicas."""
+class RedisLimiter:
+    """The limit shared by every API replica over one Redis (single server, Sentinel or Cluster client)."""
 
     def __init__(self, client: redis.Redis, rate_per_s: float, burst: int) -> None:
-        self.client = client
-        self.burst = burst
-        self.window_s = max(1, math.ceil(burst / rate_per_s))
+        self.item = rate_item(rate_per_s, burst)
+        self._limiter = MovingWindowRateLimiter(_storage_over(client))
 
     @redis_unavailable  # the counter's Redis down: BackendUnavailable, which the API answers 503
     def hit(self, key_id: str) -> RateDecision:
-        now = time.time()
-        window = int(now // self.window_s)
-        key = RATE_KEY.format(key_id=key_id, window=window)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.incr(key)
-        pipe.expire(key, self.window_s + 1)
-        count = int(pipe.execute()[0])
-        if count <= self.burst:
-            return RateDecision(True)
-        return RateDecision(False, max(1, math.ceil((window + 1) * self.window_s - now)))
+        allowed = self._limiter.hit(self.item, key_id)
+        return _decision(allowed, self._limiter.get_window_stats(self.item, key_id), self.item, time.time())
+
+
+class AsyncRedisLimiter:
+    """``RedisLimiter`` over a ``redis.asyncio`` client (single server): the same keys and window, awaited."""
+
+    def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int) -> None:
+        from limits.aio.storage import RedisStorage as AsyncRedisStorage
+        from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
+
+        self.client = client
+        self.item = rate_item(rate_per_s, burst)
+        storage = AsyncRedisStorage(
+            "async+redis://",
+            implementation="redispy",
+            key_prefix=RATE_KEY_PREFIX,
+            connection_pool=client.connection_pool,  # type: ignore[arg-type]  # passed on to redis.asyncio.Redis
+        )
+        self._limiter = AsyncMovingWindow(storage)
+
+    async def hit(self, key_id: str) -> RateDecision:
+        with redis_unavailable:
+            allowed = await self._limiter.hit(self.item, key_id)
+            stats = await self._limiter.get_window_stats(self.item, key_id)
+        return _decision(allowed, stats, self.item, time.time())
+
+    async def aclose(self) -> None:
+        await self.client.aclose(close_connection_pool=True)
+
+
+def _storage_over(client: redis.Redis) -> RedisStorage:
+    """``limits``' Redis storage on our own client (its URL, Sentinel or Cluster set-up, timeouts), not
+    a second connection it would open from a URL: the client is swapped in and the scripts registered
+    on it. Nothing connects until the first hit."""
+    storage = RedisStorage("redis://", key_prefix=RATE_KEY_PREFIX)
+    storage.storage = client
+    storage.initialize_storage("")
+    return storage
+
+
+# The names the API wires today (api/app.py, api/auth.py, api/server.py); both backends now share one
+# moving window, so "token bucket" and "window" no longer tell them apart.
+TokenBucketLimiter = MemoryLimiter
+RedisWindowLimiter = RedisLimiter
+AsyncRedisWindowLimiter = AsyncRedisLimiter

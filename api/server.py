@@ -14,8 +14,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
-from api.limits import RateLimiter, RedisWindowLimiter, TokenBucketLimiter
+from api.limits import AsyncRateLimiter, AsyncRedisWindowLimiter, RateLimiter, RedisWindowLimiter, TokenBucketLimiter
 from worker.core.errors import GenworkerError
+from worker.core.logs import configure_logging
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -25,7 +26,16 @@ if TYPE_CHECKING:
 
     from worker.stores.base import ArtifactStore
 
-__all__ = ["artifacts_app_for", "build_app", "keys_backend", "make_server", "open_key_store", "open_limiter", "serve"]
+__all__ = [
+    "artifacts_app_for",
+    "build_app",
+    "keys_backend",
+    "make_server",
+    "open_async_limiter",
+    "open_key_store",
+    "open_limiter",
+    "serve",
+]
 
 log = logging.getLogger("genworker.api")
 
@@ -60,6 +70,19 @@ def open_limiter(settings: Settings) -> RateLimiter:
     return TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
 
 
+def open_async_limiter(settings: Settings) -> AsyncRateLimiter | None:
+    """``open_limiter``'s Redis counter over an asyncio client (for the async routes), where Redis is one
+    server; None otherwise (the in-process bucket needs none; Sentinel and Cluster use the sync one)."""
+    from worker.queue.redis_async import async_redis_client
+
+    if keys_backend(settings) != "redis":
+        return None
+    client = async_redis_client(settings.queue, url=_keys_redis_url(settings))
+    if client is None:
+        return None
+    return AsyncRedisWindowLimiter(client, settings.api.rate_limit_per_s, settings.api.rate_limit_burst)
+
+
 def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
     """The local store serves its own signed files; an S3 store's URLs point at S3 instead."""
     from api.artifacts import artifact_app
@@ -72,18 +95,22 @@ def build_app(settings: Settings) -> FastAPI:
     """The app over the backends the settings name (queue, store, keys, catalog)."""
     from api.app import create_app
     from worker.core.catalog import load_catalog
+    from worker.queue.async_api import open_async_queue
     from worker.queue.factory import open_queue
     from worker.stores.factory import open_store
 
     store = open_store(settings.store, data_dir=settings.data_dir)
+    queue = open_queue(settings.queue)
     return create_app(
         settings,
-        queue=open_queue(settings.queue),
+        queue=queue,
         store=store,
         catalog=load_catalog(settings.catalog_path),
         keys=open_key_store(settings),
         limiter=open_limiter(settings),
         artifacts_app=artifacts_app_for(store),
+        async_queue=open_async_queue(settings.queue, queue),
+        async_limiter=open_async_limiter(settings),
     )
 
 
@@ -96,18 +123,14 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def make_server(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> uvicorn.Server:
+    """uvicorn with every log line in the worker's JSON format: uvicorn's own access log is off (the
+    app's ``AccessLogMiddleware`` writes one line per request, with its request id and without the
+    query string) and ``log_config=None`` leaves uvicorn's loggers to the JSON root handler."""
     import uvicorn
 
-    logging.getLogger("uvicorn.access").addFilter(_drop_query)
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
-
-
-def _drop_query(record: logging.LogRecord) -> bool:
-    """Access lines keep the path only: a query string can carry a signed URL's signature."""
-    args = record.args
-    if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
-        record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
-    return True
+    configure_logging(log_level)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), access_log=False, log_config=None)
+    return uvicorn.Server(config)
 
 
 def serve(server: uvicorn.Server) -> None:

@@ -1,7 +1,10 @@
 """Public views: what clients see of records and of the catalog (documented in the OpenAPI schema).
 
 Records keep object keys; views carry freshly signed URLs instead. Catalog views carry capabilities
-and rates; never weights, hub ids, adapters or endpoints.
+and rates; never weights, hub ids, adapters or endpoints. A failed generation's ``error.message`` is
+always the code's fixed public sentence (``worker.core.errors.PUBLIC_MESSAGES``), whatever the
+record holds: workers store only that sentence, and records written by older workers, whose messages
+could carry store endpoints, paths, class names or ffmpeg's stderr, are cleaned on the way out.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from worker.core.contract import (
     Status,
     Usage,
 )
+from worker.core.errors import public_message
 from worker.stores.base import ArtifactStore
 
 __all__ = [
@@ -38,6 +42,8 @@ __all__ = [
     "artifact_view",
     "generation_view",
     "model_view",
+    "public_error",
+    "view_json",
 ]
 
 
@@ -98,10 +104,17 @@ _FROM_RECORD = tuple(
 )
 
 
+# Fields an artifact view copies from its stored artifact (all but the object key).
+_FROM_ARTIFACT = tuple(name for name in ArtifactView.model_fields if name in Artifact.model_fields)
+
+
+# Views are built with ``model_construct``: every value comes from a record that was validated when it
+# was read (nested models kept as the instances they are) or from our own signing, so validating it
+# again would only spend the poll's time. The JSON is rendered once, by ``view_json``.
 def artifact_view(artifact: Artifact, store: ArtifactStore) -> ArtifactView:
     signed = store.sign_url(artifact.key)
-    fields = artifact.model_dump(exclude={"key"})
-    return ArtifactView(**fields, download_url=signed.url, expires_at=signed.expires_at)
+    fields = {name: getattr(artifact, name) for name in _FROM_ARTIFACT}
+    return ArtifactView.model_construct(**fields, download_url=signed.url, expires_at=signed.expires_at)
 
 
 def generation_view(record: GenerationRecord, store: ArtifactStore, *, queue_position: int | None) -> GenerationView:
@@ -110,11 +123,27 @@ def generation_view(record: GenerationRecord, store: ArtifactStore, *, queue_pos
     # The record's own field values (nested models included) pass straight in: pydantic keeps model
     # instances as they are, where a model_dump round trip would rebuild every nested model (this is
     # the hot path of every poll).
-    return GenerationView(
-        **{name: getattr(record, name) for name in _FROM_RECORD},
+    fields = {name: getattr(record, name) for name in _FROM_RECORD}
+    fields["error"] = public_error(record.error)
+    return GenerationView.model_construct(
+        **fields,
         artifacts=artifacts,
         queue_position=queue_position if record.status is Status.queued else None,
     )
+
+
+def view_json(view: BaseModel) -> bytes:
+    """The response body of a view: the JSON FastAPI would render for it as a ``response_model``
+    (every field, JSON mode, compact, UTF-8), rendered once and without validating the view again."""
+    return view.model_dump_json().encode("utf-8")
+
+
+def public_error(error: ErrorInfo | None) -> ErrorInfo | None:
+    """``error`` as a client may see it: its code with the code's fixed public sentence."""
+    if error is None:
+        return None
+    message = public_message(error.code)
+    return error if error.message == message else ErrorInfo(code=error.code, message=message)
 
 
 # ------------------------------------------------------------------------------------------- catalog

@@ -40,7 +40,10 @@ def version() -> None:
 
 @app.command("up")
 def up_command(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where everything lives.")] = Path("var"),
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Where everything lives (default: GENWORKER_DATA_DIR, else ./var)."),
+    ] = None,
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     models_dir: Annotated[
@@ -48,10 +51,56 @@ def up_command(
     ] = None,
     worker_grace_s: Annotated[float, typer.Option("--worker-grace-s", help="Wait before killing the worker.")] = 20.0,
 ) -> None:
-    """Run the whole service here: API on 127.0.0.1:8000, one worker, SQLite queue, local artifacts."""
+    """Run the whole service here: API on 127.0.0.1:8000, one worker, SQLite queue, local artifacts.
+
+    Exit status 2 when the port is taken (checked before anything is built or printed)."""
     from genworker.embedded import run_embedded
 
     code = run_embedded(data_dir, host=host, port=port, models_dir=models_dir, grace_s=worker_grace_s)
+    raise typer.Exit(code)
+
+
+fleet_app = typer.Typer(
+    help="The distributed mode on one machine: redis-server, SeaweedFS, one API, N workers.", no_args_is_help=True
+)
+app.add_typer(fleet_app, name="fleet")
+
+_EnvFile = Annotated[Path, typer.Argument(help="The env file: GENWORKER_* for every process, FLEET_* knobs.")]
+
+
+@fleet_app.command("init")
+def fleet_init(
+    env_file: _EnvFile = Path("fleet.env"),
+    redis_port: Annotated[int, typer.Option(min=1, max=65535)] = 6379,
+    s3_port: Annotated[int, typer.Option(min=1, max=65535)] = 8333,
+    api_port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+) -> None:
+    """Write a starting env file (loopback Redis and S3, a fresh S3 secret); never overwrites one."""
+    from genworker.fleet import FleetError, init_env_file
+
+    try:
+        init_env_file(env_file, redis_port=redis_port, s3_port=s3_port, api_port=api_port)
+    except FleetError as e:
+        typer.echo(f"genworker fleet init: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {env_file}; start the fleet with: genworker fleet up {env_file}", err=True)
+
+
+@fleet_app.command("up")
+def fleet_up(
+    env_file: _EnvFile = Path("fleet.env"),
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: FLEET_WORKERS, else 2).")
+    ] = None,
+) -> None:
+    """Start redis-server, SeaweedFS, a key, one API and N workers; Ctrl-C drains and stops them all."""
+    from genworker.fleet import FleetError, run_fleet
+
+    try:
+        code = run_fleet(env_file, workers=workers)
+    except FleetError as e:
+        typer.echo(f"genworker fleet up: {e}", err=True)
+        raise typer.Exit(2) from None
     raise typer.Exit(code)
 
 
@@ -61,8 +110,8 @@ from worker.daemon import cli as _worker_cli  # noqa: E402
 app.command("worker")(_worker_cli.worker_command)
 app.command("generate")(_worker_cli.generate_command)
 
-# `genworker client ...`: the client library from a shell (client/cli.py).
-from client.cli import app as _client_app  # noqa: E402
+# `genworker client ...`: the client distribution's command line (client/src/genworker_client/cli.py).
+from genworker_client.cli import app as _client_app  # noqa: E402
 
 app.add_typer(_client_app, name="client")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +24,15 @@ import typer
 from api.keys import KeyStore, Scope, SqliteKeyStore
 from worker.settings import Settings, load_settings, settings_env
 
-__all__ = ["EmbeddedPaths", "embedded_settings", "ensure_dev_key", "run_embedded", "worker_env"]
+__all__ = [
+    "EmbeddedPaths",
+    "embedded_paths",
+    "embedded_settings",
+    "ensure_dev_key",
+    "port_problem",
+    "run_embedded",
+    "worker_env",
+]
 
 DEV_PROJECT = "default"
 
@@ -71,6 +80,25 @@ def embedded_settings(paths: EmbeddedPaths, *, host: str, port: int, models_dir:
         models={"tiny_models_dir": str(models_dir)},
         api={"host": host, "port": port, "keys_backend": "sqlite"},
     )
+
+
+def embedded_paths(data_dir: Path | None) -> EmbeddedPaths:
+    """``--data-dir``, else the settings' ``data_dir`` (``GENWORKER_DATA_DIR``, the YAML file, ``./var``):
+    the same default as every other command that writes state."""
+    root = Path(load_settings().data_dir) if data_dir is None else data_dir.expanduser().absolute()
+    return EmbeddedPaths(root)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the API could not listen on ``host:port`` (checked before anything is printed or built)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return f"cannot listen on {host}:{port}: {e.strerror or e}"
+    return None
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
@@ -153,13 +181,17 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def run_embedded(data_dir: Path, *, host: str, port: int, models_dir: Path | None, grace_s: float) -> int:
-    """Run until stopped; the exit status is nonzero when the worker died on its own."""
+def run_embedded(data_dir: Path | None, *, host: str, port: int, models_dir: Path | None, grace_s: float) -> int:
+    """Run until stopped; the exit status is nonzero when the worker died on its own (2: the port is taken)."""
     from api.server import build_app, make_server, serve
 
-    paths = EmbeddedPaths(data_dir.resolve())
+    problem = port_problem(host, port)
+    if problem is not None:  # before the models, the key and the banner: nothing printed is then wrong
+        typer.echo(f"genworker up: {problem}; pick another with --port (make up PORT=...)", err=True)
+        return 2
+    paths = embedded_paths(data_dir)
     paths.root.mkdir(parents=True, exist_ok=True)
-    models = (models_dir or paths.root / "models").resolve()
+    models = (models_dir or paths.root / "models").absolute()
     settings = embedded_settings(paths, host=host, port=port, models_dir=models)
 
     from pipelines.tiny import TINY_MODELS, build_all, is_built

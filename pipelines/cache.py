@@ -7,7 +7,8 @@ Budget (``ModelRuntimeSettings.cache_budget_gb``):
   larger than the budget still loads; it then stays alone.
 
 A model's size is its declared ``gpu_memory_gb`` on a CUDA device when the catalog gives one (weights plus
-working memory), otherwise the parameter and buffer bytes measured after loading.
+working memory), otherwise the parameter and buffer bytes it holds, measured after loading and again on every
+hit: what it loads lazily later (Wan's prompt-extension LLM) counts toward the budget from the next job on.
 
 Thread safety: one GPU loop calls ``get``/``evict``/``clear`` while a heartbeat thread reads ``loaded()``.
 State changes happen under a short lock; the slow load itself runs outside it (under a separate load lock),
@@ -92,6 +93,7 @@ class ModelCache:
         """The loaded adapter for ``spec``, loading it (and evicting others) if it is not resident."""
         hit = self._touch(spec.id)
         if hit is not None:
+            self._remeasure(spec, hit)
             return hit
         with self._loading:
             hit = self._touch(spec.id)  # another caller may have loaded it while we waited
@@ -158,6 +160,17 @@ class ModelCache:
             log.info("evicting model", extra={"model": victim, "budget_gb": self.runtime.cache_budget_gb})
             self._unload(victim, entry)
             free_device_memory(self.device)
+
+    def _remeasure(self, spec: ModelSpec, adapter: Adapter) -> None:
+        """Update a resident model's size (it may have grown since loading) and trim the others to fit."""
+        size = self._size_of(spec, adapter)
+        with self._state:
+            entry = self._entries.get(spec.id)
+            if entry is None or entry.size_bytes == size:
+                return
+            entry.size_bytes = size
+            self._sizes[spec.id] = size
+        self._make_room(spec.id, 0)
 
     def _expected_size(self, spec: ModelSpec) -> int:
         if self.device.startswith("cuda") and spec.gpu_memory_gb > 0:

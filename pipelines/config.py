@@ -1,11 +1,14 @@
 """Model runtime settings (the ``models`` section of ``Settings``; env ``GENWORKER_MODELS__*``).
 
-GPU knobs are wired even though CPU tests only exercise their defaults.
+How each model runs on a GPU (component dtypes, attention backend, offload, VAE tiling, compile) is its
+runtime profile in the catalog (``ModelSpec.runtime``), not a worker setting: one worker may host models that
+need different settings. A worker replaces profile fields per model with ``profile_overrides`` (say, no
+offload on a 141 GB card); the result is checked like the catalog's own profile when the model loads.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -14,11 +17,15 @@ __all__ = ["ModelRuntimeSettings"]
 
 class ModelRuntimeSettings(BaseModel):
     device: str = "auto"  # "auto" = cuda when available, else cpu
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto = the catalog's dtype
-    tiny_models_dir: str = "var/models"  # where scripts/make_tiny_models.py writes tiny-* models
+    # auto = the catalog's dtype (float32 on CPU); a profile's per-component dtypes still apply.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    tiny_models_dir: str = "models"  # the tiny-* models (a relative dir: under data_dir)
     weights_dir: str | None = None  # optional local root for real weights (hub ids map under it)
     cache_budget_gb: float = Field(default=0.0, ge=0)  # 0 = no budget beyond one model at a time
-    attention_backend: str | None = None  # e.g. "flash", "_flash_3_hub", "sage"
-    compile_blocks: bool = False  # torch.compile of repeated transformer blocks
-    vae_tiling: bool = False
-    cpu_offload: Literal["none", "model", "group"] = "none"
+    profile_overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description=(
+            "Per model id, runtime-profile fields that replace the catalog's on this worker, e.g. "
+            '`{"ltx-2": {"offload": "none"}}` on a 141 GB card (docs/gpu.md); checked when the model loads.'
+        ),
+    )

@@ -1,7 +1,15 @@
-"""LTX-2 text-to-video with stereo audio (diffusers ``LTX2Pipeline``), one pass for both streams.
+"""LTX-2 text-to-video with stereo audio (diffusers ``LTX2Pipeline``), both streams denoised together.
 
-Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> guidance -> diffusion loop)
-and ``decode`` (video VAE, then audio VAE and vocoder). LTX-2 facts handled here:
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> prompt embeddings -> stage 1 ->
+[x2 latent upsampler -> stage 2]) and ``decode`` (video VAE, then audio VAE and vocoder). Two recipes:
+- one stage (a catalog entry without ``two_stage``): the whole schedule at the job's size;
+- two stages (``two_stage``, Lightricks' production recipe, ``ltx_pipelines/ti2vid_two_stages.py``): stage 1
+  at half the size with CFG, ``LTX2LatentUpsamplePipeline`` doubles the latents, stage 2 re-noises them to
+  the first refinement sigma and runs the distilled sigmas with the distilled LoRA and CFG off. The video
+  comes from stage 2, the audio from stage 1 (upstream discards stage 2's audio). A ``distilled`` variant is
+  upstream's ``distilled.py``: stage 1 is the 8 distilled sigmas with the LoRA on and CFG off, and both
+  streams come from stage 2. Sizes are multiples of 64, so stage 1 stays on the VAE's 32 stride.
+LTX-2 facts handled here:
 - frames must be 8k+1 and sizes multiples of 32: the pipeline silently shortens other frame counts (and
   sizes its audio for the unshortened length), so a mismatch is refused here rather than trusted;
 - by default a step runs CFG plus STG plus modality-isolation passes; STG and modality guidance are off
@@ -20,20 +28,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.adapter import Latents
-from pipelines.prompt_extend import LTX2_T2V_SYSTEM_PROMPT, PromptExtendError, finish_extension, seeded_rng
+from pipelines.prompt_extend import PromptExtendError, finish_extension, seeded_rng
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
-    apply_runtime,
+    apply_profile,
     check_job_shape,
     fit_audio,
     free_device_memory,
+    load_dtypes,
     media_from_video,
     module_bytes,
     pipeline_options,
     quiet_progress_bars,
-    step_reporter,
+    runtime_profile,
     synchronize,
-    torch_dtype,
 )
 from worker.core.catalog import FAMILY_OPTIONS
 from worker.core.errors import ErrorCode, JobError
@@ -43,7 +51,7 @@ if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
-    from worker.core.catalog import ModelSpec
+    from worker.core.catalog import ModelSpec, RuntimeProfile
     from worker.core.resolve import ResolvedJob
 
 __all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
@@ -57,6 +65,8 @@ GUIDANCE_OFF: dict[str, float] = {
 }
 # diffusers' LTX-2 enhancement sampling (GEMMA3_PROMPT_ENHANCEMENT_CONFIG), plus our time bound.
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
+DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
+LORA_ADAPTER = "distilled"
 
 
 @dataclass(frozen=True)
@@ -69,31 +79,82 @@ class LTX2Latents(Latents):
     generator_state: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Stage:
+    """One call of the pipeline: its size, schedule, guidance and whether the distilled LoRA is on."""
+
+    width: int
+    height: int
+    steps: int
+    guidance_scale: float
+    sigmas: list[float] | None  # None: the checkpoint's own schedule (with its dynamic shift)
+    lora: bool
+    guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
+
+
 class LTX2TextToVideo:
     """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
     # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: keywords of
-    # ``LTX2Pipeline.__call__``; the two ``decode_*`` ones
-    # are applied by ``decode``.
+    # ``LTX2Pipeline.__call__``, except ``distilled`` (applied here) and the two ``decode_*`` ones, which
+    # ``decode`` applies.
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["ltx2"]
-    own_options: ClassVar[frozenset[str]] = frozenset()
+    own_options: ClassVar[frozenset[str]] = frozenset({"distilled"})
 
-    def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile | None = None,
+        upsample_pipe: Any = None,
+    ) -> None:
         self.spec = spec
         self.runtime = runtime
+        self.profile = profile or spec.runtime
         self.pipe = pipe
+        self.upsample_pipe = upsample_pipe
         self.device = device
         self.dtype = dtype
+        self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
         from diffusers import LTX2Pipeline
 
         quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
         path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        pipe = LTX2Pipeline.from_pretrained(path, dtype=torch_dtype(dtype))
-        apply_runtime(pipe, runtime, device, denoisers=["transformer"])
-        return cls(spec, runtime, pipe, device=device, dtype=dtype)
+        dtypes = load_dtypes(profile, dtype)
+        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes)
+        upsample_pipe = None
+        if spec.two_stage is not None:
+            upsample_pipe = cls._load_two_stage(pipe, path, spec, dtypes)
+        apply_profile(pipe, profile, device, denoisers=["transformer"])
+        if upsample_pipe is not None:
+            # Small (about 1 GB real): resident whatever the offload; it shares the main pipeline's VAE.
+            upsample_pipe.latent_upsampler.to(device)
+            upsample_pipe.set_progress_bar_config(disable=True)
+        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile, upsample_pipe=upsample_pipe)
+
+    @staticmethod
+    def _load_two_stage(pipe: Any, path: str, spec: ModelSpec, dtypes: dict[str, Any]) -> Any:
+        """The x2 latent upsampler (as its pipeline) and the distilled LoRA, loaded switched off."""
+        from diffusers import LTX2LatentUpsamplePipeline
+        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+        recipe = spec.two_stage
+        assert recipe is not None
+        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
+            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"])
+        )
+        pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER)
+        pipe.set_adapters([LORA_ADAPTER], [recipe.lora_scale])
+        pipe.disable_lora()
+        return LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
 
     @property
     def sample_rate(self) -> int:
@@ -108,28 +169,120 @@ class LTX2TextToVideo:
         pipe = self._pipe()
         # 1. Check inputs: the pipeline would silently shorten a non-8k+1 clip.
         temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
-        check_job_shape(self.spec.id, job, spatial=spatial, temporal=temporal)
+        two_stage = self.spec.two_stage is not None
+        check_job_shape(self.spec.id, job, spatial=spatial * (2 if two_stage else 1), temporal=temporal)
         # 2. Guidance: one pass per step unless the variant asks for more.
         kwargs: dict[str, Any] = {**GUIDANCE_OFF, **pipeline_options(self.spec.id, job, self.options)}
-        # 3. Denoise video and audio latents together.
+        distilled = bool(kwargs.pop("distilled", False))
+        max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        # 3. Prompt embeddings, once for both stages (the text encoder runs once per job).
+        audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
+        embeds = self._encode(job, max_sequence_length, cfg=max(job.guidance_scale, audio_guidance) > 1.0)
+        stages = self._stages(job, distilled)
+        progress = _Progress(on_step, total=sum(stage.steps for stage in stages))
         generator = torch.Generator(self.device).manual_seed(job.seed)
-        out = pipe(
-            prompt=job.prompt,
-            negative_prompt=job.negative_prompt,
-            height=job.gen_height,
-            width=job.gen_width,
-            num_frames=job.num_frames,
-            frame_rate=float(job.fps),
-            num_inference_steps=job.steps,
-            guidance_scale=job.guidance_scale,
-            generator=generator,
-            output_type="latent",
-            callback_on_step_end=step_reporter(on_step),
-            **kwargs,
-        )
+        # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
+        first = stages[0]
+        out = self._run(first, job, embeds, kwargs, generator=generator, progress=progress)
+        video, audio = out.frames, out.audio
+        if two_stage:
+            # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
+            video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            refine = self._run(
+                stages[1],
+                job,
+                embeds,
+                kwargs,
+                generator=generator,
+                progress=progress,
+                latents=video,
+                audio_latents=audio,
+            )
+            video = refine.frames
+            if distilled:
+                audio = refine.audio  # distilled.py keeps stage 2's audio; ti2vid_two_stages.py stage 1's
         synchronize(self.device)
         # Decoding continues this generator (decode-time noise), as inside the pipeline: keep its state.
-        return LTX2Latents(video=out.frames, audio=out.audio, generator_state=generator.get_state())
+        return LTX2Latents(video=video, audio=audio, generator_state=generator.get_state())
+
+    def _stages(self, job: ResolvedJob, distilled: bool) -> list[_Stage]:
+        from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
+
+        recipe = self.spec.two_stage
+        if recipe is None:
+            return [_Stage(job.gen_width, job.gen_height, job.steps, job.guidance_scale, None, lora=False)]
+        sigmas = list(DISTILLED_SIGMA_VALUES) if distilled else None
+        half = _Stage(job.gen_width // 2, job.gen_height // 2, job.steps, job.guidance_scale, sigmas, lora=distilled)
+        refine = list(recipe.refine_sigmas)
+        return [half, _Stage(job.gen_width, job.gen_height, len(refine), 1.0, refine, lora=True, guided=False)]
+
+    def _encode(self, job: ResolvedJob, max_sequence_length: int, *, cfg: bool) -> dict[str, Any]:
+        import torch
+
+        pipe = self.pipe
+        with torch.no_grad():
+            positive, positive_mask, negative, negative_mask = pipe.encode_prompt(
+                prompt=job.prompt,
+                negative_prompt=job.negative_prompt,
+                do_classifier_free_guidance=cfg,
+                max_sequence_length=max_sequence_length,
+                device=pipe._execution_device,
+            )
+        embeds = {"prompt_embeds": positive, "prompt_attention_mask": positive_mask}
+        if cfg:
+            embeds |= {"negative_prompt_embeds": negative, "negative_prompt_attention_mask": negative_mask}
+        return embeds
+
+    def _run(
+        self,
+        stage: _Stage,
+        job: ResolvedJob,
+        embeds: dict[str, Any],
+        kwargs: dict[str, Any],
+        *,
+        generator: torch.Generator,
+        progress: _Progress,
+        **extra: Any,
+    ) -> Any:
+        """One pipeline call to latents; a refinement re-noises the given latents to its first sigma."""
+        pipe = self.pipe
+        if self.spec.two_stage is not None:
+            if stage.lora:
+                pipe.enable_lora()
+            else:
+                pipe.disable_lora()
+        # Given sigmas run as they are (no dynamic shift), as upstream runs its distilled schedules.
+        pipe.scheduler = self._scheduler(as_is=stage.sigmas is not None)
+        if "latents" in extra and stage.sigmas:
+            extra["noise_scale"] = stage.sigmas[0]
+        if not stage.guided:
+            kwargs = {**kwargs, **GUIDANCE_OFF, "audio_guidance_scale": 1.0}
+        audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
+        cfg = max(stage.guidance_scale, audio_guidance) > 1.0
+        prompt = {k: v for k, v in embeds.items() if cfg or not k.startswith("negative")}
+        return pipe(
+            **prompt,
+            height=stage.height,
+            width=stage.width,
+            num_frames=job.num_frames,
+            frame_rate=float(job.fps),
+            num_inference_steps=stage.steps,
+            sigmas=stage.sigmas,
+            guidance_scale=stage.guidance_scale,
+            generator=generator,
+            output_type="latent",
+            callback_on_step_end=progress.callback(),
+            **kwargs,
+            **extra,
+        )
+
+    def _scheduler(self, *, as_is: bool) -> Any:
+        if as_is not in self._schedulers:
+            base = self._schedulers[False]
+            self._schedulers[as_is] = type(base).from_config(
+                base.config, use_dynamic_shifting=False, shift_terminal=None
+            )
+        return self._schedulers[as_is]
 
     # ------------------------------------------------------------------------------------------ decode
 
@@ -188,7 +341,9 @@ class LTX2TextToVideo:
     # ------------------------------------------------------------------------------------------ prompt
 
     def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and the T2V system prompt."""
+        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' T2V system prompt."""
+        from diffusers.pipelines.ltx2.utils import T2V_DEFAULT_SYSTEM_PROMPT
+
         pipe = self._pipe()
         if getattr(pipe, "processor", None) is None:
             raise PromptExtendError(f"{self.spec.id} has no processor: its text encoder cannot enhance prompts")
@@ -196,7 +351,7 @@ class LTX2TextToVideo:
         with seeded_rng(seed, self.device):
             texts = pipe.enhance_prompt(
                 prompt,
-                system_prompt=LTX2_T2V_SYSTEM_PROMPT,
+                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT,
                 max_new_tokens=max_new_tokens,
                 seed=seed,
                 generation_kwargs={**_ENHANCE_SAMPLING, "max_time": timeout_s},
@@ -206,15 +361,47 @@ class LTX2TextToVideo:
     # ------------------------------------------------------------------------------------------ memory
 
     def memory_bytes(self) -> int:
-        return module_bytes(self.pipe) if self.pipe is not None else 0
+        """Parameter and buffer bytes held by this model (the upsampler and the LoRA included)."""
+        if self.pipe is None:
+            return 0
+        extra = [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
+        return module_bytes(self.pipe, *extra)
 
     def unload(self) -> None:
-        if self.pipe is not None and self.runtime.cpu_offload != "none":
+        if self.pipe is not None and self.profile.offload != "none":
             self.pipe.remove_all_hooks()
         self.pipe = None
+        self.upsample_pipe = None
+        self._schedulers.clear()
         free_device_memory(self.device)
 
     def _pipe(self) -> Any:
         if self.pipe is None:
             raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
         return self.pipe
+
+
+def _call_default(pipe: Any, name: str) -> Any:
+    """The default of a keyword of the pipeline's ``__call__`` (what it uses when a variant leaves it out)."""
+    import inspect
+
+    return inspect.signature(type(pipe).__call__).parameters[name].default
+
+
+class _Progress:
+    """Step reports across the stages of one job: ``on_step(done, total)`` over all of their steps."""
+
+    def __init__(self, on_step: StepCallback, *, total: int) -> None:
+        self.on_step = on_step
+        self.total = total
+        self.done = 0
+
+    def callback(self) -> Any:
+        """A diffusers ``callback_on_step_end``; whatever ``on_step`` raises (a cancel) stops the loop at once."""
+
+        def step(pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+            self.done += 1
+            self.on_step(self.done, self.total)
+            return tensors
+
+        return step

@@ -2,12 +2,15 @@
 
 Two methods, chosen by the catalog (``spec.prompt_extend.method``):
 - ``chat_llm`` (Wan): a chat LLM named in the catalog (``AutoModelForCausalLM`` + its chat template), loaded
-  lazily by the adapter and kept with it (``ChatLLM``);
-- ``text_encoder`` (LTX-2.0): the pipeline's own Gemma-3 text encoder, through diffusers' ``enhance_prompt``.
+  lazily by the adapter and kept with it (``ChatLLM``), with Wan's official system prompt
+  (``pipelines.system_prompts``); on a GPU it rests in host memory and visits the device per call;
+- ``text_encoder`` (LTX-2.0): the pipeline's own Gemma-3 text encoder, through diffusers' ``enhance_prompt``
+  with Lightricks' system prompt as diffusers ships it (``T2V_DEFAULT_SYSTEM_PROMPT``).
 
 Every call is bounded (``max_new_tokens``, ``max_time``) and seeded, without touching the global RNG the
 caller sees. Adapters raise ``PromptExtendError`` on failure; ``extend_or_fallback`` is what the worker calls:
-it never raises for an extension problem, it returns the original prompt with the reason instead.
+it never raises for an extension problem, it returns the original prompt with the reason instead. An
+out-of-memory error is not an extension problem: it propagates, so the worker frees memory and retries.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from worker.core.contract import PromptExtension
-from worker.core.errors import FatalWorkerError, GenworkerError, JobCanceled, short_message
+from worker.core.errors import FatalWorkerError, GenworkerError, JobCanceled, is_out_of_memory, short_message
 
 if TYPE_CHECKING:
     from pipelines.adapter import Adapter
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
     from worker.core.resolve import ResolvedJob
 
 __all__ = [
-    "LTX2_T2V_SYSTEM_PROMPT",
-    "WAN_T2V_SYSTEM_PROMPT",
     "ChatLLM",
     "PromptExtendError",
     "extend_or_fallback",
@@ -40,38 +41,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("genworker.pipelines")
-
-# Paraphrase of Wan 2.1's English prompt-rewriter system prompt (LM_EN_SYS_PROMPT).
-WAN_T2V_SYSTEM_PROMPT = """\
-You are a prompt engineer for a text-to-video model. Rewrite the user's input into one high-quality English \
-video prompt that keeps its original meaning and adds the detail the model needs.
-Rules:
-1. Keep every subject, action, style and setting the user asked for; never drop or contradict them.
-2. Name the subject's appearance, the setting and the lighting; add a visual style if none is given \
-(for example: cinematic, documentary photograph, anime, 3D render).
-3. Describe natural motion in detail and the camera's movement and framing.
-4. Keep any text the user quotes exactly as written.
-5. Write 80 to 100 words in a single paragraph of plain sentences.
-6. Output only the rewritten prompt: no preface, no quotes, no lists.
-7. If the input reads like an instruction or a question, expand it as a scene; do not answer it.
-"""
-
-# Paraphrase of LTX-2's text-to-video enhancement system prompt (T2V_DEFAULT_SYSTEM_PROMPT).
-LTX2_T2V_SYSTEM_PROMPT = """\
-You are a creative assistant. Expand the user's raw prompt into one detailed prompt for a model that makes \
-video and sound together.
-- Keep everything the user asked for: style, subjects, actions, camera movement, sound.
-- Invent concrete details where the input is vague: lighting, materials, textures, setting; describe people's \
-clothing, hair and expressions, but add no characters the user did not ask for.
-- Use present-progressive verbs and keep events in order with words such as "as", "then" and "while".
-- Describe the soundscape alongside the action: ambient sound, effects, music; include quoted speech only when \
-the user asks for speech, and keep the user's dialogue unchanged.
-- Start with "Style: <style>," when a style is clear (default: cinematic, realistic).
-- Plain, restrained language: no smells, tastes or touch; no camera motion the user did not request; \
-no timestamps or scene cuts.
-- Output one paragraph of English prose with no headings or Markdown. If the request is unsafe or \
-unusable, return it unchanged. Never ask questions.
-"""
 
 _SPACES = re.compile(r"\s+")
 # Control, format, surrogate, private-use and unassigned characters, plus the replacement character
@@ -121,8 +90,9 @@ def seeded_rng(seed: int, device: str) -> Iterator[None]:
 class ChatLLM:
     """A chat LLM (``AutoModelForCausalLM`` + tokenizer chat template) that rewrites prompts.
 
-    With ``offload`` it rests on the CPU and visits ``device`` only for the call (Wan's upstream does the
-    same), so it does not hold video-model memory between jobs.
+    On a CUDA device it rests on the CPU and visits the device only for the call (``offload``), as Wan's
+    upstream ``QwenPromptExpander.extend`` does (``model.to(device)`` ... ``model.to("cpu")``): a 7B LLM
+    (~15 GB in bf16) must not hold video-model memory between jobs.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, device: str, offload: bool) -> None:
@@ -142,7 +112,7 @@ class ChatLLM:
         started = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).eval()
-        offload = runtime.cpu_offload != "none" and device.startswith("cuda")
+        offload = device.startswith("cuda")
         model.to("cpu" if offload else device)
         log.info("chat LLM loaded", extra={"llm": ref, "elapsed_ms": round(1000 * (time.perf_counter() - started))})
         return cls(model, tokenizer, device=device, offload=offload)
@@ -200,6 +170,8 @@ def extend_or_fallback(adapter: Adapter, job: ResolvedJob) -> tuple[str, PromptE
     except (JobCanceled, FatalWorkerError):
         raise
     except Exception as e:
+        if is_out_of_memory(e):
+            raise  # the worker's out-of-memory path (free, retry once), not a silent fallback
         reason = f"{type(e).__name__}: {short_message(e)}"
         log.warning("prompt extension fell back", extra={"model": spec.id, "reason": reason})
         return job.prompt, PromptExtension(status="fallback", reason=reason)

@@ -1,7 +1,8 @@
 """What every diffusers-based adapter does the same way: dtypes, GPU knobs, memory, shape checks, frame and
 audio output.
 
-GPU knobs come from ``ModelRuntimeSettings``; their defaults do nothing, so a CPU run is plain ``pipe.to("cpu")``.
+GPU knobs come from the model's runtime profile (catalog ``runtime``, with the worker's ``profile_overrides``);
+offloading is skipped off CUDA, so a CPU run places the pipeline with ``pipe.to("cpu")``.
 Frames leave the device as uint8 a few at a time, so the host never holds the video as float32.
 """
 
@@ -13,7 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import ValidationError
 
+from pipelines.registry import ModelLoadError
+from worker.core.catalog import RuntimeProfile, check_profile
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import AudioTrack, Media
 
@@ -21,18 +25,21 @@ if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
+    from worker.core.catalog import ModelSpec
     from worker.core.resolve import ResolvedJob
 
 __all__ = [
     "CHUNK_FRAMES",
-    "apply_runtime",
+    "apply_profile",
     "check_job_shape",
     "fit_audio",
     "free_device_memory",
+    "load_dtypes",
     "media_from_video",
     "module_bytes",
     "pipeline_options",
     "quiet_progress_bars",
+    "runtime_profile",
     "step_reporter",
     "synchronize",
     "torch_dtype",
@@ -60,26 +67,50 @@ def quiet_progress_bars() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def apply_runtime(pipe: Any, runtime: ModelRuntimeSettings, device: str, *, denoisers: list[str]) -> None:
-    """Place ``pipe`` on ``device`` with the configured knobs (attention backend, compile, tiling, offload).
+def runtime_profile(spec: ModelSpec, runtime: ModelRuntimeSettings) -> RuntimeProfile:
+    """``spec``'s runtime profile with this worker's ``profile_overrides`` for it, checked for its family.
+
+    Raises ``ModelLoadError`` naming the model and the reason (an unknown field, a backend the family
+    cannot use), so the worker refuses the model at load instead of failing inside a job.
+    """
+    override = runtime.profile_overrides.get(spec.id)
+    try:
+        profile = (
+            spec.runtime
+            if not override
+            else RuntimeProfile.model_validate({**spec.runtime.model_dump(exclude_defaults=True), **override})
+        )
+        check_profile(spec.family, profile)
+    except (ValidationError, ValueError) as e:
+        raise ModelLoadError(f"{spec.id}: runtime profile refused: {e}") from e
+    return profile
+
+
+def load_dtypes(profile: RuntimeProfile, dtype: str) -> dict[str, Any]:
+    """The ``dtype=`` mapping for ``from_pretrained``: the pipeline's dtype, except the profile's components."""
+    return {"default": torch_dtype(dtype), **{name: torch_dtype(d) for name, d in profile.dtypes.items()}}
+
+
+def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers: list[str]) -> None:
+    """Place ``pipe`` on ``device`` with its runtime profile (attention backend, compile, tiling, offload).
 
     ``denoisers`` names the repeated-block transformers (``transformer``, ``transformer_2``): they get the
     attention backend and regional compilation. Offloading needs an accelerator; on CPU it is skipped.
     """
     pipe.set_progress_bar_config(disable=True)
     models = [m for name in denoisers if (m := getattr(pipe, name, None)) is not None]
-    if runtime.attention_backend:
+    if profile.attention_backend:
         for model in models:
-            model.set_attention_backend(runtime.attention_backend)
-    if runtime.compile_blocks:
+            model.set_attention_backend(profile.attention_backend)
+    if profile.compile:
         for model in models:
             # Regional compilation: one compiled block reused N times; far shorter cold start than whole-model.
             model.compile_repeated_blocks(fullgraph=True)
-    if runtime.vae_tiling:
+    if profile.vae_tiling:
         pipe.vae.enable_tiling()
-    offload = runtime.cpu_offload
+    offload = profile.offload
     if offload != "none" and not device.startswith("cuda"):
-        log.warning("cpu_offload=%s needs a CUDA device; running on %s without offload", offload, device)
+        log.info("offload=%s needs a CUDA device; running on %s without offload", offload, device)
         offload = "none"
     if offload == "model":
         # One swap per component per job: a few seconds over PCIe, small against minutes of denoising.

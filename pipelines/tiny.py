@@ -12,21 +12,21 @@ and is moved into place only when complete; ``build_all`` skips complete, curren
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from pipelines.runtime import quiet_progress_bars
 
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
 
@@ -53,7 +53,7 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
         "tiny-chat-llm": _build_chat_llm,
     }
     paths: dict[str, Path] = {}
-    with _locked(out / ".tiny-build.lock"):
+    with FileLock(out / ".tiny-build.lock"):
         for name, builder in builders.items():
             target = out / name
             paths[name] = target
@@ -69,16 +69,6 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)  # a model dir that exists is complete
     return paths
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _seeded(seed: int) -> None:
@@ -380,6 +370,33 @@ def _build_ltx2(out: Path) -> None:
         processor=processor,
     )
     pipe.save_pretrained(out)
+    _ltx2_two_stage_parts(out, transformer, latent_channels=vae.config.latent_channels)
+
+
+# What the two-stage recipe adds to the LTX-2 weights (file names as in Lightricks/LTX-2's Diffusers layout).
+TINY_LTX2_LORA = "tiny-distilled-lora.safetensors"
+
+
+def _ltx2_two_stage_parts(out: Path, transformer: Any, *, latent_channels: int) -> None:
+    """The x2 latent upsampler (``latent_upsampler/``) and a distilled-style LoRA over the transformer."""
+    from diffusers import LTX2Pipeline
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    _seeded(16)
+    # The production layout (3D blocks, rational x2 spatial resampler), 32 channels instead of 1024.
+    upsampler = LTX2LatentUpsamplerModel(
+        in_channels=latent_channels, mid_channels=32, num_blocks_per_stage=1, dims=3, spatial_upsample=True
+    )
+    upsampler.save_pretrained(out / "latent_upsampler")
+    _seeded(17)
+    # Random non-zero B matrices (peft would start them at zero), so switching the LoRA on changes the output.
+    transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+    )
+    LTX2Pipeline.save_lora_weights(
+        out, transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name=TINY_LTX2_LORA
+    )
 
 
 # ----------------------------------------------------------------------------------------------------- chat LLM

@@ -19,29 +19,31 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.adapter import Latents
-from pipelines.prompt_extend import WAN_T2V_SYSTEM_PROMPT, ChatLLM, PromptExtendError, finish_extension
+from pipelines.prompt_extend import ChatLLM, PromptExtendError, finish_extension
 from pipelines.registry import resolve_weights
 from pipelines.runtime import (
-    apply_runtime,
+    apply_profile,
     check_job_shape,
     free_device_memory,
+    load_dtypes,
     media_from_video,
     module_bytes,
     pipeline_options,
     quiet_progress_bars,
+    runtime_profile,
     step_reporter,
     synchronize,
-    torch_dtype,
 )
+from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
 from worker.core.catalog import FAMILY_OPTIONS
-from worker.core.errors import ErrorCode, JobError
+from worker.core.errors import ErrorCode, JobError, is_out_of_memory
 from worker.core.media import Media, StepCallback
 
 if TYPE_CHECKING:
     import torch
 
     from pipelines.config import ModelRuntimeSettings
-    from worker.core.catalog import ModelSpec
+    from worker.core.catalog import ModelSpec, RuntimeProfile
     from worker.core.resolve import ResolvedJob
 
 __all__ = ["WanLatents", "WanTextToVideo"]
@@ -64,9 +66,19 @@ class WanTextToVideo:
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
     own_options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio"})
 
-    def __init__(self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, dtype: str) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile | None = None,
+    ) -> None:
         self.spec = spec
         self.runtime = runtime
+        self.profile = profile or spec.runtime
         self.pipe = pipe
         self.device = device
         self.dtype = dtype
@@ -74,16 +86,20 @@ class WanTextToVideo:
         self._shift: float | None = None
         self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
         self._llm: ChatLLM | None = None
+        self._llm_error: str | None = None  # a chat LLM that failed to load is not retried on every job
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanTextToVideo:
         from diffusers import WanPipeline
 
         quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
         path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        pipe = WanPipeline.from_pretrained(path, dtype=torch_dtype(dtype))
-        apply_runtime(pipe, runtime, device, denoisers=["transformer", "transformer_2"])
-        return cls(spec, runtime, pipe, device=device, dtype=dtype)
+        # Component dtypes from the profile: the shipped Wan profiles keep the VAE in float32 while the
+        # transformers and UMT5 run in bf16 (official WanVAE(dtype=torch.float); diffusers' Wan docs).
+        pipe = WanPipeline.from_pretrained(path, dtype=load_dtypes(profile, dtype))
+        apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
+        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
     # ------------------------------------------------------------------------------------------ denoise
 
@@ -203,13 +219,24 @@ class WanTextToVideo:
         settings = self.spec.prompt_extend
         if settings is None or settings.method != "chat_llm" or not settings.llm:
             raise PromptExtendError(f"{self.spec.id} has no chat LLM for prompt extension")
+        if self._llm_error is not None:
+            raise PromptExtendError(f"the chat LLM failed to load earlier: {self._llm_error}")
         if self._llm is None:
-            self._llm = ChatLLM.load(
-                settings.llm, self.runtime, tiny=self.spec.tiny, device=self.device, dtype=self.dtype
-            )
+            try:
+                self._llm = ChatLLM.load(
+                    settings.llm, self.runtime, tiny=self.spec.tiny, device=self.device, dtype=self.dtype
+                )
+            except Exception as e:
+                if not is_out_of_memory(e):  # out of memory may pass once memory is freed: not remembered
+                    self._llm_error = f"{type(e).__name__}: {e}"
+                raise
         started = time.perf_counter()
         raw = self._llm.rewrite(
-            WAN_T2V_SYSTEM_PROMPT, prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed
+            WAN_SYSTEM_PROMPTS[settings.language],
+            prompt,
+            max_new_tokens=max_new_tokens,
+            timeout_s=timeout_s,
+            seed=seed,
         )
         return finish_extension(raw, started=started, timeout_s=timeout_s)
 
@@ -221,7 +248,7 @@ class WanTextToVideo:
         return module_bytes(self.pipe, *extra) if self.pipe is not None else 0
 
     def unload(self) -> None:
-        if self.pipe is not None and self.runtime.cpu_offload != "none":
+        if self.pipe is not None and self.profile.offload != "none":
             self.pipe.remove_all_hooks()
         self.pipe = None
         self._negative = None

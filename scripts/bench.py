@@ -143,6 +143,30 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
     rows.append(_row("queue enqueue/s vs redis-benchmark XADD (1 client)", enq, xadd, "", ""))
     rt, xp50 = _get(q, "redis_queue.claim_finish.p50_ms"), _get(q, "redis_benchmark_xadd.0.p50_ms")
     rows.append(_row("queue claim→finish p50 ms vs XADD p50 ms", rt, xp50, "", ""))
+    poll = _get(q, "poll_by_depth") or {}
+    deepest = max((int(k) for k in poll if k.isdigit()), default=None)
+    for key, what in (("redis_usec_per_poll", "Redis µs"), ("redis_cpu_usec_per_poll", "Redis CPU µs")):
+        deep, empty = _get(poll, f"{deepest}.{key}"), _get(poll, f"0.{key}")
+        figure = f"GET poll of a queued job: {what} per poll, {deepest:,} queued vs 0" if deepest else what
+        rows.append(_row(figure, deep, empty, "≤ 1.2", _le(deep, empty, 1.2)))
+    held, after = (
+        _get(q, "redis_retention.held_bytes_per_job"),
+        _get(q, "redis_retention.after_ttl_and_purge_bytes_per_job"),
+    )
+    rows.append(
+        _row("Redis bytes per finished job: after TTL + purge vs held", after, held, "≈ 0", _le(after, held, 0.05))
+    )
+    sizes = _get(q, "sqlite_retention.file_bytes_after_each_purge") or []
+    if sizes:
+        rows.append(
+            _row(
+                "SQLite file bytes after the last burst vs the first (purged)",
+                sizes[-1],
+                sizes[0],
+                "≤ 1.1",
+                _le(sizes[-1], sizes[0], 1.1),
+            )
+        )
     for count in ("2", "4"):
         jps, one = _get(scale, f"workers.{count}.jobs_per_s"), _get(scale, "workers.1.jobs_per_s")
         rows.append(_row(f"jobs/s, {count} workers vs 1 ({os.cpu_count()} cores)", jps, one, "see notes", ""))

@@ -1,19 +1,31 @@
-"""API benchmark: requests/s and latency of ``GET /v1/generations/{id}`` and ``POST /v1/generations``
-(a unique ``Idempotency-Key`` per request) on uvicorn, ÷ a bare ASGI app returning a constant JSON on
-uvicorn in the same run (target ≥ 0.5).
+"""API benchmark: requests/s and latency of ``GET /v1/generations/{id}`` and ``POST /v1/generations`` (a
+unique ``Idempotency-Key`` per request) per API process, on both queue backends, next to two baselines
+measured in the same run: a bare ASGI app returning a constant JSON, and FastAPI's empty async route.
 
-Both servers are real ``uvicorn`` processes on loopback, one process each (one core at most): the API is
-``genworker api`` over the embedded backends (SQLite queue, local store, SQLite key store holding a key
-created here). The load comes from ``wrk`` (Debian package ``wrk``) in another process, one thread with
-keep-alive connections, so on a 2-core machine the server gets one core and the load generator the
-other. Server CPU seconds are read with psutil, which gives requests per CPU-second (per core).
+Every server is a real ``uvicorn`` process (uvloop + httptools) on loopback, one process each (one core
+at most): the API is ``genworker api`` over the embedded backends (SQLite queue, local store, SQLite
+key store) and over Redis (queue, keys and the shared rate-limit counter on one ``redis-server``
+started here; local store). The load comes from this script's own generator in another process
+(``load`` below): asyncio on uvloop over raw keep-alive sockets, a few microseconds of Python per
+request, so one core drives well past the servers measured here. On a 2-core machine the server gets
+one core and the generator the other (Redis shares them too in the Redis runs).
 
-Run: ``python scripts/bench_api.py [--quick]`` (prints JSON), or as a section of ``make bench``.
+Two kinds of run per target:
+- **max**: closed loop, ``CONNECTIONS`` connections each sending its next request when the last answer
+  arrived; requests/s and server CPU seconds per request (psutil). Rounds are interleaved over the
+  targets so machine noise hits every side alike; figures are medians over rounds.
+- **half**: open loop at half the measured max rate (each connection on a fixed schedule); latency is
+  measured from the scheduled send time, so a stall shows as the queueing it causes (no coordinated
+  omission). This is where p99 is judged: at saturation latency is only queueing (connections ÷ rps).
+
+Run: ``python scripts/bench_api.py [--quick] [--only get,post_redis]`` (prints JSON), or as a section of
+``make bench``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -26,9 +38,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-
-import httpx
-import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,50 +60,197 @@ async def app(scope, receive, send):
         return
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": BODY})
-uvicorn.run(app, host="127.0.0.1", port=%d, log_level="warning", lifespan="off")
+uvicorn.run(app, host="127.0.0.1", port=%d, log_level="warning", lifespan="off", access_log=False)
 """
 
-# The framework alone: FastAPI answering a constant from a sync route (as the API's routes are), to
-# split the gap to the bare app into what FastAPI costs and what the API's own work costs.
+# The framework alone: FastAPI answering a constant from an empty async route (the issue's baseline)
+# and from a sync one (a threadpool hop per request, as the API's routes had before).
 _FASTAPI_APP = """
 import uvicorn
 from fastapi import FastAPI
 app = FastAPI()
-@app.get("/")
-def constant() -> dict[str, str]:
+@app.get("/async")
+async def constant_async() -> dict[str, str]:
     return {"id": "gen_0", "status": "queued"}
-uvicorn.run(app, host="127.0.0.1", port=%d, log_level="warning", lifespan="off")
+@app.get("/sync")
+def constant_sync() -> dict[str, str]:
+    return {"id": "gen_0", "status": "queued"}
+uvicorn.run(app, host="127.0.0.1", port=%d, log_level="warning", lifespan="off", access_log=False)
 """
 
-# wrk script: the method, headers and body come from the command line (wrk.method etc. are set below);
-# POSTs get a unique Idempotency-Key each; done() prints the summary and the latency percentiles as JSON.
-_LUA = """
-local counter = 0
-local prefix = os.getenv("BENCH_KEY_PREFIX") or "k"
-local is_post = os.getenv("BENCH_POST") == "1"
-wrk.headers["Authorization"] = "Bearer " .. os.getenv("BENCH_TOKEN")
-if is_post then
-  wrk.method = "POST"
-  wrk.body = os.getenv("BENCH_BODY")
-  wrk.headers["Content-Type"] = "application/json"
-end
-request = function()
-  if is_post then
-    counter = counter + 1
-    wrk.headers["Idempotency-Key"] = prefix .. "-" .. counter
-  end
-  return wrk.format()
-end
-done = function(summary, latency, requests)
-  local p = {}
-  for i = 1, 199 do p[i] = latency:percentile(i / 2) / 1000.0 end
-  io.write("BENCH_JSON " .. string.format(
-    '{"requests": %d, "duration_us": %d, "status_errors": %d, "socket_errors": %d, "percentiles_ms": [%s]}',
-    summary.requests, summary.duration, summary.errors.status,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    table.concat(p, ",")) .. "\\n")
-end
-"""
+
+# ------------------------------------------------------------------------------------ load generator
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: sends a request, reads the answer (Content-Length framed), repeats."""
+
+    def __init__(self, load: _Load, index: int) -> None:
+        self.load = load
+        self.index = index
+        self.transport: Any = None  # uvloop's transport is no asyncio.Transport subclass
+        self.buffer = b""
+        self.sent_at = 0.0
+        self.busy = False
+        self.backlog = 0  # paced: sends that fell due while a request was in flight
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.opened.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.load.running:
+            self.load.errors += 1
+            self.load.running = False
+
+    def send(self, scheduled: float) -> None:
+        assert self.transport is not None
+        self.busy = True
+        self.sent_at = scheduled
+        self.transport.write(self.load.next_request())
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            at = head.find(b"content-length:")
+            length = 0
+            if at >= 0:
+                stop = head.find(b"\r\n", at)
+                length = int(head[at + 15 : stop if stop >= 0 else len(head)])
+            if len(self.buffer) < end + 4 + length:
+                return
+            status = int(self.buffer[9:12])
+            self.buffer = self.buffer[end + 4 + length :]
+            self.load.done(self, status)
+
+
+class _Load:
+    """Closed loop (``rate`` None) or paced at ``rate`` requests/s over every connection."""
+
+    def __init__(self, host: str, port: int, request: bytes, post_body: bytes | None, rate: float | None) -> None:
+        self.host, self.port = host, port
+        self.request = request
+        self.post_body = post_body
+        self.prefix = uuid.uuid4().hex[:12].encode()
+        self.counter = 0
+        self.rate = rate
+        self.running = False
+        self.recording = False
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.statuses: dict[int, int] = {}
+        self.loop = asyncio.get_running_loop()
+
+    def next_request(self) -> bytes:
+        if self.post_body is None:
+            return self.request
+        self.counter += 1
+        return self.request + b"Idempotency-Key: " + self.prefix + b"-%d\r\n\r\n" % self.counter + self.post_body
+
+    def done(self, conn: _Connection, status: int) -> None:
+        now = time.perf_counter()
+        conn.busy = False
+        if self.recording:
+            self.latencies.append(now - conn.sent_at)
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            if not 200 <= status < 300:
+                self.errors += 1
+        if not self.running:
+            return
+        if self.rate is None:
+            conn.send(now)
+        elif conn.backlog:
+            conn.backlog -= 1
+            conn.send(conn.sent_at + CONNECTIONS / self.rate)  # latency counts from when it was due
+
+    def tick(self, conn: _Connection, due: float) -> None:
+        """Paced: the connection's next request falls due now; send it, or queue it behind the answer."""
+        if not self.running:
+            return
+        assert self.rate is not None
+        if conn.busy:
+            conn.backlog += 1
+        else:
+            conn.send(due)
+        nxt = due + CONNECTIONS / self.rate
+        self.loop.call_later(max(0.0, nxt - time.perf_counter()), self.tick, conn, nxt)
+
+    async def run(self, warmup_s: float, seconds: float) -> dict[str, Any]:
+        conns = []
+        for i in range(CONNECTIONS):
+            _, conn = await self.loop.create_connection(lambda i=i: _Connection(self, i), self.host, self.port)
+            await conn.opened
+            conns.append(conn)
+        self.running = True
+        start = time.perf_counter()  # uvloop's loop.time() ticks in whole milliseconds
+        for i, conn in enumerate(conns):
+            if self.rate is None:
+                conn.send(start)
+            else:
+                first = start + i / self.rate
+                self.loop.call_later(i / self.rate, self.tick, conn, first)
+        await asyncio.sleep(warmup_s)
+        self.recording = True
+        began = time.perf_counter()
+        await asyncio.sleep(seconds)
+        self.recording = False
+        elapsed = time.perf_counter() - began
+        self.running = False
+        for conn in conns:
+            assert conn.transport is not None
+            conn.transport.close()
+        ordered = sorted(self.latencies)
+        n = len(ordered)
+
+        def pct(q: float) -> float:
+            return ordered[min(n - 1, int(q * n))] * 1000 if n else float("nan")
+
+        return {
+            "requests": n,
+            "duration_s": elapsed,
+            "rps": n / elapsed,
+            "errors": self.errors,
+            "statuses": self.statuses,
+            "p50_ms": pct(0.50),
+            "p90_ms": pct(0.90),
+            "p99_ms": pct(0.99),
+            "p999_ms": pct(0.999),
+            "max_ms": ordered[-1] * 1000 if n else float("nan"),
+            "percentiles_ms": [pct(i / 200) for i in range(1, 200)],
+        }
+
+
+def _request_bytes(spec: dict[str, Any]) -> tuple[bytes, bytes | None]:
+    lines = [f"{spec['method']} {spec['path']} HTTP/1.1", f"Host: {spec['host']}:{spec['port']}"]
+    if spec.get("token"):
+        lines.append(f"Authorization: Bearer {spec['token']}")
+    body = spec.get("body")
+    if body is None:
+        return ("\r\n".join(lines) + "\r\n\r\n").encode(), None
+    raw = body.encode()
+    lines += ["Content-Type: application/json", f"Content-Length: {len(raw)}"]
+    return ("\r\n".join(lines) + "\r\n").encode(), raw  # Idempotency-Key and the blank line per request
+
+
+def load_main(spec: dict[str, Any]) -> dict[str, Any]:
+    """The generator process: one run against one URL, as described by ``spec``."""
+    import uvloop
+
+    request, body = _request_bytes(spec)
+
+    async def main() -> dict[str, Any]:
+        load = _Load(spec["host"], spec["port"], request, body, spec.get("rate"))
+        return await load.run(spec["warmup_s"], spec["seconds"])
+
+    return uvloop.run(main())
+
+
+# ------------------------------------------------------------------------------------ servers
 
 
 def _free_port() -> int:
@@ -104,6 +260,8 @@ def _free_port() -> int:
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    import httpx
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -126,145 +284,220 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _api_env(data: Path, port: int) -> dict[str, str]:
+def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
     from worker.settings import settings_env
 
+    queue: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(data / "queue.db")}
+    if redis_url:
+        queue = {"backend": "redis", "redis_url": redis_url}
     settings = {
         "data_dir": str(data),
-        "queue": {"backend": "sqlite", "sqlite_path": str(data / "queue.db")},
+        "queue": queue,
         "store": {
             "backend": "local",
             "local_root": str(data / "artifacts"),
             "public_base_url": f"http://127.0.0.1:{port}",
         },
-        # The per-key limiter would answer 429 long before the server saturates: lifted for the benchmark.
+        # The per-key limiter would answer 429 long before the server saturates: lifted for the benchmark
+        # (it still runs on every request: the in-process bucket, or the Redis counter).
         "api": {"rate_limit_per_s": 1000000000, "rate_limit_burst": 1000000000},
         "log_level": "WARNING",
     }
     return {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings)}
 
 
-def _wrk(url: str, seconds: float, lua: Path, env: dict[str, str]) -> dict[str, Any]:
-    cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s", "-s", str(lua), url]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, **env}).stdout
-    line = next(x for x in out.splitlines() if x.startswith("BENCH_JSON "))
-    data: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
+class _Api:
+    """One ``genworker api`` process, a key for it and one generation to poll."""
+
+    def __init__(self, tmp: Path, name: str, redis_url: str | None) -> None:
+        from worker.settings import Settings
+
+        self.data = tmp / name
+        self.data.mkdir()
+        self.port = _free_port()
+        env = _api_env(self.data, self.port, redis_url)
+        settings = Settings(
+            data_dir=str(self.data),
+            queue={"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "sqlite"},
+        )
+        from api.keys import Scope
+        from api.server import open_key_store
+
+        keys = open_key_store(settings)
+        _record, self.token = keys.create("bench", [Scope.generations_read, Scope.generations_write])
+        keys.close()
+        cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+        self.gen_id = ""
+
+    def ready(self) -> None:
+        import httpx
+
+        _wait_http(f"http://127.0.0.1:{self.port}/v1/models", self.proc)
+        created = httpx.post(
+            f"http://127.0.0.1:{self.port}/v1/generations",
+            json=BODY,
+            headers={"Authorization": f"Bearer {self.token}", "Idempotency-Key": "seed"},
+        )
+        created.raise_for_status()
+        self.gen_id = created.json()["id"]
+
+
+def _target(proc: subprocess.Popen[bytes], port: int, method: str, path: str, token: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"host": "127.0.0.1", "port": port, "method": method, "path": path, "token": token}
+    if method == "POST":
+        spec["body"] = json.dumps(BODY)
+    return {"proc": proc, "spec": spec}
+
+
+def _measure(target: dict[str, Any], seconds: float, rate: float | None, extra_pids: list[int]) -> dict[str, Any]:
+    """One generator run; the server's CPU (and Redis', when it takes part) over the same span."""
+    import psutil
+
+    pids = [target["proc"].pid, *extra_pids]
+    procs = [psutil.Process(p) for p in pids]
+    before = [p.cpu_times() for p in procs]
+    spec = {**target["spec"], "seconds": seconds, "warmup_s": 0.5, "rate": rate}
+    out = subprocess.run(
+        [sys.executable, __file__, "load", json.dumps(spec)], check=True, capture_output=True, text=True
+    ).stdout
+    data: dict[str, Any] = json.loads(out)
+    after = [p.cpu_times() for p in procs]
+    busy = [
+        (a.user + a.system - b.user - b.system) / (data["duration_s"] + 0.5) for a, b in zip(after, before, strict=True)
+    ]
+    data["server_cpu_busy"] = busy[0]
+    if len(busy) > 1:
+        data["redis_cpu_busy"] = busy[1]
+    data["rps_per_cpu_s"] = data["rps"] / busy[0] if busy[0] > 0 else None
     return data
 
 
-def _measure(
-    url: str, server: subprocess.Popen[bytes], seconds: float, lua: Path, env: dict[str, str]
-) -> dict[str, Any]:
-    """One wrk run against ``url``; requests/s, percentiles and server CPU seconds per request."""
-    cpu = psutil.Process(server.pid).cpu_times()
-    data = _wrk(url, seconds, lua, env)
-    cpu_after = psutil.Process(server.pid).cpu_times()
-    cpu_s = (cpu_after.user + cpu_after.system) - (cpu.user + cpu.system)
-    duration_s = data["duration_us"] / 1e6
-    rps = data["requests"] / duration_s
-    pct = data["percentiles_ms"]
-    return {
-        "rps": rps,
-        "p50_ms": pct[99],
-        "p99_ms": pct[197],
-        "server_cpu_busy": cpu_s / duration_s,
-        "rps_per_cpu_s": data["requests"] / cpu_s if cpu_s > 0 else None,
-        "errors": data["status_errors"] + data["socket_errors"],
-        "percentiles_ms": pct,
-    }
-
-
 def _med(runs: list[dict[str, Any]], key: str) -> float:
-    return float(statistics.median(r[key] for r in runs if r[key] is not None))
+    return float(statistics.median(r[key] for r in runs if r.get(key) is not None))
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
-        return {"error": "wrk is needed as the load generator (Debian: apt-get install wrk)"}
-    from api.keys import Scope, SqliteKeyStore
+def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rps": round(_med(samples, "rps"), 1),
+        "p50_ms": round(_med(samples, "p50_ms"), 3),
+        "p99_ms": round(_med(samples, "p99_ms"), 3),
+        "server_cpu_busy": round(_med(samples, "server_cpu_busy"), 2),
+        "rps_per_core": round(_med(samples, "rps_per_cpu_s"), 1),
+        "errors": sum(s["errors"] for s in samples),
+        "rounds_rps": [round(s["rps"], 1) for s in samples],
+    }
+    if any("redis_cpu_busy" in s for s in samples):
+        out["redis_cpu_busy"] = round(_med(samples, "redis_cpu_busy"), 2)
+    return out
 
-    seconds, rounds = (3.0, 1) if quick else (10.0, 3)
+
+def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
+    from tests.fixtures.redis_server import start_redis
+
+    if shutil.which("redis-server") is None:
+        return {"error": "redis-server is needed for the Redis runs (Debian: apt-get install redis-server)"}
+    seconds, rounds, half_s = (3.0, 1, 3.0) if quick else (8.0, 3, 8.0)
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    data = tmp / "data"
-    data.mkdir()
-    keys = SqliteKeyStore(data / "keys.db")
-    _record, token = keys.create("bench", [Scope.generations_read, Scope.generations_write])
-    keys.close()
-    api_port, bare_port, fastapi_port = _free_port(), _free_port(), _free_port()
-    api_cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)]
-    api = subprocess.Popen(api_cmd, cwd=ROOT, env=_api_env(data, api_port), stderr=subprocess.DEVNULL)
-    bare = subprocess.Popen([sys.executable, "-c", _BARE_APP % bare_port], stderr=subprocess.DEVNULL)
-    fastapi = subprocess.Popen([sys.executable, "-c", _FASTAPI_APP % fastapi_port], stderr=subprocess.DEVNULL)
-    lua = tmp / "bench.lua"
-    lua.write_text(_LUA, encoding="utf-8")
-    body = json.dumps(BODY)
+    redis = start_redis(tmp / "redis-server")
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        bare_port, fastapi_port = _free_port(), _free_port()
+        bare = subprocess.Popen([sys.executable, "-c", _BARE_APP % bare_port], stderr=subprocess.DEVNULL)
+        procs.append(bare)
+        fastapi = subprocess.Popen([sys.executable, "-c", _FASTAPI_APP % fastapi_port], stderr=subprocess.DEVNULL)
+        procs.append(fastapi)
+        sqlite_api = _Api(tmp, "sqlite", None)
+        procs.append(sqlite_api.proc)
+        redis_api = _Api(tmp, "redis", redis.url)
+        procs.append(redis_api.proc)
         _wait_http(f"http://127.0.0.1:{bare_port}/", bare)
-        _wait_http(f"http://127.0.0.1:{fastapi_port}/", fastapi)
-        _wait_http(f"http://127.0.0.1:{api_port}/v1/models", api)
-        created = httpx.post(
-            f"http://127.0.0.1:{api_port}/v1/generations",
-            json=BODY,
-            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "seed"},
-        )
-        created.raise_for_status()
-        gen_url = f"http://127.0.0.1:{api_port}/v1/generations/{created.json()['id']}"
-        post_url = f"http://127.0.0.1:{api_port}/v1/generations"
-        base_env = {"BENCH_TOKEN": token, "BENCH_BODY": body}
-        targets = {
-            "bare": (f"http://127.0.0.1:{bare_port}/", bare, {**base_env, "BENCH_POST": "0"}),
-            "fastapi_constant": (f"http://127.0.0.1:{fastapi_port}/", fastapi, {**base_env, "BENCH_POST": "0"}),
-            "get": (gen_url, api, {**base_env, "BENCH_POST": "0"}),
-            "post": (post_url, api, {**base_env, "BENCH_POST": "1"}),
+        _wait_http(f"http://127.0.0.1:{fastapi_port}/async", fastapi)
+        sqlite_api.ready()
+        redis_api.ready()
+        targets: dict[str, dict[str, Any]] = {
+            "bare": _target(bare, bare_port, "GET", "/"),
+            "fastapi_async": _target(fastapi, fastapi_port, "GET", "/async"),
+            "fastapi_constant": _target(fastapi, fastapi_port, "GET", "/sync"),
         }
-        for url, proc, env in targets.values():  # warm-up: imports, SQLite pages, JIT-free but cache-warm
-            _measure(url, proc, 1, lua, {**env, "BENCH_KEY_PREFIX": f"warm-{uuid.uuid4().hex}"})
+        for name, api in (("", sqlite_api), ("_redis", redis_api)):
+            path = f"/v1/generations/{api.gen_id}"
+            targets[f"get{name}"] = _target(api.proc, api.port, "GET", path, api.token)
+            targets[f"post{name}"] = _target(api.proc, api.port, "POST", "/v1/generations", api.token)
+            targets[f"get{name}"]["redis"] = targets[f"post{name}"]["redis"] = bool(name)
+        if only:
+            targets = {k: v for k, v in targets.items() if k in only or k in ("bare", "fastapi_async")}
+        extra = {name: [redis.pid] if t.get("redis") else [] for name, t in targets.items()}
+        for name, target in targets.items():  # warm-up: imports, caches, SQLite pages, connections
+            _measure(target, 1.0, None, extra[name])
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
         for _ in range(rounds):  # interleaved, so machine noise hits every side alike
-            for name, (url, proc, env) in targets.items():
-                key_env = {**env, "BENCH_KEY_PREFIX": uuid.uuid4().hex}
-                runs[name].append(_measure(url, proc, seconds, lua, key_env))
+            for name, target in targets.items():
+                runs[name].append(_measure(target, seconds, None, extra[name]))
+        half: dict[str, dict[str, Any]] = {}
+        for name, target in targets.items():
+            if name.startswith(("get", "post")):
+                rate = _med(runs[name], "rps") / 2
+                half[name] = _measure(target, half_s, rate, extra[name])
     finally:
-        _stop(api)
-        _stop(bare)
-        _stop(fastapi)
+        for proc in procs:
+            _stop(proc)
+        redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    return _report(runs, half, seconds, rounds, half_s)
+
+
+def _report(
+    runs: dict[str, list[dict[str, Any]]], half: dict[str, dict[str, Any]], seconds: float, rounds: int, half_s: float
+) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "load_generator": f"wrk, 1 thread, {CONNECTIONS} keep-alive connections, {seconds:g} s x {rounds} per endpoint",
-        "servers": "uvicorn (uvloop + httptools), one process each (API: SQLite queue, local store, SQLite key store)",
+        "load_generator": (
+            f"scripts/bench_api.py load: asyncio on uvloop, raw keep-alive sockets, {CONNECTIONS} connections, "
+            f"closed loop {seconds:g} s x {rounds} rounds per target (interleaved); then open loop at half "
+            f"the measured max rate for {half_s:g} s"
+        ),
+        "servers": (
+            "uvicorn (uvloop + httptools), one process each; API: genworker api over SQLite (queue, keys) or "
+            "Redis (queue, keys, rate-limit counter), local store"
+        ),
+        "cores": os.cpu_count(),
     }
-    bare_rps = _med(runs["bare"], "rps")
-    bare_per_core = _med(runs["bare"], "rps_per_cpu_s")
+    bare = _med(runs["bare"], "rps")
+    empty = _med(runs["fastapi_async"], "rps")
     for name, samples in runs.items():
-        last = samples[-1]
-        result[name] = {
-            "rps": round(_med(samples, "rps"), 1),
-            "p50_ms": round(_med(samples, "p50_ms"), 3),
-            "p99_ms": round(_med(samples, "p99_ms"), 3),
-            "server_cpu_busy": round(_med(samples, "server_cpu_busy"), 2),
-            "rps_per_core": round(_med(samples, "rps_per_cpu_s"), 1),
-            "errors": sum(s["errors"] for s in samples),
-        }
-        # 199 latency percentiles (0.5 % steps) of the last run: the distribution, for the charts.
-        result[f"{name}_samples_ms"] = [round(x, 3) for x in last["percentiles_ms"]]
+        result[name] = _summary(samples)
         if name != "bare":
-            result[name]["ratio_vs_bare"] = round(result[name]["rps"] / bare_rps, 3)
-            # The bare app on uvloop + httptools can outrun one wrk thread (server_cpu_busy < 1): then
-            # requests per server CPU-second is the fairer comparison of what each request costs.
-            result[name]["per_core_ratio_vs_bare"] = round(result[name]["rps_per_core"] / bare_per_core, 3)
+            result[name]["ratio_vs_bare"] = round(result[name]["rps"] / bare, 3)
+        if name not in ("bare", "fastapi_async"):
+            result[name]["ratio_vs_fastapi_async"] = round(result[name]["rps"] / empty, 3)
+        if name in half:
+            h = half[name]
+            result[name]["half_rate"] = {
+                "offered_rps": round(h["rps"], 1),
+                "p50_ms": round(h["p50_ms"], 3),
+                "p99_ms": round(h["p99_ms"], 3),
+                "p999_ms": round(h["p999_ms"], 3),
+                "max_ms": round(h["max_ms"], 3),
+                "errors": h["errors"],
+            }
+            result[f"{name}_half_rate_samples_ms"] = [round(x, 3) for x in h["percentiles_ms"]]
     result["notes"] = (
-        "rps_per_core = requests per server CPU-second (one uvicorn process uses at most one core; on this "
-        "2-core machine wrk takes the other). p50/p99 are under saturation with "
-        f"{CONNECTIONS} connections, so they are mostly queueing: latency ≈ connections ÷ rps. POST is a "
-        "durable SQLite insert per request (record + idempotency key), GET a record read plus a queue position. "
-        "fastapi_constant (a sync FastAPI route returning a constant) splits the gap to the bare app: what the "
-        "framework costs (routing, threadpool hop, serialization) vs what the API's own work costs (key "
-        "lookup, rate limit, SQLite reads, view with signed URLs, response-model validation)."
+        "rps: closed-loop maximum (median of rounds); rps_per_core = requests per server CPU-second. "
+        "half_rate: the same request at half that rate, open loop, latency from the scheduled send time. "
+        "POST is a create with a unique Idempotency-Key (SQLite: one durable insert, synchronous=FULL; "
+        "Redis: idempotency SET NX, index writes, commit.lua), GET a record read, a queue position and "
+        "the view. fastapi_async (an empty async FastAPI route) is the framework alone; fastapi_constant "
+        "the same from a sync route (one threadpool hop)."
     )
     return result
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "load":
+        print(json.dumps(load_main(json.loads(sys.argv[2]))))
+        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    print(json.dumps(run(quick=parser.parse_args().quick), indent=2))
+    parser.add_argument("--only", default="", help="comma-separated targets (the baselines always run)")
+    args = parser.parse_args()
+    print(json.dumps(run(quick=args.quick, only=[t for t in args.only.split(",") if t] or None), indent=2))

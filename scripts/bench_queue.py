@@ -2,6 +2,12 @@
 this script starts, next to ``redis-benchmark -t xadd`` measured in the same run, the Redis commands
 one job costs (``INFO commandstats`` delta; the capacity plan needs it), and the SQLite backend.
 
+``poll_by_depth``: what one ``GET /v1/generations/{id}`` of a queued job costs the queue (record read +
+queue position) with 0, 10,000 and 100,000 jobs queued: Redis time per poll (``INFO commandstats``
+usec of the calls the poll sends), Redis CPU per poll (``INFO cpu``) and the client's latency, each the
+median over batches. ``retention``: Redis memory per finished job held and after its TTL passed and a
+purge ran; the SQLite file size over repeated bursts with a purge after each.
+
 ``run(quick)`` returns plain JSON-able dicts; ``python scripts/bench_queue.py [--quick]`` prints them.
 """
 
@@ -32,6 +38,7 @@ from worker.queue.base import JobQueue, Outcome  # noqa: E402
 from worker.queue.entries import encode_payload  # noqa: E402
 from worker.queue.redis_backend import RedisQueue  # noqa: E402
 from worker.queue.sqlite_backend import SqliteQueue  # noqa: E402
+from worker.queue.sqlite_clock import Clock  # noqa: E402
 
 MODEL = "bench-model"
 
@@ -161,6 +168,120 @@ def _commands_per_job(port: int, n: int) -> dict[str, Any]:
     }
 
 
+_POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)
+
+
+def _poll_batch(client: redis.Redis, q: JobQueue, ids: list[str]) -> tuple[float, float, float]:
+    """One batch of polls: (Redis usec per poll, Redis CPU usec per poll, client median ms)."""
+    stats_before, cpu_before = client.info("commandstats"), client.info("cpu")
+    latencies = []
+    for job_id in ids:
+        t0 = time.perf_counter()
+        record = q.get(job_id)
+        position = q.position(job_id)
+        latencies.append(time.perf_counter() - t0)
+        assert record is not None and position is not None
+    stats_after, cpu_after = client.info("commandstats"), client.info("cpu")
+    usec = sum(
+        stats_after.get(f"cmdstat_{c}", {}).get("usec", 0) - stats_before.get(f"cmdstat_{c}", {}).get("usec", 0)
+        for c in _POLL_COMMANDS
+    )
+    cpu_s = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_sys", "used_cpu_user"))
+    return usec / len(ids), cpu_s * 1e6 / len(ids), statistics.median(latencies) * 1000
+
+
+def _fill(q: JobQueue, n: int) -> list[str]:
+    return [q.enqueue(_record()).record.id for _ in range(n)]
+
+
+def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str, Any]:
+    """Poll queued jobs spread over the backlog (the last one too: the old walk's worst case)."""
+    client = redis.Redis(port=port, decode_responses=True)
+    out: dict[str, Any] = {}
+    for depth in depths:
+        client.flushall()
+        q = RedisQueue(client, lease_ttl_s=30)
+        ids = _fill(q, max(1, depth))
+        sample = [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)] if len(ids) > 1 else ids * 200
+        _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
+        rows = [_poll_batch(client, q, sample) for _ in range(batches)]
+        out[str(depth)] = {
+            "redis_usec_per_poll": round(statistics.median(r[0] for r in rows), 2),
+            "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in rows), 2),
+            "client_p50_ms": round(statistics.median(r[2] for r in rows), 3),
+            "position_of_last": q.position(ids[-1]),
+        }
+    deepest, empty = out[str(depths[-1])], out[str(depths[0])]
+    out["ratio_redis_usec_deepest_vs_0"] = round(deepest["redis_usec_per_poll"] / empty["redis_usec_per_poll"], 3)
+    out["ratio_redis_cpu_deepest_vs_0"] = round(
+        deepest["redis_cpu_usec_per_poll"] / empty["redis_cpu_usec_per_poll"], 3
+    )
+    out["ratio_client_p50_deepest_vs_0"] = round(deepest["client_p50_ms"] / empty["client_p50_ms"], 3)
+    out["batches"] = f"{batches} x 200 polls per depth; medians of the batches"
+    client.close()
+    return out
+
+
+def _redis_retention(port: int, n: int) -> dict[str, Any]:
+    """used_memory before N jobs, with them finished and held, and after their TTL passed + a purge."""
+    client = redis.Redis(port=port, decode_responses=True)
+    client.flushall()
+    ttl_s = 2.0
+    q = RedisQueue(client, lease_ttl_s=30, record_ttl_s=ttl_s)
+    done = Outcome(status=Status.succeeded)
+
+    def burst(count: int) -> list[str]:
+        ids = _fill(q, count)
+        for _ in ids:
+            claim = q.claim("bench-worker", [MODEL])
+            assert claim is not None and q.finish(claim, done)
+        return ids
+
+    def settled() -> int:
+        time.sleep(ttl_s + 1)
+        while client.scan(match="gw:{m:*}:job:*", count=10_000)[1]:
+            time.sleep(0.2)
+        q.purge_expired()
+        time.sleep(0.5)  # emptied hash tables shrink in the server's cron
+        return int(client.info("memory")["used_memory"])
+
+    burst(3)
+    baseline = settled()
+    started = time.perf_counter()
+    burst(n)
+    held = int(client.info("memory")["used_memory"])
+    finished_s = time.perf_counter() - started
+    after = settled()
+    client.close()
+    return {
+        "jobs": n,
+        "record_ttl_s": ttl_s,
+        "held_bytes_per_job": round((held - baseline) / n, 1),
+        "held_note": f"jobs finished over {finished_s:.1f} s, so the first may have expired before this reading",
+        "after_ttl_and_purge_bytes_per_job": round((after - baseline) / n, 2),
+        "baseline_used_memory": baseline,
+        "after_used_memory": after,
+    }
+
+
+def _sqlite_retention(directory: Path, bursts: int, n: int) -> dict[str, Any]:
+    now = [time.time()]
+    path = directory / "retention.db"
+    q = SqliteQueue(path, durable=False, record_ttl_s=3600, clock=Clock(wall=lambda: now[0]))
+    done = Outcome(status=Status.succeeded)
+    sizes = []
+    for burst in range(bursts):
+        for i in range(n):
+            q.enqueue(_record(), idempotency_key=f"{burst}-{i}", request_hash="h")
+            claim = q.claim("bench-worker", [MODEL])
+            assert claim is not None and q.finish(claim, done)
+        now[0] += 25 * 3600  # past the record TTL and the idempotency keys' 24 h
+        q.purge_expired()
+        sizes.append(path.stat().st_size)
+    q.close()
+    return {"bursts": bursts, "jobs_per_burst": n, "file_bytes_after_each_purge": sizes}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     n = 200 if quick else 2000
     if shutil.which("redis-server") is None or shutil.which("redis-benchmark") is None:
@@ -179,6 +300,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             result["redis_queue"] = _measure_queue(q, n)
             client.flushall()
             result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
+            depths = (0, 1_000, 10_000) if quick else (0, 10_000, 100_000)
+            result["poll_by_depth"] = _poll_by_depth(port, depths, batches=5 if quick else 9)
+            result["redis_retention"] = _redis_retention(port, 500 if quick else 2000)
             rps = result["redis_queue"]["enqueue_per_s"]
             result["enqueue_vs_xadd_1_client"] = round(rps / result["redis_benchmark_xadd"][0]["rps"], 3)
             client.close()
@@ -187,6 +311,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             proc.wait(timeout=10)
         result["sqlite_durable"] = _measure_queue(SqliteQueue(Path(tmp) / "durable.db", durable=True), n // 2)
         result["sqlite_normal"] = _measure_queue(SqliteQueue(Path(tmp) / "normal.db", durable=False), n // 2)
+        result["sqlite_retention"] = _sqlite_retention(Path(tmp), 5, 200 if quick else 1000)
     return result
 
 

@@ -59,8 +59,6 @@ NOTES = {
     "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": "S3 credentials (None: the default AWS credential chain).",
     "GENWORKER_STORE__S3_CONNECT_TIMEOUT_S": "S3 TCP connect timeout.",
     "GENWORKER_STORE__S3_READ_TIMEOUT_S": "S3 socket read timeout.",
-    "GENWORKER_MODELS__VAE_TILING": "Decode the VAE in tiles (lower peak memory at 720p and above).",
-    "GENWORKER_MODELS__CPU_OFFLOAD": "Offload when a model does not fit: `model` (per component), `group` (blocks).",
     "GENWORKER_ENCODER__CRF": "libx264 constant-quality level (lower = better, larger).",
     "GENWORKER_ENCODER__NVENC_CQ": "h264_nvenc constant-quality level.",
     "GENWORKER_ENCODER__AUDIO_BITRATE_KBPS": "AAC bitrate when the model makes audio.",

@@ -13,16 +13,27 @@ concurrent, across replicas) are mixed in. Reports:
 
 Bounded in time: submission stops at ``--time-limit-s``; polling stops ``--drain-s`` later.
 
+``--faults`` (``scripts/soak_faults.py``): the fleet runs on a Sentinel deployment (primary, two
+replicas, three sentinels; ``wait_replicas: 1``) and a restartable SeaweedFS, serving the test-only
+``instant-wan`` model (no denoising: the soak measures the queue, the workers and the stores). Every
+``--fault-interval-s`` one fault is injected: ``kill -9`` of a worker, a Redis stall, a failover
+(``kill -9`` of the primary), a SeaweedFS restart. Every create carries an Idempotency-Key and is
+re-sent on 5xx or a refused connection, as a client should. Also reported, and required to be 0: jobs
+left ``running``, 202s not accounted for (a key answered with two ids, or an id never seen terminal),
+objects in the bucket no record points at after the sweep (``orphaned_objects``).
+
     .venv/bin/python scripts/soak.py --jobs 1000 --out var/soak.json
+    .venv/bin/python scripts/soak.py --faults --jobs 10000 --clients 16 --out var/soak-faults.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
-import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -30,9 +41,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -43,12 +53,15 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.redis_server import RedisServer, start_redis  # noqa: E402
+from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.fixtures.seaweed import SeaweedServer, running_seaweed  # noqa: E402
+from worker.queue.config import QueueSettings  # noqa: E402
 from worker.settings import settings_env  # noqa: E402
 
 TERMINAL = {"succeeded", "failed", "canceled"}
-MODELS = ["tiny-wan", "tiny-ltx2"]
+TINY_MODELS = ["tiny-wan", "tiny-ltx2"]
+FAULT_MODELS = ["instant-wan"]
+RESEND_FOR_S = 120.0  # how long a create is re-sent on 5xx or a refused connection (--faults)
 
 
 @dataclass
@@ -66,20 +79,28 @@ class Tally:
     rejected: Counter[str] = field(default_factory=Counter)
     idem_ids: dict[str, set[str]] = field(default_factory=dict)
     http_5xx: int = 0
+    resends: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one soak run uses: the models, whether clients re-send, the queue's settings."""
+
+    models: list[str]
+    faults: bool
+    queue: QueueSettings
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def base_env(redis: RedisServer, weed: SeaweedServer, models_dir: Path, data_dir: Path) -> dict[str, str]:
-    settings = {
+def base_env(plan: Plan, weed: SeaweedServer, models_dir: Path, data_dir: Path, catalog: Path | None) -> dict[str, str]:
+    settings: dict[str, Any] = {
         "data_dir": str(data_dir),
-        "queue": {"backend": "redis", "redis_url": redis.url},
+        "queue": plan.queue.model_dump(mode="json", exclude_defaults=True),
         "store": {
             "backend": "s3",
             "s3_endpoint_url": weed.endpoint,
@@ -89,61 +110,33 @@ def base_env(redis: RedisServer, weed: SeaweedServer, models_dir: Path, data_dir
             "s3_secret_access_key": weed.secret_key,
         },
         "models": {"tiny_models_dir": str(models_dir)},
-        "worker": {"hosted_models": MODELS, "preload": MODELS, "heartbeat_s": 1},
+        "worker": {"hosted_models": plan.models, "preload": plan.models, "heartbeat_s": 1},
         "encoder": {"preset": "ultrafast", "threads": 1},
         "api": {"rate_limit_per_s": 100000, "rate_limit_burst": 100000},
     }
+    if catalog is not None:
+        settings["catalog_path"] = str(catalog)
+    if plan.faults:
+        settings["worker"].update({"reclaim_interval_s": 1, "max_backoff_s": 1})
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **settings_env(settings)}
 
 
-@contextmanager
-def processes(env: dict[str, str], logs: Path, workers: int, apis: int) -> Iterator[list[str]]:
-    """Start the worker and API processes; yield the API base URLs; stop them by PID."""
-    procs: list[subprocess.Popen[bytes]] = []
-    urls = []
-    try:
-        for i in range(workers):
-            wenv = {**env, **settings_env({"worker": {"metrics_port": free_port()}})}
-            out = (logs / f"worker-{i}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "genworker.cli", "worker"], env=wenv, stdout=out, stderr=subprocess.STDOUT
-                )
-            )
-        for i in range(apis):
-            port = free_port()
-            cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(port)]
-            out = (logs / f"api-{i}.log").open("wb")
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
-            urls.append(f"http://127.0.0.1:{port}")
-        yield urls
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def create_key(env: dict[str, str], redis_url: str) -> str:
-    cmd = [sys.executable, "-m", "genworker.cli", "keys", "create", "--project", "soak", "--redis-url", redis_url]
+def create_key(env: dict[str, str]) -> str:
+    """A key in the fleet's key store (the settings in ``env`` name it: Redis beside the queue)."""
+    cmd = [sys.executable, "-m", "genworker.cli", "keys", "create", "--project", "soak"]
     cmd += ["--scope", "generations:write", "--scope", "generations:read"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.strip()
 
 
-def wait_available(urls: list[str], timeout_s: float = 300) -> None:
+def wait_available(urls: list[str], models: list[str], timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             ok = 0
             for url in urls:
                 data = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
-                ok += all(any(m["id"] == mid and m["available"] for m in data) for mid in MODELS)
+                ok += all(any(m["id"] == mid and m["available"] for m in data) for mid in models)
             if ok == len(urls):
                 return
         except (httpx.HTTPError, KeyError, ValueError):
@@ -152,8 +145,8 @@ def wait_available(urls: list[str], timeout_s: float = 300) -> None:
     raise RuntimeError(f"models not available within {timeout_s} s")
 
 
-def random_body(rng: random.Random, catalog: Any) -> dict[str, Any]:
-    model = rng.choice(MODELS)
+def random_body(rng: random.Random, catalog: Any, models: list[str]) -> dict[str, Any]:
+    model = rng.choice(models)
     spec = catalog.get(model)
     params: dict[str, Any] = {
         "resolution": "144p",
@@ -173,40 +166,52 @@ def random_body(rng: random.Random, catalog: Any) -> dict[str, Any]:
     }
 
 
-def submit_one(i: int, urls: list[str], token: str, catalog: Any, tally: Tally, seed: int) -> str | None:
+def submit_one(i: int, urls: list[str], token: str, catalog: Any, tally: Tally, seed: int, plan: Plan) -> str | None:
     """Create one job (maybe with replays of its Idempotency-Key, maybe canceled); its id."""
     rng = random.Random(seed * 1_000_003 + i)
-    body = random_body(rng, catalog)
+    body = random_body(rng, catalog, plan.models)
     headers = {"Authorization": f"Bearer {token}"}
     roll = rng.random()
-    key = f"soak-{seed}-{i}" if roll < 0.15 else None
+    # Under faults every create carries a key: a client that re-sends without one may create twice.
+    key = f"soak-{seed}-{i}" if plan.faults or roll < 0.15 else None
     cancel = 0.15 <= roll < 0.22
     sends = 1
     if key is not None:
         headers["Idempotency-Key"] = key
-        sends = 2 if roll < 0.10 else 3  # sequential replays, or three at once
+        sends = 3 if 0.10 <= roll < 0.15 else 2 if roll < 0.10 else 1  # sequential replays, or three at once
     with httpx.Client(timeout=30) as c:
 
-        def post(n: int) -> httpx.Response:
-            return c.post(f"{urls[(i + n) % len(urls)]}/v1/generations", json=body, headers=headers)
+        def post(n: int) -> httpx.Response | None:
+            give_up = time.monotonic() + (RESEND_FOR_S if plan.faults else 0)
+            while True:
+                try:
+                    r = c.post(f"{urls[(i + n) % len(urls)]}/v1/generations", json=body, headers=headers)
+                except httpx.TransportError:
+                    r = None
+                if r is not None and r.status_code >= 500:
+                    with tally.lock:
+                        tally.http_5xx += 1
+                if (r is not None and r.status_code < 500) or time.monotonic() >= give_up:
+                    return r
+                with tally.lock:
+                    tally.resends += 1
+                time.sleep(0.5)
 
         if sends == 3:
             with ThreadPoolExecutor(3) as pool:
                 responses = list(pool.map(post, range(3)))
         else:
             responses = [post(n) for n in range(sends)]
-        for r in responses:
-            if r.status_code >= 500:
-                with tally.lock:
-                    tally.http_5xx += 1
-        ok = [r for r in responses if r.status_code in (200, 201, 202)]
+        ok = [r for r in responses if r is not None and r.status_code in (200, 201, 202)]
         if not ok:
+            first = responses[0]
             with tally.lock:
-                tally.rejected[f"{responses[0].status_code}:{responses[0].text[:80]}"] += 1
+                tally.rejected[f"{first.status_code}:{first.text[:80]}" if first else "no answer"] += 1
             return None
         gid = ok[0].json()["id"]
         if cancel:
-            c.post(f"{urls[i % len(urls)]}/v1/generations/{gid}/cancel", headers=headers)
+            with contextlib.suppress(httpx.TransportError):  # the job then simply runs
+                c.post(f"{urls[i % len(urls)]}/v1/generations/{gid}/cancel", headers=headers)
         with tally.lock:
             tally.submitted.append(Submitted(gid, key, body["model"], cancel))
             if key is not None:
@@ -222,7 +227,11 @@ def poll_all(urls: list[str], token: str, gids: list[str], deadline: float) -> d
         while pending and time.monotonic() < deadline:
             still = []
             for n, gid in enumerate(pending):
-                r = c.get(f"{urls[n % len(urls)]}/v1/generations/{gid}")
+                try:
+                    r = c.get(f"{urls[n % len(urls)]}/v1/generations/{gid}")
+                except httpx.TransportError:
+                    still.append(gid)
+                    continue
                 if r.status_code == 200 and r.json()["status"] in TERMINAL:
                     final[gid] = r.json()
                 else:
@@ -233,33 +242,64 @@ def poll_all(urls: list[str], token: str, gids: list[str], deadline: float) -> d
     return final
 
 
-def check_store(weed: SeaweedServer, records: dict[str, dict[str, Any]], redis_url: str) -> tuple[int, int]:
-    """(succeeded jobs with a missing/short object, jobs with more than one terminal event)."""
-    from worker.queue.config import QueueSettings
+@dataclass
+class StoreCheck:
+    missing: int = 0  # succeeded jobs with a missing or short object
+    duplicated: int = 0  # jobs with more than one terminal event
+    running: int = 0  # accepted jobs whose record is still running (or queued) at the end
+    swept: int = 0  # objects the final sweep removed (left by faults, pointed at by no record)
+    orphaned: list[str] = field(default_factory=list)  # objects under generations/ no record points at, after it
+
+
+def check_store(weed: SeaweedServer, gids: list[str], queue_settings: QueueSettings) -> StoreCheck:
+    """Read every accepted job back from the queue and every object from the bucket."""
     from worker.queue.factory import open_queue
 
     s3 = weed.client()
-    queue = open_queue(QueueSettings(backend="redis", redis_url=redis_url))
-    missing = duplicated = 0
+    queue = open_queue(queue_settings)
+    check = StoreCheck()
+    referenced: set[str] = set()
     try:
-        for gid, view in records.items():
+        for gid in gids:
             terminals = [e for e in queue.events(gid) if e.status.value in TERMINAL]
-            duplicated += int(len(terminals) != 1)
+            check.duplicated += int(len(terminals) > 1)
             record = queue.get(gid)
-            if view["status"] != "succeeded":
+            if record is None or record.status.value not in TERMINAL:
+                check.running += int(record is not None)
                 continue
-            if record is None or not record.artifacts:
-                missing += 1
+            referenced.update(a.key for a in record.artifacts)
+            if record.status.value != "succeeded":
                 continue
+            if not record.artifacts:
+                check.missing += 1
             for art in record.artifacts:
                 try:
                     head = s3.head_object(Bucket=weed.bucket, Key=art.key)
-                    missing += int(head["ContentLength"] != art.bytes)
+                    check.missing += int(head["ContentLength"] != art.bytes)
                 except Exception:  # any refusal means the artifact is not there
-                    missing += 1
+                    check.missing += 1
     finally:
         queue.close()
-    return missing, duplicated
+    check.swept = sweep_objects(weed, queue_settings)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=weed.bucket, Prefix="generations/"):
+        check.orphaned += [o["Key"] for o in page.get("Contents", []) if o["Key"] not in referenced]
+    return check
+
+
+def sweep_objects(weed: SeaweedServer, queue_settings: QueueSettings) -> int:
+    """One pass of the workers' sweeper over the bucket, every job being terminal now (so no age
+    bound is needed): what the faults left behind (a killed worker's upload, one cut off by a store
+    restart) goes; what a record points at stays. How many objects it removed."""
+    from worker.daemon.sweeper import Sweeper
+    from worker.queue.factory import open_queue
+    from worker.stores.factory import open_store
+
+    queue = open_queue(queue_settings)
+    store = open_store(weed.store_settings(), data_dir=Path(tempfile.mkdtemp(prefix="soak-sweep-")))
+    try:
+        return Sweeper(queue, store, Path("/nonexistent"), min_age_s=0).sweep_objects()
+    finally:
+        queue.close()
 
 
 def seconds(rec: dict[str, Any]) -> float:
@@ -276,25 +316,56 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from scripts.soak_faults import Fleet, Injector, start_redis_group
+    from tests.integration.worker_harness import write_test_catalog
+    from tests.reliability.support import RestartableSeaweed
     from worker.core.catalog import load_catalog
 
-    catalog = load_catalog()
     work = Path(tempfile.mkdtemp(prefix="genworker-soak-"))
     logs = work / "logs"
     logs.mkdir()
+    injector: Injector | None = None
     with ExitStack() as stack:
-        redis = start_redis(work / "redis", "--appendonly", "yes")
-        stack.callback(redis.stop)
-        weed = stack.enter_context(running_seaweed(work / "seaweed"))
+        catalog_path: Path | None = None
+        if args.faults:
+            group = start_redis_group(work / "redis")
+            stack.callback(group.stop)
+            restartable = RestartableSeaweed(work / "seaweed")
+            weed = restartable.start()
+            stack.callback(restartable.stop)
+            catalog_path = write_test_catalog(work / "catalog.yaml")
+            queue = QueueSettings(
+                backend="redis",
+                redis_mode="sentinel",
+                redis_url="redis://sentinel/0",
+                sentinel_addresses=group.addresses,
+                wait_replicas=1,
+                lease_ttl_s=5,  # longer than a stall (3 s): a stall alone never lapses a live lease
+                socket_timeout_s=2,
+                retry_backoff_s=0.2,
+            )
+            plan = Plan(FAULT_MODELS, True, queue)
+        else:
+            redis = start_redis(work / "redis", "--appendonly", "yes")
+            stack.callback(redis.stop)
+            weed = stack.enter_context(running_seaweed(work / "seaweed"))
+            plan = Plan(TINY_MODELS, False, QueueSettings(backend="redis", redis_url=redis.url))
+        catalog = load_catalog(catalog_path)
         models_dir = Path(args.models_dir) if args.models_dir else work / "models"
         if not args.models_dir:
             from pipelines.tiny import build_all
 
             build_all(models_dir)
-        env = base_env(redis, weed, models_dir, work / "data")
-        token = create_key(env, redis.url)
-        urls = stack.enter_context(processes(env, logs, args.workers, args.apis))
-        wait_available(urls)
+        env = base_env(plan, weed, models_dir, work / "data", catalog_path)
+        token = create_key(env)
+        fleet = Fleet(env, logs, args.workers, args.apis)
+        stack.callback(fleet.stop)
+        urls = fleet.start(free_port)
+        wait_available(urls, plan.models)
+        if args.faults:
+            injector = Injector(fleet, group, restartable, free_port, args.fault_interval_s, seed=args.seed)
+            faults = threading.Thread(target=injector.run, daemon=True)
+            faults.start()
         tally = Tally()
         started = time.monotonic()
         submit_deadline = started + args.time_limit_s
@@ -308,20 +379,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     i = next(counter, None)
                 if i is None:
                     return
-                sub = submit_one(i, urls, token, catalog, tally, args.seed)
+                sub = submit_one(i, urls, token, catalog, tally, args.seed, plan)
                 if sub is not None:
                     final.update(poll_all(urls, token, [sub], submit_deadline + args.drain_s))
 
         with ThreadPoolExecutor(args.clients) as pool:
             for f in [pool.submit(client_loop) for _ in range(args.clients)]:
                 f.result()
-        gids = [s.gid for s in tally.submitted]
         elapsed = time.monotonic() - started
-        missing, duplicated_events = check_store(weed, final, redis.url)
+        if injector is not None:
+            injector.stop.set()
+            faults.join(timeout=120)
+        gids = [s.gid for s in tally.submitted]
+        # Stragglers of the last fault (a job re-delivered after its lease lapsed) get the drain too.
+        final.update(poll_all(urls, token, [g for g in gids if g not in final], time.monotonic() + args.drain_s))
+        check = check_store(weed, gids, plan.queue)
     lost = [g for g in gids if g not in final]
     dup_keys = sum(1 for ids in tally.idem_ids.values() if len(ids) != 1)
     latencies = [seconds(r) for r in final.values() if r["status"] == "succeeded"]
-    return {
+    report: dict[str, Any] = {
+        "faults": bool(args.faults),
         "jobs_requested": args.jobs,
         "jobs_accepted": len(gids),
         "distinct_ids": len(set(gids)),
@@ -334,9 +411,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "idempotency_keys": len(tally.idem_ids),
         "jobs_lost": len(lost),  # accepted, then missing or never terminal within the drain
         "lost_ids": lost[:20],
-        "duplicated_terminal_records": duplicated_events + dup_keys,
-        "succeeded_missing_artifacts": missing,
+        "jobs_left_running": check.running,
+        "duplicated_terminal_records": check.duplicated + dup_keys,
+        "unaccounted_202": len(gids) - len(set(gids)) + dup_keys,
+        "succeeded_missing_artifacts": check.missing,
+        "swept_objects": check.swept,
+        "orphaned_objects": len(check.orphaned),
+        "orphaned_sample": check.orphaned[:10],
         "http_5xx": tally.http_5xx,
+        "create_resends": tally.resends,
         "rejected": dict(tally.rejected),
         "e2e_p50_s": round(pct(latencies, 0.50), 2),
         "e2e_p99_s": round(pct(latencies, 0.99), 2),
@@ -344,6 +427,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "throughput_jobs_per_s": round(len(final) / elapsed, 2) if elapsed else None,
         "logs": str(logs),
     }
+    if injector is not None:
+        report["fault_schedule"] = injector.schedule
+        report["fault_counts"] = dict(Counter(f["fault"] for f in injector.schedule))
+        report["fault_injection_errors"] = injector.errors
+        report["worker_restarts"] = fleet.restarts
+    return report
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """The figures that must be 0 (5xx too, without faults: nothing should fail then)."""
+    names = ["jobs_lost", "jobs_left_running", "duplicated_terminal_records", "unaccounted_202"]
+    names += ["succeeded_missing_artifacts", "orphaned_objects"]
+    if not report["faults"]:
+        names.append("http_5xx")
+    else:
+        names.append("fault_injection_errors")
+    return [name for name in names if report[name]]
 
 
 def main() -> int:
@@ -355,6 +455,8 @@ def main() -> int:
     parser.add_argument("--time-limit-s", type=float, default=900.0, help="stop submitting after this")
     parser.add_argument("--drain-s", type=float, default=300.0, help="keep polling this long after that")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", action="store_true", help="Sentinel + restartable S3 + injected faults")
+    parser.add_argument("--fault-interval-s", type=float, default=15.0, help="one fault this often (--faults)")
     parser.add_argument("--models-dir", default=None, help="prebuilt tiny models (else built in a temp dir)")
     parser.add_argument("--out", default=None, help="write the JSON report here too")
     args = parser.parse_args()
@@ -364,8 +466,10 @@ def main() -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n", encoding="utf-8")
-    bad = report["jobs_lost"] or report["duplicated_terminal_records"] or report["succeeded_missing_artifacts"]
-    return 1 if bad or report["http_5xx"] else 0
+    bad = failures(report)
+    if bad:
+        print(f"soak failed: {', '.join(bad)}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,7 +27,15 @@ from worker.media.settings import EncoderSettings
 from worker.queue.config import QueueSettings
 from worker.stores.config import StoreSettings
 
-__all__ = ["ENV_PREFIX", "ApiSettings", "Settings", "WorkerSettings", "load_settings", "settings_env"]
+__all__ = [
+    "ENV_PREFIX",
+    "ApiSettings",
+    "Settings",
+    "WorkerSettings",
+    "load_settings",
+    "settings_env",
+    "state_paths",
+]
 
 ENV_PREFIX = "GENWORKER_"
 _NESTED = "__"
@@ -74,6 +82,16 @@ class WorkerSettings(BaseModel):
     model_load_failure_workers: int = Field(default=3, ge=1)
     # Build the tiny CPU models when a hosted tiny model is missing from models.tiny_models_dir.
     build_tiny_models: bool = True
+    # The sweeper (worker/daemon/sweeper.py) runs at start and then this often: queue retention
+    # (expired records, idempotency keys, capped events, stopped workers' consumers), then the work
+    # dirs of killed workers and artifact objects no record will point at.
+    sweep_interval_s: float = Field(default=900.0, gt=0)
+    # Work dirs and objects younger than this are never swept; it must exceed the longest upload →
+    # finish gap of a job (a lease TTL is ample), since an object whose record is gone is judged by age.
+    sweep_min_age_s: float = Field(default=3600.0, gt=0)
+    # Sweep artifact objects too (a listing of the whole store per pass). In a large fleet on one
+    # bucket, leave it on for a few workers only; work dirs and queue retention are swept by every one.
+    sweep_objects: bool = True
 
 
 class ApiSettings(BaseModel):
@@ -86,8 +104,8 @@ class ApiSettings(BaseModel):
     # API keys: "auto" = Redis when the queue is on Redis, else SQLite at <data_dir>/keys.db.
     keys_backend: Literal["auto", "sqlite", "redis"] = "auto"
     keys_redis_url: str | None = None  # default: queue.redis_url
-    # Per-key token bucket: sustained requests per second and burst. With the SQLite key store the
-    # bucket lives in the API process; with Redis it is a shared fixed-window counter.
+    # Per-key rate limit: at most rate_limit_burst requests in any rate_limit_burst / rate_limit_per_s
+    # seconds (a moving window, the same rule in process and on Redis, where API replicas share it).
     rate_limit_per_s: float = Field(default=20.0, gt=0)
     rate_limit_burst: int = Field(default=60, ge=1)
     # Retry-After while a generation is not terminal: poll_first_s during the first
@@ -99,12 +117,29 @@ class ApiSettings(BaseModel):
     list_max_limit: int = Field(default=100, ge=1, le=1000)
     # Interactive docs at /docs (the schema is always at /v1/openapi.json).
     docs: bool = True
+    unhosted_models: Literal["auto", "accept", "refuse"] = Field(
+        default="auto",
+        description=(
+            "A create for a catalog model that no worker hosts (not in worker.hosted_models, no live "
+            "worker heartbeat names it): `refuse` answers 400 `invalid_parameter` (param `model`) instead "
+            "of a job that would wait for ever; `accept` queues it for a worker still to come "
+            "(scale from zero); `auto`: refuse on the SQLite queue (embedded mode), accept on Redis."
+        ),
+    )
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=_NESTED, extra="forbid")
 
-    data_dir: str = "var"
+    data_dir: str = Field(
+        default="var",
+        description=(
+            "The one state directory: the SQLite queue, `keys.db`, the local store, its `store-secret`, the "
+            "tiny models and the encoder's `work/`. A relative `queue.sqlite_path`, `store.local_root` or "
+            "`models.tiny_models_dir` resolves under it; a relative data_dir resolves against the working "
+            "directory once, at start, so every process given the same value shares the same files."
+        ),
+    )
     catalog_path: str | None = None  # default: configs/models.yaml next to the code
     log_level: str = "INFO"
     queue: QueueSettings = Field(default_factory=QueueSettings)
@@ -113,6 +148,20 @@ class Settings(BaseSettings):
     encoder: EncoderSettings = Field(default_factory=EncoderSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+
+    @model_validator(mode="after")
+    def _state_under_data_dir(self) -> Settings:
+        """Make ``data_dir`` absolute and every relative state path a path under it.
+
+        Done once, where the settings are built, so no reader joins paths itself and a child process
+        given these values (``settings_env``) needs no working directory of its own.
+        """
+        root = Path(self.data_dir).expanduser().absolute()
+        self.data_dir = str(root)
+        self.queue = self.queue.model_copy(update={"sqlite_path": _under(root, self.queue.sqlite_path)})
+        self.store = self.store.model_copy(update={"local_root": _under(root, self.store.local_root)})
+        self.models = self.models.model_copy(update={"tiny_models_dir": _under(root, self.models.tiny_models_dir)})
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -128,6 +177,26 @@ class Settings(BaseSettings):
         if yaml_path:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=Path(yaml_path)))
         return tuple(sources)
+
+
+def _under(root: Path, path: str) -> str:
+    candidate = Path(path).expanduser()
+    return str(candidate if candidate.is_absolute() else root / candidate)
+
+
+def state_paths(settings: Settings) -> dict[str, str]:
+    """Where these settings write state, for the line each state-writing command prints at start."""
+    paths = {"data_dir": settings.data_dir}
+    if settings.queue.backend == "sqlite":
+        paths["queue"] = settings.queue.sqlite_path
+    else:
+        paths["queue"] = f"redis ({settings.queue.redis_mode})"
+    if settings.store.backend == "local":
+        paths["artifacts"] = settings.store.local_root
+    else:
+        paths["artifacts"] = f"s3 bucket {settings.store.s3_bucket}"
+    paths["models"] = settings.models.tiny_models_dir
+    return paths
 
 
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:

@@ -1,4 +1,11 @@
-"""``/v1/generations``: create (202, idempotent), read, list and cancel a project's generations."""
+"""``/v1/generations``: create (202, idempotent), read, list and cancel a project's generations.
+
+Create and read, the calls a client repeats (a poll every few seconds per generation), are async
+routes: the key comes from the key cache (``api/auth.py``), the queue is awaited through the API's
+``AsyncApiQueue`` (``worker/queue/async_api.py``), and the view's JSON is rendered once into the
+response (``api/views.view_json``), so no threadpool hop and no second validation of the view. List
+and cancel stay sync routes over the sync queue. Both paths answer with the same bodies and headers.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +13,91 @@ import random
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, StringConstraints, TypeAdapter, ValidationError
 
-from api.auth import Principal, bearer
+from api.auth import Principal, bearer, presented_key
 from api.context import ApiContext
-from api.create import IDEMPOTENCY_HEADER, build_record, check_idempotency_key, parse_body, request_hash
+from api.create import (
+    IDEMPOTENCY_HEADER,
+    build_record,
+    check_hosted,
+    check_idempotency_key,
+    parse_body,
+    request_hash,
+)
 from api.errors import ApiError, responses_for
 from api.keys import Scope
 from api.query import only_query
-from api.views import GenerationList, GenerationView, generation_view
+from api.views import GenerationList, GenerationView, generation_view, view_json
 from worker.core.contract import GenerationRecord, Status, utcnow
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from worker.queue.base import Polled
 from worker.settings import ApiSettings
 
 __all__ = ["build_router", "retry_after_s"]
 
-_GENERATION_ID = Path(min_length=1, max_length=128, description="Generation id as returned by create.")
+_ID_DOC = "Generation id as returned by create."
+_GENERATION_ID = Path(min_length=1, max_length=128, description=_ID_DOC)
+_IDEMPOTENCY_DOC = "One stable key per logical generation; retries with it are safe for 24 h."
+_IDEMPOTENCY_PATTERN = r"^[\x20-\x7e]+$"
+
+# The create and read routes, the hot ones, declare no FastAPI parameters or dependencies: resolving
+# them cost more than the rest of a poll (docs/benchmarks.md). They read the request themselves with
+# the same rules, the same errors and the same order (query, body, key, header or path), and document
+# what they read here, as FastAPI documents the other routes' parameters.
+_ID = TypeAdapter(Annotated[str, StringConstraints(min_length=1, max_length=128)])
+_IDEMPOTENCY_KEY = TypeAdapter(
+    Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=_IDEMPOTENCY_PATTERN)]
+)
+_SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+_ID_PARAMETER = {
+    "name": "generation_id",
+    "in": "path",
+    "required": True,
+    "description": _ID_DOC,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128, "title": "Generation Id", "description": _ID_DOC},
+}
+_IDEMPOTENCY_PARAMETER = {
+    "name": IDEMPOTENCY_HEADER,
+    "in": "header",
+    "required": False,
+    "description": _IDEMPOTENCY_DOC,
+    "schema": {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": 255, "pattern": _IDEMPOTENCY_PATTERN},
+            {"type": "null"},
+        ],
+        "title": IDEMPOTENCY_HEADER,
+        "description": _IDEMPOTENCY_DOC,
+    },
+}
+_no_query = only_query().dependency  # the dependency's own check, called directly
+
+
+def _invalid(source: str, name: str, value: str, error: ValidationError) -> RequestValidationError:
+    """The error FastAPI raises for a parameter that fails validation (answered 400 by api/errors.py)."""
+    first = error.errors(include_url=False)[0]
+    return RequestValidationError([{"type": first["type"], "loc": (source, name), "msg": first["msg"], "input": value}])
+
+
+def _path_param(request: Request, name: str, adapter: TypeAdapter[str]) -> str:
+    value: str = request.path_params[name]
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        raise _invalid("path", name, value, e) from None
+
+
+def _header(request: Request, name: str, adapter: TypeAdapter[str]) -> str | None:
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        raise _invalid("header", name, value, e) from None
 
 
 def retry_after_s(record: GenerationRecord, api: ApiSettings, now: datetime) -> int | None:
@@ -41,14 +117,11 @@ def _not_cancelable(record: GenerationRecord) -> ApiError:
     return ApiError(409, ErrorCode.not_cancelable, f"generation {record.id!r} is already {record.status.value}", "id")
 
 
-async def _raw_body(request: Request) -> bytes:
-    return await request.body()
-
-
 def build_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/generations", tags=["generations"])
-    # The presented key (401 at once when missing); each route checks it first thing in its body, so
-    # the key lookup shares the route's one threadpool hop (api/auth.py).
+    # The presented key (401 at once when missing); each route checks it first thing in its body: the
+    # async routes await ``ctx.auth.authorize``, the sync ones call ``ctx.auth.principal`` on their
+    # thread (api/auth.py).
     key = Depends(bearer)
     api = ctx.settings.api
 
@@ -68,43 +141,46 @@ def build_router(ctx: ApiContext) -> APIRouter:
         if seconds is not None:
             response.headers["Retry-After"] = str(seconds)
 
+    def polled_view(polled: Polled) -> GenerationView:
+        return generation_view(polled.record, ctx.store, queue_position=polled.position)
+
+    def rendered(view: BaseModel, status: int, headers: dict[str, str], record: GenerationRecord) -> Response:
+        """The view's JSON as the response (the route's ``response_model`` documents it)."""
+        seconds = retry_after_s(record, api, utcnow())
+        if seconds is not None:
+            headers = {**headers, "Retry-After": str(seconds)}
+        return Response(view_json(view), status_code=status, headers=headers, media_type="application/json")
+
     @router.post(
         "",
         status_code=202,
         response_model=GenerationView,
-        dependencies=[only_query()],
         summary="Create a generation",
         responses=responses_for(401, 403, 409, 413, 429),
         openapi_extra={
+            "parameters": [_IDEMPOTENCY_PARAMETER],
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateRequest"}}},
-            }
+            },
+            "security": _SECURITY,
         },
     )
-    def create_generation(
-        response: Response,
-        body: Annotated[bytes, Depends(_raw_body)],
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias=IDEMPOTENCY_HEADER,
-                min_length=1,
-                max_length=255,
-                pattern=r"^[\x20-\x7e]+$",
-                description="One stable key per logical generation; retries with it are safe for 24 h.",
-            ),
-        ] = None,
-        api_key: str = key,
-    ) -> GenerationView:
-        principal = ctx.auth.principal(api_key, Scope.generations_write)
+    async def create_generation(request: Request) -> Response:
+        # The checks FastAPI's dependencies made, in their order: query, body, key, header.
+        await _no_query(request)
+        body = await request.body()
+        api_key = await presented_key(request)
+        idempotency_key = _header(request, IDEMPOTENCY_HEADER, _IDEMPOTENCY_KEY)
+        principal = await ctx.auth.authorize(api_key, Scope.generations_write)
         idem_key = check_idempotency_key(idempotency_key)
-        request = parse_body(body)
+        create = parse_body(body)
         record = build_record(
-            request, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts
+            create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts
         )
+        check_hosted(record.model, ctx.settings, ctx.queue.live_workers)
         try:
-            result = ctx.queue.enqueue(record, idempotency_key=idem_key, request_hash=request_hash(request))
+            created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=request_hash(create))
         except IdempotencyConflict as e:
             raise ApiError(
                 409,
@@ -112,11 +188,10 @@ def build_router(ctx: ApiContext) -> APIRouter:
                 f"Idempotency-Key was already used with a different request body (generation {e.job_id})",
                 IDEMPOTENCY_HEADER,
             ) from None
-        if result.replayed:
-            response.headers["Idempotent-Replayed"] = "true"
-        response.headers["Location"] = f"/v1/generations/{result.record.id}"
-        hint(response, result.record)
-        return view(result.record)
+        headers = {"Location": f"/v1/generations/{created.record.id}"}
+        if created.replayed:
+            headers = {"Idempotent-Replayed": "true", **headers}
+        return rendered(polled_view(created), 202, headers, created.record)
 
     @router.get(
         "",
@@ -140,16 +215,20 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @router.get(
         "/{generation_id}",
         response_model=GenerationView,
-        dependencies=[only_query()],
         summary="Get a generation (poll until a terminal status)",
         responses=responses_for(401, 403, 404, 429),
+        openapi_extra={"parameters": [_ID_PARAMETER], "security": _SECURITY},
     )
-    def get_generation(
-        response: Response, generation_id: Annotated[str, _GENERATION_ID], api_key: str = key
-    ) -> GenerationView:
-        record = owned(generation_id, ctx.auth.principal(api_key, Scope.generations_read))
-        hint(response, record)
-        return view(record)
+    async def get_generation(request: Request) -> Response:
+        await _no_query(request)
+        api_key = await presented_key(request)
+        generation_id = _path_param(request, "generation_id", _ID)
+        principal = await ctx.auth.authorize(api_key, Scope.generations_read)
+        polled = await ctx.aqueue.poll(generation_id)
+        # Another project's generation is "not found", not "forbidden": ids must not leak.
+        if polled is None or polled.record.project != principal.project:
+            raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id")
+        return rendered(polled_view(polled), 200, {}, polled.record)
 
     @router.post(
         "/{generation_id}/cancel",

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client import Client, Generation
+from genworker_client import Client, Generation
 from worker.settings import settings_env
 
 URL_TTL_S = 2
@@ -112,6 +112,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> I
                     "poll_first_window_s": RETRY_AFTER_WINDOW_S,
                     "poll_min_s": RETRY_AFTER_LATE_S,
                     "poll_max_s": RETRY_AFTER_LATE_S,
+                    # NEVER_RUNS_MODEL must be accepted: embedded mode refuses unhosted models by default.
+                    "unhosted_models": "accept",
                 },
             }
         ),

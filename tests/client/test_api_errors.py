@@ -7,7 +7,7 @@ import uuid
 import httpx
 import pytest
 
-from client import ApiError, Client, Generation, Model
+from genworker_client import ApiError, Client, Generation, Model
 from tests.client.conftest import FAST_MODEL, NEVER_RUNS_MODEL, Server
 from tests.client.recording import RecordingTransport
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from client import Generation
 from genworker.cli import app
+from genworker_client import Generation
 from tests.client.conftest import FAST_MODEL, NEVER_RUNS_MODEL, Server
 
 Invoke = Callable[..., Result]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from client import ApiError, AsyncClient, Client, Generation, RetryPolicy
+from genworker_client import ApiError, AsyncClient, Client, Generation, RetryPolicy
 from tests.client.conftest import NEVER_RUNS_MODEL, Server
 from tests.client.proxy import DroppingProxy
 from tests.client.recording import RecordingTransport

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client import ApiError, AsyncClient, Generation
+from genworker_client import ApiError, AsyncClient, Generation
 from tests.client.conftest import FAST_MODEL, URL_TTL_S, Server
 from tests.client.recording import RecordingTransport
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from client.download import ArtifactSink, artifact_paths, needs_fresh_url
-from client.errors import IntegrityError
-from client.ledger import KeyLedger, LedgerConflict, choose_idempotency_key, fingerprint
-from client.models import Artifact, Generation
+from genworker_client.download import ArtifactSink, artifact_paths, needs_fresh_url
+from genworker_client.errors import IntegrityError
+from genworker_client.ledger import KeyLedger, LedgerConflict, choose_idempotency_key, fingerprint
+from genworker_client.models import Artifact, Generation
 
 BODY = {"model": "tiny-wan", "mode": "text_to_video", "variant": "standard", "parameters": {}, "input": {"prompt": "x"}}
 

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from client import wire
-from client.errors import ApiError
-from client.models import Generation, GenerationPage, Model
+from genworker_client import wire
+from genworker_client.errors import ApiError
+from genworker_client.models import Generation, GenerationPage, Model
 
 
 def record(**overrides: Any) -> dict[str, Any]:

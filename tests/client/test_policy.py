@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.cadence import PollCadence
-from client.retry import RETRYABLE_STATUSES, RetryPolicy, backoff_s, parse_retry_after
+from genworker_client.cadence import PollCadence
+from genworker_client.retry import RETRYABLE_STATUSES, RetryPolicy, backoff_s, parse_retry_after
 
 # ---------------------------------------------------------------------------------------------------
 # Poll cadence

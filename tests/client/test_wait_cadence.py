@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from client import Generation, WaitTimeout
+from genworker_client import Generation, WaitTimeout
 from tests.client.conftest import NEVER_RUNS_MODEL, RETRY_AFTER_EARLY_S, RETRY_AFTER_LATE_S, Server
 from tests.client.recording import RecordingTransport
 

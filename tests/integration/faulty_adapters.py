@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from pipelines.adapter import Latents
@@ -27,7 +28,7 @@ from worker.core.catalog import ModelSpec
 from worker.core.media import Media, StepCallback
 from worker.core.resolve import ResolvedJob
 
-__all__ = ["HangingWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowWan"]
+__all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowWan"]
 
 
 class _WrappedWan:
@@ -126,3 +127,44 @@ class HangingWan(_WrappedWan):
                 time.sleep(1.0)
 
         return super().denoise(job, step)
+
+
+class _Color(Latents):
+    """What ``InstantWan.denoise`` leaves for ``decode``: one colour, from the seed."""
+
+    def __init__(self, rgb: tuple[int, int, int]) -> None:
+        self.rgb = rgb
+
+
+class InstantWan:
+    """No model at all: every step reported at once, a clip of one colour per seed. The soak's model
+    (``scripts/soak.py --faults``), which measures the queue, the worker and the stores, not denoising."""
+
+    options: ClassVar[frozenset[str]] = WanTextToVideo.options
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> InstantWan:
+        return cls(spec)
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        return prompt
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def unload(self) -> None:
+        return None
+
+    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+        for step in range(1, job.steps + 1):
+            on_step(step, job.steps)
+        return _Color((job.seed * 37 % 256, job.seed * 91 % 256, job.seed * 13 % 256))
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        assert isinstance(latents, _Color)
+        frames = np.empty((job.num_frames, job.gen_height, job.gen_width, 3), dtype=np.uint8)
+        frames[...] = latents.rgb
+        return Media(job.gen_width, job.gen_height, float(job.fps), job.num_frames, iter([frames]))

@@ -3,7 +3,8 @@ one is checked against the settings model, ``pyproject.toml`` and the generated 
 
 - every ``GENWORKER_*`` variable the Dockerfiles and ``compose.yaml`` set is one the settings read
   (a typo would otherwise be ignored silently by pydantic-settings);
-- both images install the torch version ``pyproject.toml`` pins and copy every package it builds;
+- the GPU image installs the torch version the ``worker`` extra pins, the API image none, and both copy
+  every package ``pyproject.toml`` builds plus the client distribution;
 - the GPU image keeps its contract (non-root, weights volume, healthcheck on /healthz, entrypoint);
 - the compose example gives the worker a GPU and a stop grace above its drain grace;
 - the config reference in ``docs/operators.md`` is the one ``scripts/gen_config_reference.py`` makes.
@@ -52,15 +53,20 @@ def test_every_genworker_variable_set_for_deployment_is_a_setting(name: str) -> 
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_images_install_the_pinned_torch_and_every_package(name: str) -> None:
+def test_images_install_the_right_torch_and_every_package(name: str) -> None:
+    """The GPU image installs the worker extra's pinned torch; the API image installs no torch at all."""
     text = (ROOT / name).read_text(encoding="utf-8")
-    pins = [d for d in _pyproject()["project"]["dependencies"] if d.startswith("torch")]
+    project = _pyproject()["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("torch")]  # the API tier's set has none
+    pins = [d for d in project["optional-dependencies"]["worker"] if d.startswith("torch")]
     assert pins == ["torch==2.13.0"]
-    assert set(re.findall(r'"(torch==[^"]+)"', text)) == set(pins)
+    gpu = name == "Dockerfile.gpu"
+    assert set(re.findall(r'"(torch==[^"]+)"', text)) == (set(pins) if gpu else set())
     packages = _pyproject()["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     copied = set(re.findall(r"^COPY (\S+) ", text, flags=re.MULTILINE))
-    assert set(packages) <= copied, set(packages) - copied
-    assert "RUN pip install /app" in text
+    assert {*packages, "client"} <= copied, {*packages, "client"} - copied
+    install = '/app/client "/app[worker]"' if gpu else "/app/client /app &&"
+    assert f"RUN pip install {install}" in text
     assert re.search(r"^USER 10001:10001$", text, flags=re.MULTILINE)
 
 

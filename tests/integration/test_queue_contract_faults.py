@@ -89,3 +89,16 @@ def test_a_running_record_with_no_lease_is_swept_back_into_the_queue(make_queue:
     assert again is not None and again.job_id == lost.id and again.attempt == 2
     assert q.finish(again, Outcome(status=Status.succeeded)) and q.finish(held, Outcome(status=Status.succeeded))
     assert q.reclaim_expired() == 0 and q.depth("tiny-wan") == 0
+
+
+def test_the_claim_paths_reclaims_are_counted_by_the_next_reclaim_expired(make_queue: MakeQueue) -> None:
+    """Claims re-queue lapsed leases too; the worker's metric (``genworker_leases_reclaimed_total``)
+    counts what ``reclaim_expired`` returns, so those must be in it, once."""
+    q = make_queue(lease_ttl_s=0.3)
+    record = q.enqueue(new_record()).record
+    assert q.claim("gone", ["tiny-wan"]) is not None
+    time.sleep(0.7)  # the lease lapses: nobody renews it
+    again = q.claim("next", ["tiny-wan"], block_s=2)  # the claim path re-queues the job, then takes it
+    assert again is not None and again.job_id == record.id and again.attempt == 2
+    assert q.reclaim_expired() == 1
+    assert q.reclaim_expired() == 0

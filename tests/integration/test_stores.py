@@ -340,7 +340,7 @@ def test_local_http_error_shapes(local_server: LocalServer, served: tuple[LocalS
     unsigned = httpx.get(base)
     assert unsigned.status_code == 403
     assert unsigned.json() == {
-        "error": {"code": "unauthenticated", "message": unsigned.json()["error"]["message"], "param": "sig"}
+        "error": {"code": "invalid_request", "message": unsigned.json()["error"]["message"], "param": "sig"}
     }
     missing = httpx.get(store.sign_url(fresh_key("video.mp4")).url)
     assert missing.status_code == 404

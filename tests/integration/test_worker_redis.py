@@ -30,7 +30,7 @@ from tests.integration.worker_harness import (
 from tests.integration.worker_media import assert_playable_mp4, fetch_object
 from worker.core.catalog import load_catalog
 from worker.core.contract import GenerationRecord, Stage, Status
-from worker.core.errors import ErrorCode
+from worker.core.errors import ErrorCode, public_message
 from worker.queue.base import JobQueue
 
 HOSTED = ["tiny-wan", "tiny-ltx2", "slow-wan", "faulty-raise", "faulty-oom", "faulty-oom-once", "timeout-wan"]
@@ -145,7 +145,9 @@ def test_a_pipeline_that_raises_fails_with_a_code_and_the_worker_takes_the_next_
     failed, _ = wait_for(queue, bad.id, terminal)
     assert failed.status is Status.failed
     assert failed.error is not None and failed.error.code is ErrorCode.pipeline_error
-    assert "synthetic pipeline failure" in failed.error.message
+    assert failed.error.message == public_message(ErrorCode.pipeline_error)  # details: the worker's log
+    logged = " ".join(e["msg"] for e in stack["worker"].logs() if e.get("job_id") == failed.id)
+    assert "synthetic pipeline failure" in logged, logged
     assert failed.attempt == 1  # model errors are terminal, not retried
     ok, _ = wait_for(queue, good.id, terminal)
     assert ok.status is Status.succeeded, ok.error
@@ -183,7 +185,8 @@ def test_a_payload_the_catalog_refuses_fails_with_invalid_payload(stack: dict[st
     done, _ = wait_for(stack["queue"], record.id, terminal)
     assert done.status is Status.failed
     assert done.error is not None and done.error.code is ErrorCode.invalid_payload
-    assert "resolution" in done.error.message
+    logged = " ".join(e["msg"] for e in stack["worker"].logs() if e.get("job_id") == record.id)
+    assert "resolution" in logged, logged
 
 
 def test_heartbeat_logs_and_metrics_add_up(stack: dict[str, Any]) -> None:

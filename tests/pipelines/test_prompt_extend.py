@@ -105,3 +105,84 @@ def test_adapter_raises_and_the_worker_call_does_not(adapters: dict[str, Adapter
 )
 def test_sanitize(raw: str, clean: str) -> None:
     assert sanitize(raw) == clean
+
+
+# sha256 of LM_ZH_SYS_PROMPT / LM_EN_SYS_PROMPT as Wan-Video/Wan2.1 @9737cba9 defines them (wan/utils/prompt_extend.py).
+UPSTREAM_WAN_PROMPTS = {
+    "zh": "76cb49107dfc75fa89cab0b22d77c17bb4f3e09153b8d3b8ee3c2ac136cc70c3",
+    "en": "283ac4b4d7d5b13f5171a57377ab7dc89ed8fe14caff4c1f9ecdbae1f7bc4542",
+}
+
+
+def test_wan_system_prompts_are_upstreams_byte_for_byte() -> None:
+    import hashlib
+
+    from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
+
+    digests = {lang: hashlib.sha256(text.encode()).hexdigest() for lang, text in WAN_SYSTEM_PROMPTS.items()}
+    assert digests == UPSTREAM_WAN_PROMPTS
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_the_wan_llm_sees_the_system_prompt_of_its_language(
+    adapters: dict[str, Adapter], tiny_runtime: ModelRuntimeSettings, make_job: MakeJob, language: str
+) -> None:
+    """What reaches the chat template is upstream's text for the catalog's language."""
+    from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
+
+    wan = adapters["tiny-wan"]
+    settings = wan.spec.prompt_extend
+    assert settings is not None
+    adapter = _with_extension(wan, tiny_runtime, settings.model_copy(update={"language": language}))
+    extend_or_fallback(adapter, make_job("tiny-wan", prompt=PROMPT, prompt_extend=True))  # loads its LLM
+    llm = adapter._llm  # type: ignore[attr-defined]
+    template = llm.tokenizer.apply_chat_template
+    seen: list[str] = []
+
+    def recording(messages: list[dict[str, str]], *args: object, **kwargs: object) -> object:
+        seen.append(messages[0]["content"])
+        return template(messages, *args, **kwargs)
+
+    llm.tokenizer.apply_chat_template = recording
+    try:
+        extend_or_fallback(adapter, make_job("tiny-wan", prompt=PROMPT, prompt_extend=True))
+    finally:
+        del llm.tokenizer.apply_chat_template
+    assert seen == [WAN_SYSTEM_PROMPTS[language]]
+
+
+class _OutOfMemoryAdapter:
+    """An adapter whose extension runs out of device memory (what torch raises on CUDA)."""
+
+    def __init__(self, spec: object) -> None:
+        self.spec = spec
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_out_of_memory_in_extension_is_not_swallowed(adapters: dict[str, Adapter], make_job: MakeJob) -> None:
+    import torch
+
+    oom = _OutOfMemoryAdapter(adapters["tiny-wan"].spec)
+    with pytest.raises(torch.OutOfMemoryError):
+        extend_or_fallback(oom, make_job("tiny-wan", prompt=PROMPT, prompt_extend=True))  # type: ignore[arg-type]
+
+
+def test_the_cache_counts_the_chat_llm_once_loaded(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
+) -> None:
+    cache = ModelCache(tiny_runtime)
+    try:
+        spec = catalog.models["tiny-wan"]
+        wan = cache.get(spec)
+        before = cache.resident_bytes()
+        assert before == wan.memory_bytes()
+        extend_or_fallback(wan, make_job("tiny-wan", prompt=PROMPT, prompt_extend=True))
+        assert wan.memory_bytes() > before  # the LLM is held with the model now
+        cache.get(spec)  # the next job's hit measures it again
+        assert cache.resident_bytes() == wan.memory_bytes() > before
+    finally:
+        cache.clear()

@@ -135,9 +135,8 @@ def test_variant_shift_rebuilds_the_scheduler(wan: WanTextToVideo, make_job: Mak
 def test_runtime_knobs_apply_and_offload_needs_cuda(
     tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
 ) -> None:
-    runtime = tiny_runtime.model_copy(
-        update={"vae_tiling": True, "cpu_offload": "model", "attention_backend": "native"}
-    )
+    override = {"vae_tiling": True, "offload": "model", "attention_backend": "native"}
+    runtime = tiny_runtime.model_copy(update={"profile_overrides": {MODEL: override}})
     adapter = WanTextToVideo.load(catalog.models[MODEL], runtime, device="cpu", dtype="float32")
     try:
         assert adapter.pipe.vae.use_tiling

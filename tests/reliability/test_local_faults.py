@@ -41,7 +41,7 @@ from tests.reliability.support import worker_env
 from tests.reliability.test_disk_full import fill, mount_tmpfs
 from worker.core.catalog import Catalog, load_catalog
 from worker.core.contract import GenerationRecord, Status
-from worker.core.errors import ErrorCode
+from worker.core.errors import ErrorCode, public_message
 from worker.queue.base import JobQueue
 from worker.settings import settings_env
 
@@ -180,7 +180,9 @@ def test_a_model_that_loads_on_no_worker_fails_after_n_distinct_workers(site: Si
     done, _ = wait_for(site.queue, job.id, terminal, timeout_s=120)
     assert done.status is Status.failed and done.error is not None, done
     assert done.error.code is ErrorCode.model_load_failed, done.error
-    assert "failed to load on 2 workers" in done.error.message, done.error.message
+    assert done.error.message == public_message(ErrorCode.model_load_failed), done.error.message
+    logged = [e["msg"] for w in site.workers.values() for e in w.logs() if e.get("job_id") == job.id]
+    assert any("failed to load on 2 workers" in m for m in logged), logged
     assert set(released_by(site.queue, job.id)) == {"broken-1", "broken-2"} - {_last_claimer(site, job.id)}
     site.stop("broken-2")
 

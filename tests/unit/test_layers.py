@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("genworker", "worker", "pipelines", "api", "client")
+# import name -> its source folder (the client is its own distribution, in a src layout under client/).
+PACKAGES = {
+    "genworker": "genworker",
+    "worker": "worker",
+    "pipelines": "pipelines",
+    "api": "api",
+    "genworker_client": "client/src/genworker_client",
+}
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -32,8 +39,8 @@ def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _copy_tree(dest: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
-    for name in PACKAGES:
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, source in PACKAGES.items():
+        shutil.copytree(ROOT / source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def test_layers_contract_is_kept() -> None:
@@ -46,12 +53,12 @@ def test_wrong_way_import_breaks_the_contract(tmp_path: Path) -> None:
     _copy_tree(tmp_path)
     sizes = tmp_path / "worker" / "core" / "sizes.py"
     sizes.write_text(sizes.read_text() + "\nfrom worker.daemon import verdict  # noqa: E402, F401\n")
-    client = tmp_path / "client" / "cadence.py"
+    client = tmp_path / "genworker_client" / "cadence.py"
     client.write_text(client.read_text() + "\nimport worker.core.errors  # noqa: E402, F401\n")
 
     result = _lint(tmp_path)
 
     assert result.returncode != 0
     assert "worker.core.sizes -> worker.daemon.verdict" in result.stdout
-    assert "client.cadence -> worker.core.errors" in result.stdout
+    assert "genworker_client.cadence -> worker.core.errors" in result.stdout
     assert "2 broken" in result.stdout

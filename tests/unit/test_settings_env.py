@@ -49,7 +49,7 @@ def _non_trivial() -> Settings:
                 "signing_secret": "0123456789abcdef0123",
                 "url_ttl_s": 60,
             },
-            "models": {"device": "cpu", "dtype": "bfloat16", "cache_budget_gb": 12.5, "compile_blocks": True},
+            "models": {"device": "cpu", "dtype": "bfloat16", "cache_budget_gb": 12.5, "weights_dir": "/weights"},
             "encoder": {"codec": "libx264", "preset": "ultrafast", "threads": 1, "poster": "first"},
             "worker": {
                 "worker_id": "gpu-7",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import random
 
 import pytest
 import torch
@@ -132,6 +133,14 @@ def test_short_message_of_an_empty_exception_is_its_type() -> None:
     assert short_message(KeyError()) == "KeyError"
 
 
-@pytest.mark.parametrize(("attempt", "expected"), [(1, 2.0), (2, 4.0), (3, 8.0), (10, 60.0)])
-def test_backoff_doubles_and_is_capped(attempt: int, expected: float) -> None:
-    assert backoff_s(attempt, base_s=2.0, cap_s=60.0) == expected
+class _Top(random.Random):
+    """An rng pinned to the top of every range: each delay equals its ceiling."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+@pytest.mark.parametrize(("attempt", "ceiling"), [(1, 2.0), (2, 4.0), (3, 8.0), (10, 60.0), (5000, 60.0)])
+def test_backoff_doubles_and_is_capped(attempt: int, ceiling: float) -> None:
+    assert backoff_s(attempt, base_s=2.0, cap_s=60.0, rng=_Top()) == ceiling
+    assert ceiling / 2 <= backoff_s(attempt, base_s=2.0, cap_s=60.0) <= ceiling

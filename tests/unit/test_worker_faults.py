@@ -167,3 +167,28 @@ def _claim() -> Claim:
         price_hold=Money(currency="USD", amount="0.01"),
     )
     return Claim(job_id="j", model="m", attempt=1, record=record)
+
+
+def test_a_backend_fault_ends_when_the_backend_answers_not_when_the_backoff_does() -> None:
+    metrics, clock = WorkerMetrics(), Clock()
+    f = faults(metrics, clock)
+    f.report(FaultKind.backend, "m", "store down")
+    assert f.claimable(["m", "other"]) == []  # worker-wide: the store serves every model
+
+    def down() -> None:
+        raise ConnectionError("still down")
+
+    f.probe_backend(down)
+    assert f.claimable(["m", "other"]) == [] and f.ready_models() == []
+    f.probe_backend(lambda: False)  # answered (the probe key does not exist): the outage is over
+    assert f.claimable(["m", "other"]) == ["m", "other"] and f.ready_models() == ["m", "other"]
+    assert clock.now == 1000.0  # well before the 10 s backoff would have ended
+
+
+def test_a_backend_probe_leaves_other_faults_alone() -> None:
+    metrics, clock = WorkerMetrics(), Clock()
+    f = faults(metrics, clock)
+    f.report(FaultKind.encoder, "m", "ffmpeg missing")
+    called: list[int] = []
+    f.probe_backend(lambda: called.append(1))
+    assert called == [] and f.claimable(["m"]) == []

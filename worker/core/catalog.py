@@ -18,7 +18,12 @@ from worker.core.errors import GenworkerError
 from worker.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
+    "ATTENTION_BACKENDS",
+    "FAMILY_COMPONENTS",
     "FAMILY_OPTIONS",
+    "FAMILY_USES_ATTENTION_MASK",
+    "LTX2_DISTILLED_STEPS",
+    "MASK_REJECTING_BACKENDS",
     "Catalog",
     "CatalogError",
     "FrameRule",
@@ -26,13 +31,17 @@ __all__ = [
     "ModelSpec",
     "PromptExtendSpec",
     "Rates",
+    "RuntimeProfile",
+    "TwoStageSpec",
     "VariantSpec",
+    "check_profile",
     "default_catalog_path",
     "load_catalog",
 ]
 
 _Forbid = ConfigDict(extra="forbid", frozen=True)
 PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
+DType = Literal["float32", "bfloat16", "float16"]
 
 # The options each family's adapter accepts in a variant's ``pipeline_kwargs``. Kept here as data so the
 # catalog refuses a typo at load without importing the adapters; tests/pipelines/test_options.py holds
@@ -47,6 +56,7 @@ FAMILY_OPTIONS: dict[str, frozenset[str]] = {
             "audio_stg_scale",
             "decode_noise_scale",
             "decode_timestep",
+            "distilled",
             "guidance_rescale",
             "max_sequence_length",
             "modality_scale",
@@ -56,6 +66,39 @@ FAMILY_OPTIONS: dict[str, frozenset[str]] = {
         }
     ),
 }
+
+
+# diffusers' attention backends (``AttentionBackendName`` values, diffusers 0.42.1), and those whose kernel
+# raises ``ValueError: `attn_mask` is not supported`` when given a mask (flash-attn 2/3/4 and their hub
+# kernels, sage, torch's flash-only SDPA, XLA). The varlen kernels turn a padding mask into sequence
+# lengths and accept it. tests/pipelines/test_profiles.py reads both sets back from diffusers' source.
+ATTENTION_BACKENDS: frozenset[str] = frozenset(
+    {
+        "_flash_3", "_flash_3_hub", "_flash_3_varlen_hub", "_flash_varlen_3", "_native_cudnn", "_native_efficient",
+        "_native_flash", "_native_math", "_native_npu", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
+        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
+        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "flash_varlen", "flash_varlen_hub", "flex", "native",
+        "sage", "sage_blackwell_hub", "sage_hub", "sage_varlen", "xformers",
+    }
+)  # fmt: skip
+MASK_REJECTING_BACKENDS: frozenset[str] = frozenset(
+    {
+        "_flash_3", "_flash_3_hub", "_native_flash", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
+        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
+        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "sage", "sage_blackwell_hub", "sage_hub",
+    }
+)  # fmt: skip
+# Whether a family's transformer passes an attention mask on every step: LTX-2's cross-attention always
+# masks the padded text tokens; Wan attends without masks.
+FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True}
+# The pipeline components a runtime profile may give a dtype of their own.
+FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
+    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "vae"}),
+    "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
+}
+# LTX-2's distilled stage 1 runs exactly the 8 pre-trained sigmas (DISTILLED_SIGMA_VALUES in diffusers'
+# pipelines/ltx2/utils.py, from Lightricks/LTX-2 ltx_pipelines/utils/constants.py DISTILLED_SIGMAS).
+LTX2_DISTILLED_STEPS = 8
 
 
 class CatalogError(GenworkerError, ValueError):
@@ -106,6 +149,8 @@ class PromptExtendSpec(BaseModel):
 
     method: Literal["text_encoder", "chat_llm"]
     llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
+    # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
+    language: Literal["en", "zh"] = "en"
     max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
@@ -114,6 +159,59 @@ class PromptExtendSpec(BaseModel):
         if self.method == "chat_llm" and not self.llm:
             raise ValueError("method chat_llm needs 'llm' (hub id or local path)")
         return self
+
+
+class RuntimeProfile(BaseModel):
+    """How a model runs on its device: the dtype of each component, attention kernel, offload, VAE tiling and
+    compilation. It belongs to the model, not the worker, so one worker can host models that need different
+    settings; a worker may replace fields per model (``models.profile_overrides``), checked the same way.
+    """
+
+    model_config = _Forbid
+
+    # Component (pipeline attribute) -> dtype; components not named run in the model's ``dtype``.
+    dtypes: dict[str, DType] = Field(default_factory=dict)
+    # A diffusers attention backend for the denoising transformers; None = torch SDPA's own dispatch.
+    attention_backend: str | None = None
+    # none: everything resident; model: each component visits the GPU only while it runs; group: leaf groups
+    # of the transformers stream in with the compute (slowest, least memory).
+    offload: Literal["none", "model", "group"] = "none"
+    vae_tiling: bool = False  # decode in tiles: bounded decode memory at 720p and above
+    compile: bool = False  # regional torch.compile of the repeated transformer blocks
+    notes: str = ""  # why this profile, with its sources (docs/gpu.md)
+
+
+def check_profile(family: str, profile: RuntimeProfile) -> None:
+    """Refuse a profile its family cannot run, with the reason (``ValueError``)."""
+    backend = profile.attention_backend
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        close = difflib.get_close_matches(backend, ATTENTION_BACKENDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"attention_backend {backend!r} is not a diffusers attention backend{hint}")
+    if backend in MASK_REJECTING_BACKENDS and FAMILY_USES_ATTENTION_MASK[family]:
+        raise ValueError(
+            f"attention_backend {backend!r} rejects attention masks and family {family!r} passes one on every "
+            "step (its kernel raises `attn_mask` is not supported); use 'native', '_native_cudnn', "
+            "'_native_efficient' or a varlen backend"
+        )
+    unknown = sorted(set(profile.dtypes) - FAMILY_COMPONENTS[family])
+    if unknown:
+        raise ValueError(
+            f"dtypes names {unknown}, not components of family {family!r} "
+            f"({', '.join(sorted(FAMILY_COMPONENTS[family]))})"
+        )
+
+
+class TwoStageSpec(BaseModel):
+    """LTX-2's production recipe (Lightricks ``ti2vid_two_stages.py``): stage 1 at half the size, the latent
+    x2 upsampler, then a short refinement at full size with the distilled LoRA and CFG off."""
+
+    model_config = _Forbid
+
+    upsampler: str = "latent_upsampler"  # subfolder of the weights holding LTX2LatentUpsamplerModel
+    distilled_lora: str  # LoRA weight file in the weights (``load_lora_weights(weight_name=...)``)
+    lora_scale: Annotated[float, Field(gt=0, le=2)] = 1.0
+    refine_sigmas: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)]
 
 
 class Rates(BaseModel):
@@ -150,7 +248,9 @@ class ModelSpec(BaseModel):
     # Operator sizing hints: resident GPU memory and public per-job GPU seconds at the default size.
     gpu_memory_gb: Annotated[float, Field(ge=0)] = 0.0
     est_gpu_seconds_per_job: Annotated[float, Field(ge=0)] = 0.0
-    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    dtype: DType = "bfloat16"
+    runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
+    two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
     rates: Rates
     modes: dict[str, ModeSpec]
 
@@ -169,6 +269,30 @@ class ModelSpec(BaseModel):
                         where = f"{mode_name}.variants.{variant_name}.pipeline_kwargs"
                         raise ValueError(f"{where}: {_unknown_option(key, family, allowed)}")
         return modes
+
+    @model_validator(mode="after")
+    def _runnable(self) -> ModelSpec:
+        """The runtime profile and the recipe fit the family (nothing accepted and then ignored)."""
+        try:
+            check_profile(self.family, self.runtime)
+        except ValueError as e:
+            raise ValueError(f"runtime: {e}") from None
+        if self.two_stage is not None:
+            if self.family != "ltx2":
+                raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")
+            if self.stride % 64:
+                raise ValueError("two_stage needs stride 64: stage 1 runs at half the size, on LTX-2's 32 stride")
+        for mode_name, mode in self.modes.items():
+            for name, variant in mode.variants.items():
+                where = f"{mode_name}.variants.{name}"
+                if self.family == "ltx2" and (variant.flow_shift is not None or variant.guidance_scale_2 is not None):
+                    raise ValueError(f"{where}: flow_shift and guidance_scale_2 are Wan's; LTX-2 would ignore them")
+                if variant.pipeline_kwargs.get("distilled"):
+                    if self.two_stage is None:
+                        raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
+                    if variant.steps != LTX2_DISTILLED_STEPS:
+                        raise ValueError(f"{where}: distilled runs exactly {LTX2_DISTILLED_STEPS} steps")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

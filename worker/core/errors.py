@@ -4,7 +4,7 @@ Every failure that reaches a record or an HTTP body carries one stable, machine-
 ``ErrorCode`` (a closed enum: adding a code is a contract change, removing one is a breaking change).
 
 Exception tree (every exception class the project defines, with the module it lives in when that
-is not this one; ``client`` is a separate package with its own tree in ``client/errors.py``)::
+is not this one; ``genworker_client`` is a separate distribution with its own tree in its ``errors.py``)::
 
     GenworkerError
     ├── RequestRejected          a create request or queue payload the catalog refuses (4xx, terminal)
@@ -30,8 +30,13 @@ is not this one; ``client`` is a separate package with its own tree in ``client/
     ├── PromptExtendError        pipelines.prompt_extend: extension failed; the original prompt is used
     ├── ApiError                 api.errors: an HTTP error a route raises (status, code, message)
     ├── RangeNotSatisfiable      api.artifacts: a byte range that selects nothing (416, ``ValueError``)
+    ├── InvalidProject           api.keys: a project name the queue's key scheme cannot hold (``ValueError``)
     ├── BodyTooLarge             api.limits: a request body over the limit, found while streaming (413)
     └── ServerStopped            api.server: SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
+
+``PUBLIC_MESSAGES`` is the one table of what a client is told for each code: short, fixed sentences. A
+failed record stores and serves only these; the details (exception text, ffmpeg's stderr, store
+endpoints, paths, adapter classes) go to the worker's log, never to a client.
 
 ``short_message`` and ``is_out_of_memory`` read any exception (ours or a library's) the same way
 everywhere: in the daemon's outcome table, in prompt extension, in the model cache's OOM retry.
@@ -39,9 +44,12 @@ everywhere: in the daemon's outcome table, in prompt extension, in the model cac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 __all__ = [
+    "PUBLIC_MESSAGES",
     "BackendUnavailable",
     "EncoderUnavailable",
     "ErrorCode",
@@ -58,6 +66,7 @@ __all__ = [
     "WorkDiskFull",
     "WorkerFault",
     "is_out_of_memory",
+    "public_message",
     "short_message",
 ]
 
@@ -96,6 +105,46 @@ class ErrorCode(StrEnum):
     upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
     worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
     internal_error = "internal_error"
+
+
+# What a client reads in ``error.message`` of a failed generation, by code. Fixed text on purpose: an
+# exception's own words may name an S3 endpoint, a server path, an adapter class or carry ffmpeg's
+# stderr, and none of that is the client's business (the worker logs it with the job id).
+PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
+    {
+        ErrorCode.invalid_request: "the request is malformed",
+        ErrorCode.model_not_found: "no such model in the catalog",
+        ErrorCode.unsupported_mode: "the model does not support this mode",
+        ErrorCode.unsupported_variant: "the model does not offer this variant",
+        ErrorCode.invalid_parameter: "a parameter has a value this model does not allow",
+        ErrorCode.unsupported_parameter: "a parameter is not supported by this model",
+        ErrorCode.invalid_payload: "the job is not a valid request for its model",
+        ErrorCode.unauthenticated: "missing, invalid or revoked API key",
+        ErrorCode.insufficient_scope: "the API key lacks the scope this operation needs",
+        ErrorCode.not_found: "not found",
+        ErrorCode.method_not_allowed: "method not allowed",
+        ErrorCode.idempotency_conflict: "the idempotency key was used with a different request body",
+        ErrorCode.not_cancelable: "the generation has already ended",
+        ErrorCode.payload_too_large: "the request body is too large",
+        ErrorCode.rate_limited: "rate limit exceeded; retry later",
+        ErrorCode.service_unavailable: "a backend was temporarily unavailable; retry later",
+        ErrorCode.out_of_memory: "the generation ran out of GPU memory; a smaller size or duration may fit",
+        ErrorCode.timeout: "the generation ran past the model's time limit",
+        ErrorCode.model_load_failed: "the model could not be loaded; retry later",
+        ErrorCode.pipeline_error: "the model failed while generating",
+        ErrorCode.encode_failed: "the video could not be encoded",
+        ErrorCode.upload_failed: "the video could not be stored; retry later",
+        ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
+        ErrorCode.internal_error: "internal error",
+    }
+)
+if PUBLIC_MESSAGES.keys() != set(ErrorCode):  # a new code without its sentence is a bug: fail at import
+    raise RuntimeError(f"no public message for {sorted(set(ErrorCode) - PUBLIC_MESSAGES.keys())}")
+
+
+def public_message(code: ErrorCode) -> str:
+    """The fixed, client-safe sentence for ``code`` (``PUBLIC_MESSAGES``)."""
+    return PUBLIC_MESSAGES[code]
 
 
 class GenworkerError(Exception):

@@ -5,6 +5,10 @@ with the job bound. ``Settler`` turns an exception into the queue call ``worker.
 and is the only place that ends an attempt other than success. A fault of the worker's own
 (``release_local``) goes through ``worker.daemon.faults`` first: it backs the worker off, and may turn
 a load failure seen on enough workers into a failure of the job.
+
+The record gets only the code's fixed public sentence (``worker.core.errors.PUBLIC_MESSAGES``): the
+verdict's own message, which may name store endpoints, paths, adapter classes or carry ffmpeg's
+stderr, is written to this worker's log line for the outcome, with the job id bound.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.core.contract import ErrorInfo, Status
-from worker.core.errors import BackendUnavailable, ErrorCode
+from worker.core.errors import BackendUnavailable, ErrorCode, public_message
 from worker.daemon.faults import LocalFaults
 from worker.daemon.lease import Lease, LeaseKeeper
 from worker.daemon.logs import JobLogger
@@ -132,7 +136,8 @@ class Settler:
         if verdict.action == "canceled":
             return self._queue.finish(claim, Outcome(status=Status.canceled))
         assert verdict.code is not None
-        error = ErrorInfo(code=verdict.code, message=verdict.message)
+        # The details stay in the log line ``_log`` wrote; clients read records.
+        error = ErrorInfo(code=verdict.code, message=public_message(verdict.code))
         if verdict.action == "retry":
             delay_s = backoff_s(claim.attempt, self._backoff_base_s, self._backoff_cap_s)
             return self._queue.retry(claim, error, delay_s=delay_s)

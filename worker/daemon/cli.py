@@ -28,12 +28,15 @@ _ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=_CONF
 
 def worker_command(config: _ConfigOption = None) -> None:
     """Run the worker daemon: claim jobs of the hosted models until SIGTERM (a second one stops at once)."""
+    import logging
+
     from worker.daemon.logs import configure_logging
     from worker.daemon.loop import run_worker
-    from worker.settings import load_settings
+    from worker.settings import load_settings, state_paths
 
     settings = load_settings(config)
     configure_logging(settings.log_level)
+    logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
     raise typer.Exit(run_worker(settings))
 
 
@@ -77,6 +80,8 @@ def generate_command(
     }
     try:
         job = prepare_job(settings, parse_create_request(body))
+        # Said once the request is valid, since only then is anything written there.
+        typer.echo(f"state in {settings.data_dir} (models: {settings.models.tiny_models_dir})", err=True)
         with _ProgressBar() as bar:
             result = generate_once(settings, job, output, on_stage=bar.stage, on_step=bar.step)
     except RequestRejected as e:

@@ -25,6 +25,7 @@ from worker.daemon.lifecycle import Shutdown
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.postprocess import PostProcessingLane, PostProcessor
 from worker.daemon.runner import JobRunner
+from worker.daemon.sweeper import Sweeper, SweeperThread
 from worker.queue.base import WorkerHeartbeat, WorkerQueue
 from worker.settings import Settings
 from worker.stores.base import ArtifactStore
@@ -54,6 +55,7 @@ class WorkerContext:
     runner: JobRunner
     post: PostProcessingLane
     status_server: StatusServer | None = None
+    sweeper: SweeperThread | None = None
     current_job: str | None = field(default=None)
 
     def beat(self) -> WorkerHeartbeat:
@@ -66,6 +68,9 @@ class WorkerContext:
         )
 
     def stop(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
+            self.sweeper.join(5.0)  # a pass in progress ends at its next queue or store call
         self.heartbeat.stop()
         self.leases.stop()
         self.post.close()
@@ -102,6 +107,13 @@ def ensure_tiny_models(settings: Settings, catalog: Catalog, hosted: list[str]) 
         build_all(root)  # skips complete builds; also builds the tiny prompt LLM
         elapsed_ms = round((time.perf_counter() - started) * 1000)
         log.info("tiny models ready", extra={"dir": str(root), "elapsed_ms": elapsed_ms, "built": missing})
+
+
+def work_root(settings: Settings) -> Path:
+    """Where attempts encode (one dir each, removed after upload; the sweeper removes a killed worker's)."""
+    root = Path(settings.data_dir) / "work"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def preload(ctx: WorkerContext) -> None:
@@ -158,6 +170,10 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
         faults=faults,
         shutdown=shutdown,
     )
+    sweeper = SweeperThread(
+        Sweeper(queue, store if ws.sweep_objects else None, work_root(settings), min_age_s=ws.sweep_min_age_s),
+        ws.sweep_interval_s,
+    )
     ctx = WorkerContext(
         settings=settings,
         worker_id=worker_id,
@@ -174,8 +190,10 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
         runner=runner,
         post=post,
         status_server=status_server,
+        sweeper=sweeper,
     )
     ctx.heartbeat.start()
+    sweeper.start()  # its first pass runs now, beside the preload
     preload(ctx)
     leases.start()
     return ctx
@@ -210,8 +228,6 @@ def _job_path(
     settler = Settler(
         queue, leases, metrics, faults, backoff_base_s=settings.queue.retry_backoff_s, backoff_cap_s=ws.max_backoff_s
     )
-    work_root = Path(settings.data_dir) / "work"
-    work_root.mkdir(parents=True, exist_ok=True)
     runner = JobRunner(
         catalog=catalog,
         queue=queue,
@@ -222,7 +238,7 @@ def _job_path(
         faults=faults,
         stop_now=shutdown.stop_now,
         progress_interval_s=ws.progress_interval_s,
-        work_root=work_root,
+        work_root=work_root(settings),
     )
     processor = PostProcessor(
         catalog=catalog,

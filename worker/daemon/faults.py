@@ -141,6 +141,19 @@ class LocalFaults:
         for fault in gone:
             log.info("worker fault cleared", extra={"fault": fault.kind.value, "model": fault.model or model})
 
+    def probe_backend(self, answers: Callable[[], object]) -> None:
+        """End a ``backend`` fault as soon as the backend answers again (``answers`` returns): an
+        outage is over when the store is back, not when a doubling backoff runs out. Cheap to call
+        while backing off; nothing to do without a backend fault."""
+        with self._lock:
+            if (FaultKind.backend, "") not in self._faults:
+                return
+        try:
+            answers()
+        except Exception:  # kept broad on purpose: any failure of the probe means "not back yet"
+            return
+        self.clear("", FaultKind.backend)
+
     # ------------------------------------------------------------------------------ what to claim
     def claimable(self, models: Sequence[str]) -> list[str]:
         """``models`` whose backoff is over (none while a worker-wide fault backs off)."""

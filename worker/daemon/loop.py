@@ -36,6 +36,8 @@ log = logging.getLogger("genworker.worker")
 # After the drain grace, running work gets this long to notice the interrupt and release its job.
 _INTERRUPT_WAIT_S = 5.0
 _MAX_QUEUE_BACKOFF_S = 30.0
+# A key never written: asking whether it exists tells whether the store answers at all.
+_STORE_PROBE_KEY = "genworker-probe/store"
 
 
 class Worker:
@@ -82,6 +84,10 @@ class Worker:
         ctx = self.ctx
         block_s = ctx.settings.worker.claim_block_s
         models = ctx.faults.claimable(ctx.hosted_models)
+        if not models:
+            # A store outage ends when the store answers: probe it rather than sit out the backoff.
+            ctx.faults.probe_backend(lambda: ctx.store.exists(_STORE_PROBE_KEY))
+            models = ctx.faults.claimable(ctx.hosted_models)
         if not models:  # a worker-wide fault, or every model backing off: other workers take the jobs
             self.shutdown.draining.wait(max(0.05, ctx.faults.wait_s(max(block_s, 0.05))))
             return None

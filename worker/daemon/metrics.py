@@ -70,7 +70,8 @@ class WorkerMetrics:
         )
         self.local_faults = Counter(
             "genworker_local_faults",
-            "Faults of this worker's own (model load, encoder, disk, device) that released a job.",
+            "Faults that released a job without using an attempt: this worker's own (model load, encoder, disk, "
+            "device) or a backend (store, queue) that did not answer during the job.",
             ["kind", "model"],
             registry=r,
         )

@@ -104,6 +104,7 @@ class PostProcessor:
         """Upload under this claim's own keys (``artifact_key``): nobody else ever writes or deletes them."""
         with stage(handoff.attempt, self._metrics, Stage.uploading):
             stored = upload_artifacts(self._store, handoff.attempt.claim, files)
+        self._faults.clear(handoff.rendered.job.model, FaultKind.backend)  # the store answered again
         handoff.attempt.progress.check()
         return stored
 

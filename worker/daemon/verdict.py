@@ -14,13 +14,16 @@ raised                                     outcome
   (or under a ``ModelLoadError``)
 CUDA device busy/unavailable/absent,       ``release_local`` ``device``: the GPU is unusable here (a
   raw or under a ``ModelLoadError``        device-side assert is not: it is the job's, see below)
+``BackendUnavailable``: the store or the   ``release_local`` ``backend``: not the job's doing, and a
+  queue did not answer during the job      retry would only burn its attempts while the outage
+                                           lasts; the worker stops claiming until its backoff ends
 ``ModelLoadError``                         ``release_local`` ``model_load``: the model does not load
                                            here (after N distinct workers: ``failed``
                                            ``model_load_failed``, decided by the settler)
 ``JobError(code)``                         ``failed`` with ``code``, no retry
 ``RequestRejected`` (bad queue payload)    ``failed`` ``invalid_payload``
-``TransientError(code)``                   ``queue.retry`` with exponential backoff (dead letter at the
-                                           attempt limit, keeping ``code``)
+``TransientError(code)``                   ``queue.retry`` with jittered exponential backoff (dead letter
+                                           at the attempt limit, keeping ``code``)
 out of memory (after its one local retry)  ``failed`` ``out_of_memory``
 anything else (model code raised)          ``failed`` ``pipeline_error`` with a short message
 =========================================  ==========================================================
@@ -34,12 +37,14 @@ the seam classified them: a full artifact store is the store's ``upload_failed``
 from __future__ import annotations
 
 import errno
+import random
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from pipelines.registry import ModelLoadError
 from worker.core.errors import (
+    BackendUnavailable,
     EncoderUnavailable,
     ErrorCode,
     FatalWorkerError,
@@ -77,6 +82,7 @@ class FaultKind(StrEnum):
 
     model_load = "model_load"
     encoder = "encoder"
+    backend = "backend"  # the artifact store (or the queue) did not answer
     disk = "disk"
     device = "device"
 
@@ -103,6 +109,8 @@ def classify(exc: BaseException) -> Verdict:
         return Verdict("fatal", ErrorCode.internal_error, short_message(exc))
     if isinstance(exc, JobCanceled):
         return Verdict("canceled", message=exc.message)
+    if isinstance(exc, BackendUnavailable):
+        return Verdict("release_local", exc.code, short_message(exc), FaultKind.backend)
     local = _local_fault(exc)
     if local is not None:
         code = exc.code if isinstance(exc, JobError | WorkerFault) else ErrorCode.internal_error
@@ -143,6 +151,19 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Exponential backoff for the retry after ``attempt`` (1-based): base, 2*base, 4*base, ... capped."""
-    return float(min(cap_s, base_s * 2 ** max(0, attempt - 1)))
+def backoff_s(attempt: int, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:
+    """Delay of the retry after ``attempt`` (1-based): uniform in ``[c/2, c]`` ("equal jitter"), where
+    ``c = min(cap_s, base_s * 2**(attempt - 1))``.
+
+    The random half spreads the jobs that failed together (one Redis or S3 blip fails every job in
+    flight on every worker) over ``c/2`` instead of re-delivering them all at the same instant; the
+    fixed half keeps a retry from landing at once on a backend that is still down. The client's retries
+    have the same shape (``genworker_client.retry.backoff_s``); the two cannot share code because the
+    worker does not import the client package. ``rng`` is for tests; by default the module generator.
+    """
+    try:
+        ceiling = float(min(cap_s, base_s * 2.0 ** max(0, attempt - 1)))
+    except OverflowError:
+        ceiling = float(cap_s)
+    draw = rng.uniform if rng is not None else random.uniform
+    return ceiling / 2.0 + draw(0.0, ceiling / 2.0)

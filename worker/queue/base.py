@@ -31,12 +31,14 @@ from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Money, P
 
 __all__ = [
     "ApiQueue",
+    "AsyncApiQueue",
     "Claim",
     "DeadLetter",
     "EnqueueResult",
     "Event",
     "JobQueue",
     "Outcome",
+    "Polled",
     "WorkerHeartbeat",
     "WorkerQueue",
 ]
@@ -58,6 +60,15 @@ class Claim:
 class EnqueueResult:
     record: GenerationRecord
     replayed: bool  # True when an earlier request with the same idempotency key created it
+
+
+@dataclass(frozen=True)
+class Polled:
+    """A record as the API serves it: the record and, while it is queued, its place in the queue."""
+
+    record: GenerationRecord
+    position: int | None  # ``ApiQueue.position``: 0-based while queued, else None
+    replayed: bool = False  # from ``enqueue``: an earlier request with the same idempotency key made it
 
 
 class Outcome(BaseModel):
@@ -160,6 +171,27 @@ class ApiQueue(Protocol):
     def close(self) -> None: ...
 
 
+class AsyncApiQueue(Protocol):
+    """The API's poll and create calls as coroutines, so a route awaits them on the event loop instead
+    of holding a thread. Same records, same errors (``BackendUnavailable``, ``IdempotencyConflict``)
+    as ``ApiQueue``'s ``get``, ``position`` and ``enqueue``; each returns the record with its position,
+    which a backend may fetch in the same round trip."""
+
+    async def poll(self, job_id: str) -> Polled | None:
+        """``get`` and, while the job is queued, ``position``; None when there is no such job."""
+        ...
+
+    async def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> Polled:
+        """``ApiQueue.enqueue`` (the same idempotency rules) and the stored record's position."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what this object holds (connections, threads); not the sync queue it may wrap."""
+        ...
+
+
 class WorkerQueue(Protocol):
     """What a worker needs: claim, keep the lease, report progress and the outcome, beat, reclaim."""
 
@@ -203,7 +235,19 @@ class WorkerQueue(Protocol):
         ...
 
     def reclaim_expired(self) -> int:
-        """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them."""
+        """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them,
+        with those this queue object's claims re-queued since the last call (the claim path reclaims
+        too), so a caller that counts these returns counts every reclaim of its process."""
+        ...
+
+    def purge_expired(self) -> int:
+        """Retention, run periodically by a worker: drop what outlived its keep time (terminal records
+        and their events after ``record_ttl``, idempotency keys after 24 h, events and dead letters past
+        their caps, consumers of stopped workers); how many items went. Cheap when there is nothing."""
+        ...
+
+    def get(self, job_id: str) -> GenerationRecord | None:
+        """The record (the sweeper reads which objects a record points at)."""
         ...
 
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None: ...

@@ -13,7 +13,9 @@ class QueueSettings(BaseModel):
     backend: Literal["sqlite", "redis"] = Field(
         default="sqlite", description="`sqlite`: one machine (embedded mode); `redis`: a fleet on one Redis."
     )
-    sqlite_path: str = Field(default="var/queue.db", description="SQLite queue file (backend `sqlite`).")
+    sqlite_path: str = Field(
+        default="queue.db", description="SQLite queue file (backend `sqlite`); relative: under data_dir."
+    )
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
         description=(
@@ -53,6 +55,21 @@ class QueueSettings(BaseModel):
     tls_check_hostname: bool = Field(
         default=True, description="With `rediss://`: check that the server certificate names the host."
     )
+    wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Redis: replicas that must acknowledge every queue commit (`WAIT`) before it counts: an "
+        "acknowledged enqueue, claim or finish then survives a failover. 0: off (asynchronous replication). "
+        "Not confirmed within `wait_timeout_ms`: the API answers 503 and the worker backs off.",
+    )
+    wait_aof: bool = Field(
+        default=False,
+        description="Redis 7.2+ with `appendonly yes`: also wait until each commit is fsynced to the primary's "
+        "AOF (and the `wait_replicas` replicas' AOF) with `WAITAOF`; checked at start.",
+    )
+    wait_timeout_ms: int = Field(
+        default=1000, ge=1, description="Redis: how long a commit waits for `wait_replicas` / `wait_aof`."
+    )
     socket_timeout_s: float = Field(
         default=15.0,
         gt=1,
@@ -71,4 +88,17 @@ class QueueSettings(BaseModel):
     )
     retry_backoff_s: float = Field(
         default=2.0, ge=0, description="Base of the exponential backoff between attempts after a transient error."
+    )
+    record_ttl_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Retention: a finished job (succeeded, failed or canceled) is kept this long after it ended, "
+        "record and events, then deleted (Redis: a TTL set by the commit that ends it; SQLite: purged by the "
+        "worker's sweeper), and its artifact objects with it (the sweeper). Idempotency keys always last 24 h.",
+    )
+    consumer_idle_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Redis: a consumer of a model's group (one per worker process and hosted model) that holds "
+        "no job and has not read for this long is deleted by the sweeper (`XGROUP DELCONSUMER`).",
     )

@@ -6,7 +6,9 @@ from worker.queue.base import JobQueue
 from worker.queue.config import QueueSettings
 from worker.queue.redis_backend import RedisQueue
 from worker.queue.redis_connect import redis_client
+from worker.queue.redis_durability import Durability, probe
 from worker.queue.sqlite_backend import SqliteQueue
+from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["open_queue"]
 
@@ -20,6 +22,17 @@ def open_queue(settings: QueueSettings) -> JobQueue:
         "max_attempts": settings.max_attempts,
         "retry_backoff_s": settings.retry_backoff_s,
     }
+    record_ttl_s = settings.record_ttl_days * 86400
     if settings.backend == "redis":
-        return RedisQueue(redis_client(settings), **common)  # type: ignore[arg-type]
-    return SqliteQueue(settings.sqlite_path, **common)  # type: ignore[arg-type]
+        client = redis_client(settings)
+        durability = Durability(settings.wait_replicas, settings.wait_aof, settings.wait_timeout_ms)
+        with redis_unavailable:
+            probe(client, durability)
+        return RedisQueue(
+            client,
+            durability=durability,
+            record_ttl_s=record_ttl_s,
+            consumer_idle_s=settings.consumer_idle_s,
+            **common,  # type: ignore[arg-type]
+        )
+    return SqliteQueue(settings.sqlite_path, record_ttl_s=record_ttl_s, **common)  # type: ignore[arg-type]

@@ -17,7 +17,10 @@ __all__ = [
     "CONSUMER_GROUP",
     "IDEMPOTENCY_TTL_S",
     "MODELS",
+    "PROJECT_JOBS_PATTERN",
     "REAPER_CONSUMER",
+    "RECORD_TTL_MS",
+    "RECORD_TTL_S",
     "WORKERS",
     "dead_stream",
     "delayed_zset",
@@ -46,6 +49,11 @@ REAPER_CONSUMER = "_reaper"
 
 # How long an idempotency key maps to its job (the HTTP contract's retry window).
 IDEMPOTENCY_TTL_S = 24 * 3600
+
+# How long a terminal job (its record and its own events) is kept after it ended, unless the queue is
+# opened with another ``record_ttl_s`` (the setting ``queue.record_ttl_days``).
+RECORD_TTL_S = 30 * 24 * 3600
+RECORD_TTL_MS = RECORD_TTL_S * 1000
 
 # Set of every model that ever had a job stream: how global reads (events, dead letters) find streams.
 MODELS = "gw:models"
@@ -100,7 +108,9 @@ def running_set(model: str) -> str:
 
 def job_record(model: str, job_id: str) -> str:
     """Hash holding one job: ``record`` (GenerationRecord JSON) plus the fields Lua checks cheaply
-    (``status``, ``attempt``, ``rev``, ``entry``, ``cancel``, ``released``, ``model``)."""
+    (``status``, ``attempt``, ``rev``, ``entry``, ``cancel``, ``released``, ``model``, and ``seq``: its
+    entry's place in the stream's count of XADDs, for ``position.lua``). Expires ``record_ttl`` after
+    the job ended (``commit.lua``), with its ``job_events``."""
     return f"gw:{pool_tag(model)}:job:{_checked(job_id, 'job id')}"
 
 
@@ -110,7 +120,10 @@ def job_events(model: str, job_id: str) -> str:
 
 
 def job_model_index(job_id: str) -> str:
-    """job id → model (plain string), written before the record: the API looks records up by id alone."""
+    """job id → model (plain string), written before the record: the API looks records up by id alone.
+
+    In another slot than the job, so no script can expire it with the job: the retention sweep
+    (``redis_retention``) deletes it once the job is gone."""
     return f"gw:jobmodel:{_checked(job_id, 'job id')}"
 
 
@@ -124,8 +137,14 @@ def idempotency(project: str, key: str) -> str:
 
 
 def project_jobs(project: str) -> str:
-    """Zset of a project's job ids (score: created_at, ms since epoch): ``list_jobs``, newest first."""
+    """Zset of a project's job ids (score: created_at, ms since epoch): ``list_jobs``, newest first.
+
+    Members whose job expired are removed by the retention sweep (``redis_retention``)."""
     return f"gw:project:{{{_checked(project, 'project')}}}:jobs"
+
+
+# SCAN pattern matching every ``project_jobs`` key (the retention sweep walks them).
+PROJECT_JOBS_PATTERN = "gw:project:*:jobs"
 
 
 def worker_heartbeat(worker_id: str) -> str:

@@ -112,12 +112,14 @@ def finished(record: GenerationRecord, outcome: Outcome, now: datetime | None = 
     }
     if outcome.status is Status.succeeded:
         changes.update(stage=Stage.done, progress=1.0, error=None)
+    elif outcome.status is Status.canceled:  # over: the progress made stays, the stage says it ended
+        changes.update(stage=Stage.done)
     return _moved(record, outcome.status, now, **changes)
 
 
 def canceled(record: GenerationRecord, now: datetime | None = None) -> GenerationRecord:
-    """A queued job canceled before any worker took it."""
-    return _moved(record, Status.canceled, now or utcnow(), cancel_requested=True)
+    """A queued job canceled before any worker took it: its stage is ``done`` (never ``queued``)."""
+    return _moved(record, Status.canceled, now or utcnow(), cancel_requested=True, stage=Stage.done)
 
 
 def with_cancel_flag(record: GenerationRecord, now: datetime | None = None) -> GenerationRecord:

@@ -19,6 +19,7 @@ into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -29,17 +30,19 @@ import redis
 from redis.cluster import RedisCluster
 
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
-from worker.core.errors import IdempotencyConflict, UnknownJob
+from worker.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
 from worker.queue import keys, records, redis_plans
 from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
 from worker.queue.entries import UnreadableEntry, read_payload
 from worker.queue.ordering import order_models
 from worker.queue.policy import DeadReason, out_of_attempts
 from worker.queue.records import UnreadableRecord
+from worker.queue.redis_durability import Durability, NotDurable
 from worker.queue.redis_jobs import MAX_CAS_TRIES, JobWriter
 from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
 from worker.queue.redis_reclaim import Reaper
+from worker.queue.redis_retention import RedisRetention
 from worker.queue.redis_scripts import Scripts
 from worker.queue.unavailable import redis_unavailable
 
@@ -59,13 +62,20 @@ class RedisQueue:
         starve_after_s: float = 60.0,
         events_maxlen: int = 100_000,
         block_slice_s: float = 0.25,
+        durability: Durability | None = None,
+        record_ttl_s: float = keys.RECORD_TTL_S,
+        consumer_idle_s: float = 3600.0,
     ) -> None:
         if isinstance(client, str):
             client = redis.Redis.from_url(client, decode_responses=True, encoding_errors="replace")
         if not client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client made with decode_responses=True")
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
-        self._scripts = Scripts(client, events_maxlen)
+        self.durability = durability or Durability()
+        self._scripts = Scripts(client, events_maxlen, self.durability, record_ttl_ms=max(1, int(record_ttl_s * 1000)))
+        self._retention = RedisRetention(
+            client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
+        )
         self._jobs = JobWriter(client, self._scripts)
         self._reaper = Reaper(client, self._scripts, self._jobs)
         self.reads = RedisReads(client, self._scripts)
@@ -77,6 +87,7 @@ class RedisQueue:
         self._lock = threading.Lock()
         self._groups: set[str] = set()
         self._last_reclaim: dict[str, float] = {}
+        self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
         self._rotation = 0
 
     # ------------------------------------------------------------------------------------ reads
@@ -119,6 +130,10 @@ class RedisQueue:
                 replayed = True
                 existing = self.reads.get(owner_id)
                 if existing is not None:
+                    if self.durability.enabled:
+                        # The first request may have answered 503 (not confirmed durable): this 202
+                        # must not come before the replicas hold the job ('exists' writes, then waits).
+                        self._scripts.commit(redis_plans.create(existing))
                     return EnqueueResult(existing, replayed=True)
                 # The first request stopped between its key and its record: finish it under its id.
                 record = record.model_copy(update={"id": owner_id})
@@ -253,7 +268,14 @@ class RedisQueue:
     @redis_unavailable
     def reclaim_expired(self) -> int:
         models = sorted(self._r.smembers(keys.MODELS))
-        return sum(self._reclaim_model(m) + self._reaper.sweep_unleased(m) for m in models)
+        count = sum(self._reclaim_model(m) + self._reaper.sweep_unleased(m) for m in models)
+        with self._lock:  # and what this process's claims re-queued since the last call
+            count, self._claim_reclaims = count + self._claim_reclaims, 0
+        return count
+
+    @redis_unavailable
+    def purge_expired(self) -> int:
+        return self._retention.purge()
 
     def close(self) -> None:
         self._r.close()
@@ -299,8 +321,17 @@ class RedisQueue:
                 return self._resumed(worker_id, model, entry_id, snap)
             new = records.started(snap.record)
             lease_ms = int(self.lease_ttl_s * 1000)
-            if self._scripts.commit(redis_plans.start(snap, new, worker_id, lease_ms=lease_ms)).done:
-                return Claim(payload.job_id, model, new.attempt, new, token=f"{entry_id}|{worker_id}")
+            claim = Claim(payload.job_id, model, new.attempt, new, token=f"{entry_id}|{worker_id}")
+            try:
+                started = self._scripts.commit(redis_plans.start(snap, new, worker_id, lease_ms=lease_ms)).done
+            except NotDurable:
+                # Started on the primary, not confirmed: put it back without using an attempt
+                # rather than run work a failover could hand to a second worker under the same token.
+                with contextlib.suppress(BackendUnavailable):
+                    self.release(claim, reason="claim_not_durable")
+                raise
+            if started:
+                return claim
         raise RuntimeError(f"job {payload.job_id}: too many concurrent writers")
 
     def _resumed(self, worker_id: str, model: str, entry_id: str, snap: Snapshot) -> Claim | None:
@@ -365,7 +396,9 @@ class RedisQueue:
         for model in models:
             if now - self._last_reclaim.get(model, 0.0) >= self.lease_ttl_s / 2:
                 self._last_reclaim[model] = now
-                self._reclaim_model(model)
+                count = self._reclaim_model(model)
+                with self._lock:
+                    self._claim_reclaims += count
 
     def _reclaim_model(self, model: str) -> int:
         return self._reaper.reclaim_model(model, self.lease_ttl_s)

@@ -4,6 +4,7 @@ these calls through it. Every public method translates "Redis unreachable" (``un
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,19 @@ def _event_cursor(value: str) -> tuple[tuple[int, int], str]:
     """``Event.id`` is ``<stream id>/<model>``: stream ids of two models can be equal, the pair is not."""
     sid, _, model = value.partition("/")
     return _stream_id(sid), model
+
+
+def _list_cursor(cursor: str) -> tuple[float, str]:
+    """``<created ms>:<job id>`` as ``list_jobs`` hands it out; ``ValueError`` for anything else (the
+    API answers 400). Redis refuses a NaN score with an error that is no "cannot answer" (a 500), and
+    ``float`` reads more than we write ('nan', 'inf', '١', '1_0'): only finite ASCII numbers pass."""
+    score, sep, last_id = cursor.partition(":")
+    if not sep or not score.isascii() or "_" in score:
+        raise ValueError(f"malformed list cursor {cursor!r}")
+    value = float(score)
+    if not math.isfinite(value):
+        raise ValueError(f"list cursor {cursor!r} has no finite position")
+    return value, last_id
 
 
 class RedisReads:
@@ -53,8 +67,8 @@ class RedisReads:
         top: float | str = "+inf"
         after: tuple[float, str] | None = None
         if cursor:
-            score, _, last_id = cursor.partition(":")
-            top, after = float(score), (float(score), last_id)
+            after = _list_cursor(cursor)
+            top = after[0]
         found: list[GenerationRecord] = []
         offset = 0
         while len(found) <= limit:

@@ -13,6 +13,7 @@ script            KEYS                                        ARGV
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
 ``position.lua``  1 job hash, 2 job stream, 3 delayed zset    1 group, 2 job id
+``consumers.lua`` 1 job stream                                1 group, 2 minimum idle ms
 ``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id ('': none), 3 MAXLEN,
                                                               4.. dead-letter field/value pairs (none: none)
 ================  ==========================================  =============================================
@@ -32,12 +33,14 @@ from importlib import resources
 from typing import Any
 
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from worker.core.contract import utcnow
 from worker.queue import keys
+from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
 
-__all__ = ["Reply", "Scan", "Scripts", "lua_source"]
+__all__ = ["Reply", "Scan", "Scripts", "commit_call", "lua_source"]
 
 
 def lua_source(name: str) -> str:
@@ -72,45 +75,88 @@ class Scan:
     cursor: str  # the group's last-delivered id: an XREAD from it wakes on the next new entry
 
 
+def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
+    """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above); shared by ``Scripts.commit`` and
+    the API's asyncio path (``redis_async``), so the two always lay a commit out alike."""
+    spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(events_maxlen)}
+    spec["at"] = utcnow().isoformat()
+    spec["record_ttl_ms"] = record_ttl_ms
+    for field in fields(Plan):
+        value = getattr(plan, field.name)
+        # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
+        if field.name == "record" or value is None:
+            continue
+        spec[field.name] = str(value) if field.name == "delay_until_ms" else value
+    record_json = plan.record.model_dump_json() if plan.record is not None else ""
+    script_keys = [
+        keys.job_record(plan.model, plan.job_id),
+        keys.job_stream(plan.model),
+        keys.delayed_zset(plan.model),
+        keys.events_stream(plan.model),
+        keys.job_events(plan.model, plan.job_id),
+        keys.dead_stream(plan.model),
+        keys.running_set(plan.model),
+    ]
+    return script_keys, [json.dumps(spec), record_json]
+
+
 class Scripts:
     """The registered scripts of one client, one typed method per script."""
 
-    def __init__(self, client: Any, events_maxlen: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        events_maxlen: int,
+        durability: Durability | None = None,
+        *,
+        record_ttl_ms: int = keys.RECORD_TTL_MS,
+    ) -> None:
+        self._client = client
         self._events_maxlen = events_maxlen
+        self._record_ttl_ms = record_ttl_ms  # retention of terminal jobs (commit.lua step 9)
+        self._durability = durability or Durability()
         self._commit: Script = client.register_script(lua_source("commit"))
         self._renew: Script = client.register_script(lua_source("renew"))
         self._scan: Script = client.register_script(lua_source("scan"))
         self._depth: Script = client.register_script(lua_source("depth"))
         self._position: Script = client.register_script(lua_source("position"))
         self._drop: Script = client.register_script(lua_source("drop"))
+        self._consumers: Script = client.register_script(lua_source("consumers"))
 
     def commit(self, plan: Plan) -> Reply:
         """Apply ``plan``; ``illegal`` (the lifecycle table refused the change) is a bug and raises."""
-        spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(self._events_maxlen)}
-        spec["at"] = utcnow().isoformat()
-        for field in fields(Plan):
-            value = getattr(plan, field.name)
-            # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
-            if field.name == "record" or value is None:
-                continue
-            spec[field.name] = str(value) if field.name == "delay_until_ms" else value
-        record_json = plan.record.model_dump_json() if plan.record is not None else ""
-        script_keys = [
-            keys.job_record(plan.model, plan.job_id),
-            keys.job_stream(plan.model),
-            keys.delayed_zset(plan.model),
-            keys.events_stream(plan.model),
-            keys.job_events(plan.model, plan.job_id),
-            keys.dead_stream(plan.model),
-            keys.running_set(plan.model),
-        ]
-        raw = self._commit(keys=script_keys, args=[json.dumps(spec), record_json])
+        script_keys, args = commit_call(plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
+        raw = self._run_commit(plan.job_id, script_keys, args)
         kind = str(raw[0])
         if kind == "illegal":
             raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {plan.job_id}")
         if kind not in ("ok", "applied"):
             return Reply(kind)
         return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
+
+    def _run_commit(self, job_id: str, script_keys: list[str], args: list[str]) -> Any:
+        """Run ``commit.lua``; with durability on, in one pipeline with the wait that covers it
+        (``redis_durability``). The wait is checked only when the commit wrote something."""
+        if not self._durability.enabled:
+            return self._commit(keys=script_keys, args=args)
+        for loaded in (False, True):
+            pipe = self._client.pipeline(transaction=False)
+            # execute_command: a cluster pipeline blocks its evalsha method, not the command itself.
+            pipe.execute_command("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
+            self._durability.queue_wait(pipe, self._client, script_keys[0])
+            try:
+                raw, acked = pipe.execute()
+            except NoScriptError:
+                if loaded:
+                    raise
+                # A server that lost its script cache (a restart, a promoted replica): load it, send
+                # again. The commit did not run, and a second run of a plan is safe anyway.
+                self._client.script_load(self._commit.script)
+                continue
+            if str(raw[0]) in ("ok", "applied", "exists"):
+                self._durability.check(acked, job_id)
+            return raw
+        raise AssertionError("unreachable")
 
     def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
         """Reset the lease (the entry's idle time); False when the claim is stale."""
@@ -131,7 +177,8 @@ class Scripts:
         return int(self._depth(keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]))
 
     def position(self, model: str, job_id: str) -> int | None:
-        """0-based place in the model's queue; None when the job is not queued."""
+        """0-based place in the model's queue (O(log n), see ``position.lua`` for where it is a lower
+        bound); None when the job is not queued."""
         pos = int(
             self._position(
                 keys=[keys.job_record(model, job_id), keys.job_stream(model), keys.delayed_zset(model)],
@@ -139,6 +186,10 @@ class Scripts:
             )
         )
         return None if pos < 0 else pos
+
+    def remove_idle_consumers(self, model: str, idle_ms: int) -> int:
+        """Delete the group's consumers idle ``idle_ms`` or more that hold nothing; how many."""
+        return int(self._consumers(keys=[keys.job_stream(model)], args=[keys.CONSUMER_GROUP, idle_ms]))
 
     def drop_entry(self, model: str, entry_id: str, dead_fields: dict[str, str] | None = None) -> None:
         """Acknowledge and delete an entry that starts no job, dead-lettering it when fields are given."""

@@ -14,6 +14,7 @@ public method (and opening the file) translates a locked or unreadable database 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -46,6 +47,11 @@ from worker.queue.unavailable import sqlite_unavailable
 __all__ = ["SqliteQueue"]
 
 _POLL_S = 0.05  # how often a blocking claim looks again (there is no server to wake it)
+# Retention: the newest events and dead letters kept (Redis caps each model's streams alike), and
+# rows deleted per transaction by a purge, so writers wait for one short transaction at most.
+EVENTS_CAP = 100_000
+DEAD_LETTERS_CAP = 100_000
+_PURGE_BATCH = 1000
 
 # A fenced change: run inside the transaction with the current record and its release count.
 _Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
@@ -65,6 +71,7 @@ class SqliteQueue:
         starve_after_s: float = 60.0,
         durable: bool = True,
         clock: Clock | None = None,
+        record_ttl_s: float = keys.RECORD_TTL_S,
     ) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -72,14 +79,17 @@ class SqliteQueue:
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
         self.starve_after_s = starve_after_s
+        self.record_ttl_s = record_ttl_s  # terminal rows and their events are purged this long after they ended
         self._db = SqliteFile(self.path, synchronous="FULL" if durable else "NORMAL")
         self._last_reclaim = float("-inf")
+        self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
+        self._reclaims_lock = threading.Lock()
         self._clock = clock or Clock()
         self.reads = SqliteReads(self._db, self._clock)
         try:
             self._db.conn().executescript(SCHEMA)
             with self._db.tx() as conn:  # once per file and boot, whoever opens first
-                migrate(conn)
+                migrate(conn)  # also creates the queue counters' triggers (sqlite_schema.AFTER_MIGRATE)
                 rebase(conn, self._clock)
         except BaseException:
             self._db.close()
@@ -107,7 +117,7 @@ class SqliteQueue:
         conn.execute(
             """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, released = released + ?,
                    ready_at = ?, queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs)
-                   END, token = ?, lease_expires_at = ?, lease_boot = ? WHERE id = ?""",
+                   END, token = ?, lease_expires_at = ?, lease_boot = ?, ended_ms = ? WHERE id = ?""",
             (
                 rec.status.value,
                 rec.attempt,
@@ -119,6 +129,7 @@ class SqliteQueue:
                 token if running else None,
                 self._clock.monotonic() + self.lease_ttl_s if running else None,
                 self._clock.boot_id if running else None,
+                self._clock.wall() * 1000 if rec.terminal else None,
                 rec.id,
             ),
         )
@@ -233,7 +244,9 @@ class SqliteQueue:
         while hosted:
             if self._clock.monotonic() - self._last_reclaim >= self.lease_ttl_s / 2:  # a write lock: not every poll
                 self._last_reclaim = self._clock.monotonic()
-                self.reclaim_expired()
+                count = self._reclaim()
+                with self._reclaims_lock:
+                    self._claim_reclaims += count
             claim = self._claim_once(worker_id, hosted, prefer)
             if claim is not None or time.monotonic() >= deadline:
                 return claim
@@ -351,6 +364,12 @@ class SqliteQueue:
 
     @sqlite_unavailable
     def reclaim_expired(self) -> int:
+        count = self._reclaim()
+        with self._reclaims_lock:  # and what this process's claims re-queued since the last call
+            count, self._claim_reclaims = count + self._claim_reclaims, 0
+        return count
+
+    def _reclaim(self) -> int:
         count = 0
         with self._db.tx() as conn:
             rows = conn.execute(
@@ -377,6 +396,30 @@ class SqliteQueue:
                 else:
                     self._store(conn, records.requeued(rec), event=EventReason.lease_expired)
         return count
+
+    @sqlite_unavailable
+    def purge_expired(self) -> int:
+        """Terminal rows that ended ``record_ttl_s`` ago with their events, expired idempotency keys,
+        and events and dead letters past their caps; in short transactions."""
+        now = self._clock.wall()
+        removed = 0
+        while True:
+            with self._db.tx() as conn:
+                ids = conn.execute(
+                    "SELECT id FROM jobs WHERE ended_ms < ? LIMIT ?", ((now - self.record_ttl_s) * 1000, _PURGE_BATCH)
+                ).fetchall()
+                conn.executemany("DELETE FROM events WHERE job_id = ?", ids)
+                conn.executemany("DELETE FROM jobs WHERE id = ?", ids)
+            removed += len(ids)
+            if len(ids) < _PURGE_BATCH:
+                break
+        with self._db.tx() as conn:
+            removed += conn.execute("DELETE FROM idempotency WHERE expires_at <= ?", (now,)).rowcount
+            for table, cap in (("events", EVENTS_CAP), ("dead_letters", DEAD_LETTERS_CAP)):
+                removed += conn.execute(
+                    f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (cap,)
+                ).rowcount
+        return removed
 
     def close(self) -> None:
         self._db.close()

@@ -1,7 +1,9 @@
 """One SQLite file shared by the threads and processes of one machine: connections and transactions.
 
 Each thread has its own connection (the worker renews leases from a heartbeat thread), never shared
-across ``fork``. Writes run in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting up
+across ``fork``, and closed when its thread ends: the API's threadpool retires idle threads and starts
+new ones, so connections kept past their thread would add up to one per thread the server ever ran.
+Writes run in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting up
 to ``busy_timeout``), in WAL mode so readers never block.
 """
 
@@ -11,6 +13,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,6 +38,27 @@ def _enable_wal(conn: sqlite3.Connection, *, deadline_s: float = 30.0) -> None:
             time.sleep(0.02)
 
 
+def _close_owned(conn: sqlite3.Connection, pid: int, inherited: list[sqlite3.Connection]) -> None:
+    """Close ``conn`` in the process that opened it. A forked child (whose other threads' slots are
+    cleared at the fork) keeps the parent's connections instead: closing one there could checkpoint
+    or unlock the parent's file, and letting it be collected would close it all the same."""
+    if os.getpid() == pid:
+        conn.close()
+    else:
+        inherited.append(conn)
+
+
+class _Held:
+    """One thread's connection, owned by that thread's ``threading.local`` slot: the slot is cleared
+    as the thread ends, which drops the last reference and runs ``closer``."""
+
+    __slots__ = ("__weakref__", "closer", "conn", "pid")
+
+    def __init__(self, conn: sqlite3.Connection, inherited: list[sqlite3.Connection]) -> None:
+        self.conn, self.pid = conn, os.getpid()
+        self.closer = weakref.finalize(self, _close_owned, conn, self.pid, inherited)
+
+
 class SqliteFile:
     """Per-thread connections to ``path`` and the write transaction (``tx``)."""
 
@@ -43,21 +67,30 @@ class SqliteFile:
         # FULL: a commit survives power loss; NORMAL (WAL): it survives a process crash only.
         self._synchronous = synchronous
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
+        # Weak: a live thread's slot keeps its connection; ``close`` reaches every one through this.
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._held_lock = threading.Lock()
+        self._inherited: list[sqlite3.Connection] = []  # see ``_close_owned``
         self._writer: tuple[int, threading.Lock] = (os.getpid(), threading.Lock())
 
     def conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():  # never share across fork
-            conn = sqlite3.connect(self._path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout=30000")
-            _enable_wal(conn)
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            self._local.conn, self._local.pid = conn, os.getpid()
-            with self._all_lock:
-                self._all.append(conn)
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None and held.pid == os.getpid():  # never share across fork
+            return held.conn
+        conn = sqlite3.connect(self._path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=30000")
+        _enable_wal(conn)
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        held = _Held(conn, self._inherited)
+        with self._held_lock:
+            self._held.add(held)
+        self._local.held = held
         return conn
+
+    def open_connections(self) -> int:
+        """How many connections this process holds open now (one per live thread that used the file)."""
+        with self._held_lock:
+            return sum(1 for h in self._held if h.pid == os.getpid() and h.closer.alive)
 
     def _write_lock(self) -> threading.Lock:
         pid, _ = self._writer
@@ -83,8 +116,8 @@ class SqliteFile:
 
     def close(self) -> None:
         """Close every thread's connection; a later call opens new ones."""
-        with self._all_lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
+        with self._held_lock:
+            held, self._held = list(self._held), weakref.WeakSet()
+        for h in held:
+            h.closer()  # runs once: a thread ending later finds its finalizer already spent
         self._local = threading.local()

@@ -43,22 +43,45 @@ class SqliteReads:
         return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
 
     @sqlite_unavailable
-    def depth(self, model: str) -> int:
-        row = self._db.conn().execute("SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'", (model,))
-        return int(row.fetchone()[0])
+    def position(self, job_id: str) -> int | None:
+        """0-based place among the model's queued rows in claim order, ``(ready_at, queue_seq)``, from the
+        counters of ``queue_counts`` (O(log n), as on Redis; see docs/queue-protocol.md):
+
+        - waiting out a retry backoff: every queued row is ahead but those due after it, which are
+          all still in their backoff too: counted exactly, over the rows in a backoff only;
+        - due: every queued row is ahead but those that entered the queue after it (``added -
+          model_seq``) and the earlier ones still in a backoff. A queued job canceled after this one
+          entered counts as behind it, so each such cancel makes the figure one lower (never below 0).
+        """
+        conn = self._db.conn()
+        row = conn.execute(
+            """SELECT j.model, j.status, j.ready_at, j.queue_seq, j.model_seq, c.waiting, c.added
+               FROM jobs j LEFT JOIN queue_counts c ON c.model = j.model WHERE j.id = ?""",
+            (job_id,),
+        ).fetchone()
+        if row is None or row[1] != "queued" or row[5] is None:
+            return None
+        model, _, ready_at, queue_seq, model_seq, waiting, added = row
+        now = self._clock.monotonic()
+        if ready_at > now:
+            behind = conn.execute(
+                """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
+                   AND (ready_at > ? OR (ready_at = ? AND queue_seq > ?))""",
+                (model, ready_at, ready_at, queue_seq),
+            ).fetchone()[0]
+        else:
+            backing_off = conn.execute(
+                """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued' AND ready_at > ?
+                   AND model_seq < ?""",
+                (model, now, model_seq),
+            ).fetchone()[0]
+            behind = added - model_seq + backing_off
+        return max(0, int(waiting) - 1 - int(behind))
 
     @sqlite_unavailable
-    def position(self, job_id: str) -> int | None:
-        conn = self._db.conn()
-        row = conn.execute("SELECT model, status, ready_at, queue_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or row[1] != "queued":
-            return None
-        ahead = conn.execute(
-            """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
-               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
-            (row[0], row[2], row[2], row[3]),
-        ).fetchone()[0]
-        return int(ahead)
+    def depth(self, model: str) -> int:
+        found = self._db.conn().execute("SELECT waiting FROM queue_counts WHERE model = ?", (model,)).fetchone()
+        return 0 if found is None else int(found[0])
 
     @sqlite_unavailable
     def live_workers(self) -> list[WorkerHeartbeat]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["SCHEMA", "migrate"]
+__all__ = ["AFTER_MIGRATE", "SCHEMA", "migrate"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -27,7 +27,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     queue_seq        INTEGER,                    -- queued: tie-break of ready_at, else NULL
     token            TEXT,                       -- running: the claim's token, else NULL
     lease_expires_at REAL,                       -- running: the lease deadline (mono, of lease_boot)
-    lease_boot       TEXT                        -- running: the boot of that deadline, else NULL
+    lease_boot       TEXT,                       -- running: the boot of that deadline, else NULL
+    model_seq        INTEGER,                    -- queued: its place in queue_counts.added (position)
+    ended_ms         REAL                        -- terminal: when it ended (epoch ms; retention)
 );
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (model, status, ready_at, queue_seq);
 CREATE INDEX IF NOT EXISTS jobs_seq ON jobs (queue_seq);
@@ -70,6 +72,14 @@ CREATE TABLE IF NOT EXISTS workers (
     expires_at REAL NOT NULL                     -- mono, the file's boot
 );
 
+-- Per model: queued rows now, and rows that ever (re)entered the queue (each entry's model_seq is
+-- this count when it entered). Kept by the triggers of AFTER_MIGRATE, so every write path counts.
+CREATE TABLE IF NOT EXISTS queue_counts (
+    model   TEXT PRIMARY KEY,
+    waiting INTEGER NOT NULL DEFAULT 0,
+    added   INTEGER NOT NULL DEFAULT 0
+);
+
 -- One row: the boot whose monotonic clock ready_at and workers.expires_at are on (sqlite_clock.rebase).
 CREATE TABLE IF NOT EXISTS clock (
     boot_id TEXT NOT NULL
@@ -77,12 +87,55 @@ CREATE TABLE IF NOT EXISTS clock (
 """
 
 # Columns added after the first release: (table, column, declaration). Never removed or reordered.
-_ADDED = (("jobs", "lease_boot", "TEXT"),)
+_ADDED = (("jobs", "lease_boot", "TEXT"), ("jobs", "model_seq", "INTEGER"), ("jobs", "ended_ms", "REAL"))
+
+# What needs the added columns: created after ``migrate`` added them. A row enters the queue when
+# ``queue_seq`` is set (every queued write sets a fresh one) and leaves it when it is cleared or the
+# row is deleted; ``queue_counts`` follows, and the entering row gets its ``model_seq``. One statement
+# per item: ``executescript`` would commit the open transaction first.
+AFTER_MIGRATE = (
+    "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms)",
+    """CREATE TRIGGER IF NOT EXISTS jobs_queue_enter AFTER UPDATE OF queue_seq ON jobs
+    WHEN NEW.queue_seq IS NOT NULL AND NEW.queue_seq IS NOT OLD.queue_seq
+    BEGIN
+        INSERT OR IGNORE INTO queue_counts (model) VALUES (NEW.model);
+        UPDATE queue_counts SET added = added + 1, waiting = waiting + (OLD.queue_seq IS NULL)
+            WHERE model = NEW.model;
+        UPDATE jobs SET model_seq = (SELECT added FROM queue_counts WHERE model = NEW.model) WHERE id = NEW.id;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS jobs_queue_leave AFTER UPDATE OF queue_seq ON jobs
+    WHEN NEW.queue_seq IS NULL AND OLD.queue_seq IS NOT NULL
+    BEGIN
+        UPDATE queue_counts SET waiting = waiting - 1 WHERE model = OLD.model;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS jobs_queue_delete AFTER DELETE ON jobs WHEN OLD.queue_seq IS NOT NULL
+    BEGIN
+        UPDATE queue_counts SET waiting = waiting - 1 WHERE model = OLD.model;
+    END""",
+)
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Add the columns of ``_ADDED`` that the file lacks (run inside a write transaction)."""
+    """Add the columns of ``_ADDED`` that the file lacks, and what needs them (run inside a write
+    transaction). A file from before ``queue_counts`` gets its counts from its queued rows, and those
+    rows their ``model_seq`` in claim order; its terminal rows count as ended when they were created."""
+    added: set[str] = set()
     for table, column, declaration in _ADDED:
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            added.add(column)
+    if "model_seq" in added:
+        conn.execute(
+            """UPDATE jobs SET model_seq = ranked.n FROM (SELECT id, ROW_NUMBER() OVER
+                   (PARTITION BY model ORDER BY ready_at, queue_seq) AS n FROM jobs WHERE queue_seq IS NOT NULL)
+               AS ranked WHERE ranked.id = jobs.id"""
+        )
+        conn.execute(
+            """INSERT OR REPLACE INTO queue_counts (model, waiting, added)
+               SELECT model, COUNT(*), COUNT(*) FROM jobs WHERE queue_seq IS NOT NULL GROUP BY model"""
+        )
+    if "ended_ms" in added:
+        conn.execute("UPDATE jobs SET ended_ms = created_ms WHERE status IN ('succeeded', 'failed', 'canceled')")
+    for statement in AFTER_MIGRATE:
+        conn.execute(statement)

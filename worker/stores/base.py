@@ -12,12 +12,25 @@ the store did not answer at all (and the local store's ``InvalidKey`` for a key 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["ArtifactStore", "SignedUrl", "StoredObject", "artifact_key", "artifact_prefix", "claim_tag"]
+__all__ = [
+    "ARTIFACTS_ROOT",
+    "ArtifactStore",
+    "ListedObject",
+    "SignedUrl",
+    "StoredObject",
+    "artifact_key",
+    "artifact_prefix",
+    "claim_tag",
+]
+
+# The prefix of every artifact object: ``generations/<id>/<attempt>-<claim>/<file>``.
+ARTIFACTS_ROOT = "generations/"
 
 
 def claim_tag(token: str, claimed_at: datetime | None) -> str:
@@ -36,12 +49,12 @@ def artifact_key(job_id: str, attempt: int, claim: str, filename: str) -> str:
     """``generations/<id>/<attempt>-<claim>/<filename>``, ``claim`` from ``claim_tag``: unique per claim, so
     a retry never clobbers an earlier attempt's objects and two holders of one attempt (after a failover)
     never touch each other's."""
-    return f"generations/{job_id}/{attempt}-{claim}/{filename}"
+    return f"{ARTIFACTS_ROOT}{job_id}/{attempt}-{claim}/{filename}"
 
 
 def artifact_prefix(job_id: str) -> str:
     """The prefix of every object of one job, all attempts and claims."""
-    return f"generations/{job_id}/"
+    return f"{ARTIFACTS_ROOT}{job_id}/"
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,14 @@ class StoredObject:
     bytes: int
     sha256: str
     content_type: str
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    """One object as a listing shows it: what the sweeper needs to judge it."""
+
+    key: str
+    modified_at: datetime  # last write (UTC)
 
 
 @dataclass(frozen=True)
@@ -71,3 +92,8 @@ class ArtifactStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def delete(self, key: str) -> None: ...
+
+    def list_objects(self, prefix: str) -> Iterator[ListedObject]:
+        """Every object whose key starts with ``prefix``, in pages (bounded memory). The local store
+        lists its unfinished temporary files too (``.<name>.<random>.part``), so they can be swept."""
+        ...

@@ -13,8 +13,9 @@ class StoreSettings(BaseModel):
     backend: Literal["local", "s3"] = "local"
     # Lifetime of every signed download URL (re-signed on each GET of a generation).
     url_ttl_s: int = Field(default=900, ge=1, le=7 * 24 * 3600)
-    # Local directory store: files under local_root, URLs signed with HMAC and served by the API.
-    local_root: str = "var/artifacts"
+    # Local directory store: files under local_root (a relative one under data_dir), URLs signed with
+    # HMAC and served by the API.
+    local_root: str = "artifacts"
     signing_secret: SecretStr | None = None
     public_base_url: str = "http://127.0.0.1:8000"
     # S3-compatible store.

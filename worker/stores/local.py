@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from worker.core.errors import ErrorCode, GenworkerError, JobError, TransientError
-from worker.stores.base import SignedUrl, StoredObject
+from worker.stores.base import ListedObject, SignedUrl, StoredObject
 
 __all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
 
@@ -123,6 +123,23 @@ class LocalStore:
         path = self.path_for(key)
         with _translated(f"delete {key}"):
             path.unlink(missing_ok=True)
+            _remove_empty_parents(path.parent, self.root)
+
+    def list_objects(self, prefix: str) -> Iterator[ListedObject]:
+        # Walk only the directory the prefix names (``generations/`` → that folder), then filter.
+        folder = self.root.joinpath(*[p for p in prefix.split("/")[:-1] if p])
+        with _translated(f"list {prefix}"):
+            for directory, _, files in os.walk(folder):
+                for name in sorted(files):
+                    path = Path(directory) / name
+                    key = path.relative_to(self.root).as_posix()
+                    if not key.startswith(prefix):
+                        continue
+                    try:
+                        mtime = path.stat().st_mtime
+                    except FileNotFoundError:  # renamed or deleted meanwhile
+                        continue
+                    yield ListedObject(key=key, modified_at=datetime.fromtimestamp(mtime, UTC))
 
 
 @contextmanager
@@ -156,6 +173,16 @@ def _copy_atomically(source: Path, target: Path) -> tuple[str, int]:
         raise
     _fsync_dir(target.parent)
     return digest.hexdigest(), size
+
+
+def _remove_empty_parents(directory: Path, root: Path) -> None:
+    """Remove ``directory`` and its parents up to (not including) ``root`` while they are empty."""
+    while directory != root and directory.is_relative_to(root):
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or already gone): stop
+            return
+        directory = directory.parent
 
 
 def _fsync_dir(directory: Path) -> None:

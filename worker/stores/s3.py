@@ -33,7 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from worker.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
-from worker.stores.base import SignedUrl, StoredObject
+from worker.stores.base import ListedObject, SignedUrl, StoredObject
 from worker.stores.config import StoreSettings
 
 __all__ = ["S3Store"]
@@ -148,6 +148,14 @@ class S3Store:
     def delete(self, key: str) -> None:
         with _translated(f"delete of {key}"):
             self._client.delete_object(Bucket=self.bucket, Key=key)
+
+    def list_objects(self, prefix: str) -> Iterator[ListedObject]:
+        # Incomplete multipart uploads are not objects and are not listed: a bucket lifecycle rule
+        # aborts them (docs/operators.md, "Retention").
+        with _translated(f"listing of {prefix}"):
+            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    yield ListedObject(key=str(item["Key"]), modified_at=item["LastModified"])
 
 
 @contextmanager

@@ -6,8 +6,20 @@
 --                                                                (all share the {m:<model>} slot)
 -- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
 --
+-- Queue position (position.lua): each new stream entry's place in the stream's own count of
+-- XADDs (`entries-added` of XINFO STREAM) is stored on the hash as `seq`. Retention: the change
+-- that makes a job terminal gives its hash and its own events stream a TTL of plan.record_ttl_ms.
+--
 -- Replies: {'ok', entry_id, event_id} | {'applied', entry_id, ''} | {'exists'} | {'missing'}
 --          | {'conflict'} | {'fenced'} | {'illegal', old_status, new_status}
+local function entries_added(stream)
+  local info = redis.call('XINFO', 'STREAM', stream)
+  for i = 1, #info, 2 do
+    if info[i] == 'entries-added' then return info[i + 1] end
+  end
+  return 0
+end
+
 local plan = cjson.decode(ARGV[1])
 local job = KEYS[1]
 local cur = redis.call('HMGET', job, 'rev', 'status', 'attempt', 'entry', 'released', 'plan')
@@ -56,6 +68,7 @@ end
 
 -- 5. Move the stream entry. Acknowledging always deletes, so the stream holds only live entries.
 local entry = cur[4] or ''
+local seq = nil
 if plan.ack and plan.ack ~= '' then
   redis.call('XACK', KEYS[2], plan.group, plan.ack)
   redis.call('XDEL', KEYS[2], plan.ack)
@@ -71,12 +84,14 @@ if plan.payload then
     redis.call('XGROUP', 'CREATE', KEYS[2], plan.group, '0', 'MKSTREAM')
   end
   entry = redis.call('XADD', KEYS[2], '*', 'payload', plan.payload)
+  seq = entries_added(KEYS[2])
 end
 
 -- 6. Write the record and the fields scripts check.
 local rev = tonumber(cur[1] or '0') + 1
 local released = tonumber(cur[5] or '0') + (plan.released_incr or 0)
 local fields = {'rev', rev, 'status', status, 'entry', entry, 'released', released, 'plan', plan.plan_id}
+if seq then table.insert(fields, 'seq'); table.insert(fields, seq) end
 -- The holder's lease goes with its claim; any other status change clears it (a claim that names
 -- none then counts with the reaper's lease).
 if plan.lease_ms then
@@ -112,6 +127,13 @@ if plan.dead then
   if plan.dead_code then table.insert(d, 'code'); table.insert(d, plan.dead_code) end
   if plan.dead_message then table.insert(d, 'message'); table.insert(d, plan.dead_message) end
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', plan.events_maxlen, '*', unpack(d))
+end
+
+-- 9. Retention: a terminal status has no way out (ALLOWED), so the job and its own events are kept
+-- record_ttl_ms from now and then vanish; nothing writes to them afterwards.
+if plan.record_ttl_ms and status ~= old and ALLOWED[status] and next(ALLOWED[status]) == nil then
+  redis.call('PEXPIRE', job, plan.record_ttl_ms)
+  redis.call('PEXPIRE', KEYS[5], plan.record_ttl_ms)
 end
 
 return {'ok', entry, event_id}

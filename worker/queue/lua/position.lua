@@ -1,31 +1,42 @@
--- 0-based place of a queued job in its model's queue: undelivered entries ahead of its entry, or,
--- while it waits for a retry, every undelivered entry plus the delayed jobs due before it.
+-- 0-based place of a queued job in its model's queue, in O(log n) whatever the depth (read-only).
 -- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset
 -- ARGV[1] group   ARGV[2] job id
 -- Reply: position, or -1 when the job is not queued.
-local cur = redis.call('HMGET', KEYS[1], 'status', 'entry')
+--
+-- Waiting entries are the stream's undelivered ones: XLEN - pending, since every acknowledged entry
+-- is deleted (commit.lua). They are the newest entries of the stream, so the entries ahead of a job
+-- are the waiting ones less those added after it. commit.lua stores each entry's place in the
+-- stream's count of XADDs (`seq`), hence: ahead = waiting - 1 - (entries-added - seq). Exact in FIFO
+-- order; a queued job canceled after this one was enqueued still counts as added after it, so each
+-- such cancel makes the figure one lower than the truth (never higher, never below 0).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'entry', 'seq')
 if cur[1] ~= 'queued' then return -1 end
-local last = '0-0'
+local waiting, added = 0, 0
 if redis.call('EXISTS', KEYS[2]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[2])
+  for i = 1, #info, 2 do
+    if info[i] == 'length' then waiting = waiting + info[i + 1] end
+    if info[i] == 'entries-added' then added = info[i + 1] end
+  end
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
-    local name, l = nil, nil
+    local name, pending = nil, 0
     for i = 1, #g, 2 do
       if g[i] == 'name' then name = g[i + 1] end
-      if g[i] == 'last-delivered-id' then l = g[i + 1] end
+      if g[i] == 'pending' then pending = g[i + 1] end
     end
-    if name == ARGV[1] then last = l end
+    if name == ARGV[1] then waiting = waiting - pending end
   end
 end
 local entry = cur[2] or ''
-if entry ~= '' then
-  -- Delivered but not started yet (a claim in flight): it is at the head.
-  if redis.call('XPENDING', KEYS[2], ARGV[1], entry, entry, 1)[1] then return 0 end
-  return #redis.call('XRANGE', KEYS[2], '(' .. last, '(' .. entry)
+if entry == '' then
+  -- Waiting for a retry backoff: behind every waiting entry and the retries due before it.
+  local rank = redis.call('ZRANK', KEYS[3], ARGV[2])
+  if not rank then return -1 end
+  return waiting + rank
 end
-local ahead = 0
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  ahead = #redis.call('XRANGE', KEYS[2], '(' .. last, '+')
-end
-local rank = redis.call('ZRANK', KEYS[3], ARGV[2])
-if not rank then return -1 end
-return ahead + rank
+-- Delivered but not started yet (a claim in flight): it is at the head.
+if redis.call('XPENDING', KEYS[2], ARGV[1], entry, entry, 1)[1] then return 0 end
+local seq = tonumber(cur[3] or '')
+-- A job enqueued before entries carried `seq`: every waiting entry but its own (an upper bound).
+if not seq then return math.max(0, waiting - 1) end
+return math.max(0, waiting - 1 - (added - seq))

@@ -1,37 +1,39 @@
-"""``AsyncClient``: the asyncio twin of ``Client`` (``client.sync``), with the same methods and rules.
+"""``Client``: the blocking client. ``AsyncClient`` (``client.aio``) mirrors it method for method.
 
-Only sending and sleeping differ; bodies, parsing, retry and cadence rules come from the shared pure
-modules. Callbacks (``on_created``, ``on_progress``) are plain functions, called inline.
+It follows the spec's client rules so callers do not have to: one Idempotency-Key per logical
+generation, reused on every retry; the id handed to ``on_created`` before anything else; polls at the
+spec's cadence with jitter, never sooner than ``Retry-After``; downloads verified against the record and
+retried once with a freshly signed URL when the first one has expired.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import itertools
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
+from tenacity import Retrying
 
-from client import wire
-from client.cadence import PollCadence
-from client.download import CHUNK_BYTES, URL_REFUSED_STATUSES, ArtifactSink, artifact_paths, needs_fresh_url
-from client.errors import ApiError, TransportFailed, WaitTimeout
-from client.ledger import KeyLedger, choose_idempotency_key
-from client.models import Artifact, Generation, GenerationPage, Model
-from client.retry import RetryPolicy
+from genworker_client import wire
+from genworker_client.cadence import PollCadence
+from genworker_client.download import CHUNK_BYTES, URL_REFUSED_STATUSES, ArtifactSink, artifact_paths, needs_fresh_url
+from genworker_client.errors import ApiError, TransportFailed, WaitTimeout
+from genworker_client.ledger import KeyLedger, choose_idempotency_key
+from genworker_client.models import Artifact, Generation, GenerationPage, Model
+from genworker_client.retry import RetryPolicy
 
-__all__ = ["AsyncClient"]
+__all__ = ["Client"]
 
 
-class AsyncClient:
-    """An asyncio client for ``{base_url}`` (host + ``/v1``; ``GENWORKER_BASE_URL``), authenticated with
+class Client:
+    """A client for ``{base_url}`` (host + ``/v1``; ``GENWORKER_BASE_URL``), authenticated with
     ``api_key`` (``GENWORKER_API_KEY``).
 
     ``ledger`` (a ``KeyLedger`` or a path) lets ``create(name=...)`` keep keys across process restarts.
@@ -46,8 +48,8 @@ class AsyncClient:
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
         ledger: KeyLedger | str | os.PathLike[str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -58,23 +60,23 @@ class AsyncClient:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
 
-    async def __aenter__(self) -> AsyncClient:
+    def __enter__(self) -> Client:
         return self
 
-    async def __aexit__(
+    def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.aclose()
+        self.close()
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
+    def close(self) -> None:
+        self._http.close()
 
     # -----------------------------------------------------------------------------------------------
     # Generations
 
-    async def create(
+    def create(
         self,
         model: str,
         prompt: str,
@@ -87,6 +89,7 @@ class AsyncClient:
         audio: bool | None = None,
         prompt_extend: bool | None = None,
         seed: int | None = None,
+        negative_prompt: str | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
         on_created: Callable[[Generation], None] | None = None,
@@ -99,15 +102,15 @@ class AsyncClient:
         """
         body = wire.create_body(
             model, prompt, mode=mode, variant=variant, resolution=resolution, duration_seconds=duration_seconds,
-            ratio=ratio, audio=audio, prompt_extend=prompt_extend, seed=seed,
+            ratio=ratio, audio=audio, prompt_extend=prompt_extend, seed=seed, negative_prompt=negative_prompt,
         )  # fmt: skip
         entry = choose_idempotency_key(body, idempotency_key=idempotency_key, name=name, ledger=self._ledger)
         if entry.id is not None:
             # An earlier run created it. Re-sending could create a duplicate once the server has
             # forgotten the key (it keeps keys for a limited time), so read it instead.
-            generation = wire.as_replay(await self.get(entry.id), entry.idempotency_key)
+            generation = wire.as_replay(self.get(entry.id), entry.idempotency_key)
         else:
-            response = await self._request("POST", "generations", json=body, idempotency_key=entry.idempotency_key)
+            response = self._request("POST", "generations", json=body, idempotency_key=entry.idempotency_key)
             generation = wire.generation_from_response(response, idempotency_key=entry.idempotency_key)
         if on_created is not None:
             on_created(generation)
@@ -115,32 +118,32 @@ class AsyncClient:
             self._ledger.record_id(name, generation.id)
         return generation
 
-    async def get(self, generation_id: str) -> Generation:
-        return wire.generation_from_response(await self._request("GET", f"generations/{generation_id}"))
+    def get(self, generation_id: str) -> Generation:
+        return wire.generation_from_response(self._request("GET", f"generations/{generation_id}"))
 
-    async def cancel(self, generation_id: str) -> Generation:
+    def cancel(self, generation_id: str) -> Generation:
         """Ask for cancellation; the record that comes back may still be ``running`` for up to one step.
         ``ApiError`` with code ``not_cancelable`` when the generation is already terminal."""
         try:
-            response = await self._request("POST", f"generations/{generation_id}/cancel")
+            response = self._request("POST", f"generations/{generation_id}/cancel")
         except ApiError as e:
             # A retry after a lost answer finds the generation canceled by our own first attempt.
             if e.code == "not_cancelable" and e.attempts > 1:
-                current = await self.get(generation_id)
+                current = self.get(generation_id)
                 if current.status == "canceled":
                     return current
             raise
         return wire.generation_from_response(response)
 
-    async def list(self, *, limit: int | None = None, cursor: str | None = None) -> GenerationPage:
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> GenerationPage:
         """One page of this project's generations, newest first."""
         params = {k: v for k, v in {"limit": limit, "cursor": cursor}.items() if v is not None}
-        return wire.page_from_response(await self._request("GET", "generations", params=params))
+        return wire.page_from_response(self._request("GET", "generations", params=params))
 
-    async def models(self) -> builtins.list[Model]:
-        return wire.models_from_response(await self._request("GET", "models"))
+    def models(self) -> builtins.list[Model]:
+        return wire.models_from_response(self._request("GET", "models"))
 
-    async def wait(
+    def wait(
         self,
         generation: str | Generation,
         *,
@@ -168,32 +171,36 @@ class AsyncClient:
             if remaining <= 0:
                 raise WaitTimeout(generation_id, timeout_s, last)
             hint = last.retry_after_s if last is not None else None
-            await self._sleep(min(cadence.delay_s(poll_index, retry_after_s=hint, rng=self._rng), remaining))
-            last = await self.get(generation_id)
+            self._sleep(min(cadence.delay_s(poll_index, retry_after_s=hint, rng=self._rng), remaining))
+            last = self.get(generation_id)
             if on_progress is not None:
                 on_progress(last)
             if last.terminal:
                 return last
         raise AssertionError("unreachable")
 
-    async def download(self, generation: str | Generation, directory: str | os.PathLike[str]) -> builtins.list[Path]:
+    def download(self, generation: str | Generation, directory: str | os.PathLike[str]) -> builtins.list[Path]:
         """Stream every artifact into ``directory`` and return the paths, in the record's order.
 
         Each file is checked against the record's ``bytes`` and ``sha256`` (``IntegrityError``). An
         expired or refused URL makes the client re-fetch the generation once per artifact for a fresh one.
         """
-        current = generation if isinstance(generation, Generation) else await self.get(generation)
+        current = generation if isinstance(generation, Generation) else self.get(generation)
         if not current.succeeded:
             raise ValueError(f"generation {current.id} is {current.status}; only succeeded ones have artifacts")
         paths = artifact_paths(current, Path(directory))
         for index, dest in enumerate(paths):
-            current = await self._download_artifact(current, index, dest)
+            current = self._download_artifact(current, index, dest)
         return paths
 
     # -----------------------------------------------------------------------------------------------
     # Transport
 
-    async def _request(
+    def _retrying(self) -> Retrying:
+        """This client's retry loop: its policy, rng and sleep (tenacity, see ``retry.py``)."""
+        return self._retry.retrying(rng=self._rng, sleep=self._sleep)
+
+    def _request(
         self,
         method: str,
         path: str,
@@ -204,68 +211,58 @@ class AsyncClient:
     ) -> httpx.Response:
         """Send with retries (same headers, same key each time); return a 2xx answer or raise."""
         headers = wire.api_headers(self._api_key, idempotency_key)
-        for attempt in itertools.count(1):
-            try:
-                response = await self._http.request(method, path, json=json, params=params, headers=headers)
-            except wire.RETRYABLE_TRANSPORT_ERRORS as e:
-                delay = self._retry.delay_s(attempt, status=None, retry_after_s=None, rng=self._rng)
-                if delay is None:
-                    raise TransportFailed(method, f"{self.base_url}/{path}", attempt) from e
-            else:
+        for attempt in self._retrying():
+            with attempt:
+                tries = attempt.retry_state.attempt_number
+                try:
+                    response = self._http.request(method, path, json=json, params=params, headers=headers)
+                except wire.RETRYABLE_TRANSPORT_ERRORS as e:
+                    raise TransportFailed(method, f"{self.base_url}/{path}", tries) from e
                 if response.is_success:
                     return response
                 error = wire.error_from_response(response)
-                delay = self._retry.delay_s(
-                    attempt, status=error.status, retry_after_s=error.retry_after_s, rng=self._rng
-                )
-                if delay is None:
-                    error.attempts = attempt
-                    raise error
-            await self._sleep(delay)
-        raise AssertionError("unreachable")
+                error.attempts = tries
+                raise error
+        raise AssertionError("unreachable")  # the loop returns or raises
 
-    async def _download_artifact(self, generation: Generation, index: int, dest: Path) -> Generation:
+    def _download_artifact(self, generation: Generation, index: int, dest: Path) -> Generation:
         """Fetch one artifact; returns the generation whose URLs were used (re-fetched or not)."""
         refreshed = False
         while True:
             artifact = generation.artifacts[index]
             if not needs_fresh_url(artifact) or refreshed:
-                refused = await self._fetch_to_file(artifact, dest)
+                refused = self._fetch_to_file(artifact, dest)
                 if refused is None:
                     return generation
                 if refreshed:
                     raise refused
-            generation = await self.get(generation.id)
+            generation = self.get(generation.id)
             refreshed = True
             if index >= len(generation.artifacts) or generation.artifacts[index].kind != artifact.kind:
                 raise ApiError(200, "invalid_response", f"generation {generation.id} changed its artifacts")
 
-    async def _fetch_to_file(self, artifact: Artifact, dest: Path) -> ApiError | None:
+    def _fetch_to_file(self, artifact: Artifact, dest: Path) -> ApiError | None:
         """Stream one signed URL to ``dest``. Returns the refusal when the URL no longer works."""
         if artifact.download_url is None:
             return ApiError(200, "invalid_response", "artifact has no download_url")
         url = self._http.base_url.join(artifact.download_url)
-        for attempt in itertools.count(1):
-            try:
-                async with self._http.stream("GET", url) as response:
-                    if response.is_success:
-                        with ArtifactSink(dest, artifact) as sink:
-                            async for chunk in response.aiter_bytes(CHUNK_BYTES):
-                                sink.write(chunk)
-                            sink.commit()
-                        return None
-                    await response.aread()
-                    error = wire.error_from_response(response)
+        for attempt in self._retrying():
+            with attempt:
+                try:
+                    with self._http.stream("GET", url) as response:
+                        if response.is_success:
+                            with ArtifactSink(dest, artifact) as sink:
+                                for chunk in response.iter_bytes(CHUNK_BYTES):
+                                    sink.write(chunk)
+                                sink.commit()
+                            return None
+                        response.read()
+                        error = wire.error_from_response(response)
+                except wire.RETRYABLE_TRANSPORT_ERRORS as e:
+                    tries = attempt.retry_state.attempt_number
+                    raise TransportFailed("GET", str(url.copy_with(query=None)), tries) from e
                 if error.status in URL_REFUSED_STATUSES:
                     return error
-                delay = self._retry.delay_s(
-                    attempt, status=error.status, retry_after_s=error.retry_after_s, rng=self._rng
-                )
-                if delay is None:
-                    raise error
-            except wire.RETRYABLE_TRANSPORT_ERRORS as e:
-                delay = self._retry.delay_s(attempt, status=None, retry_after_s=None, rng=self._rng)
-                if delay is None:
-                    raise TransportFailed("GET", str(url.copy_with(query=None)), attempt) from e
-            await self._sleep(delay)
-        raise AssertionError("unreachable")
+                error.attempts = attempt.retry_state.attempt_number
+                raise error
+        raise AssertionError("unreachable")  # the loop returns or raises

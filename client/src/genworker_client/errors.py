@@ -16,13 +16,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from client.models import Generation
+    from genworker_client.models import Generation
 
 __all__ = ["ApiError", "ClientError", "IntegrityError", "TransportFailed", "WaitTimeout"]
 
 
 class ClientError(Exception):
-    """Base of every error the client raises on purpose."""
+    """Base of every error the client raises on purpose. ``code`` is stable and machine-readable: the
+    service's own code for an ``ApiError``, else the client's (``transport_failed``, ``wait_timeout``,
+    ``integrity_error``), never a Python class name."""
+
+    code: str = "client_error"
 
 
 class ApiError(ClientError):
@@ -57,6 +61,8 @@ class ApiError(ClientError):
 class TransportFailed(ClientError):
     """Every attempt of one request failed without an HTTP answer; ``__cause__`` is the last httpx error."""
 
+    code = "transport_failed"
+
     def __init__(self, method: str, url: str, attempts: int) -> None:
         super().__init__(f"{method} {url}: no answer after {attempts} attempt(s)")
         self.method = method
@@ -66,6 +72,8 @@ class TransportFailed(ClientError):
 
 class WaitTimeout(ClientError):
     """``wait`` gave up: the generation was not terminal at the deadline. It may still finish later."""
+
+    code = "wait_timeout"
 
     def __init__(self, generation_id: str, timeout_s: float, last: Generation | None) -> None:
         status = last.status if last is not None else "unknown"
@@ -77,6 +85,8 @@ class WaitTimeout(ClientError):
 
 class IntegrityError(ClientError):
     """A download whose size or sha256 does not match the record; the partial file was removed."""
+
+    code = "integrity_error"
 
     def __init__(self, url_path: str, what: str, expected: str, actual: str) -> None:
         super().__init__(f"{url_path}: {what} mismatch (expected {expected}, got {actual})")

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from client.errors import ApiError
-from client.models import Generation, GenerationPage, Model
-from client.retry import parse_retry_after
+from genworker_client.errors import ApiError
+from genworker_client.models import Generation, GenerationPage, Model
+from genworker_client.retry import parse_retry_after
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -83,6 +83,7 @@ def create_body(
     audio: bool | None = None,
     prompt_extend: bool | None = None,
     seed: int | None = None,
+    negative_prompt: str | None = None,
 ) -> dict[str, Any]:
     """``POST /v1/generations`` body. Parameters left ``None`` are omitted: the catalog's defaults apply."""
     given = {
@@ -92,6 +93,7 @@ def create_body(
         "audio": audio,
         "prompt_extend": prompt_extend,
         "seed": seed,
+        "negative_prompt": negative_prompt,
     }
     return {
         "model": model,

@@ -13,8 +13,8 @@ from types import TracebackType
 
 import httpx
 
-from client.errors import IntegrityError
-from client.models import Artifact, Generation
+from genworker_client.errors import IntegrityError
+from genworker_client.models import Artifact, Generation
 
 __all__ = [
     "CHUNK_BYTES",

@@ -8,13 +8,21 @@ record and retried once with a freshly signed URL. See ``docs/client.md``.
 
 from __future__ import annotations
 
-from client.aio import AsyncClient
-from client.cadence import PollCadence
-from client.errors import ApiError, ClientError, IntegrityError, TransportFailed, WaitTimeout
-from client.ledger import KeyLedger, LedgerConflict, new_idempotency_key
-from client.models import TERMINAL_STATUSES, Artifact, Generation, GenerationError, GenerationPage, Model, Money
-from client.retry import RetryPolicy
-from client.sync import Client
+from genworker_client.aio import AsyncClient
+from genworker_client.cadence import PollCadence
+from genworker_client.errors import ApiError, ClientError, IntegrityError, TransportFailed, WaitTimeout
+from genworker_client.ledger import KeyLedger, LedgerConflict, new_idempotency_key
+from genworker_client.models import (
+    TERMINAL_STATUSES,
+    Artifact,
+    Generation,
+    GenerationError,
+    GenerationPage,
+    Model,
+    Money,
+)
+from genworker_client.retry import RetryPolicy
+from genworker_client.sync import Client
 
 __all__ = [
     "TERMINAL_STATUSES",

@@ -15,13 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from client.errors import ApiError, ClientError, WaitTimeout
-from client.models import Generation
-from client.sync import Client
+from genworker_client.errors import ApiError, ClientError, WaitTimeout
+from genworker_client.models import Generation
+from genworker_client.sync import Client
 
 __all__ = ["app"]
 
@@ -60,9 +61,17 @@ def _client(base_url: str | None, ledger: Path | None = None) -> Iterator[Client
         error = {"status": e.status, "code": e.code, "message": e.message, "param": e.param}
         typer.echo(json.dumps({"error": error}), err=True)
         raise typer.Exit(1) from e
-    except (ClientError, ValueError) as e:
-        typer.echo(json.dumps({"error": {"code": type(e).__name__, "message": str(e)}}), err=True)
+    except (ClientError, ValueError, httpx.HTTPError) as e:  # a stable code, never a Python class name
+        typer.echo(json.dumps({"error": {"code": _code(e), "message": str(e)}}), err=True)
         raise typer.Exit(1) from e
+
+
+def _code(error: Exception) -> str:
+    if isinstance(error, ClientError):
+        return error.code
+    if isinstance(error, ValueError | httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return "invalid_argument"  # a bad --base-url, id or option value
+    return "transport_failed"  # an httpx error the client does not retry
 
 
 def _wait_with_bar(client: Client, generation: Generation, timeout_s: float) -> Generation:
@@ -97,6 +106,7 @@ def create(
     audio: Annotated[bool | None, typer.Option("--audio/--no-audio")] = None,
     prompt_extend: Annotated[bool | None, typer.Option("--prompt-extend/--no-prompt-extend")] = None,
     seed: Annotated[int | None, typer.Option()] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="What to keep out (default: the model's).")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Reuse a key to retry a create safely.")] = None,
     name: Annotated[str | None, typer.Option(help="Logical name in --ledger: a rerun reuses its key.")] = None,
     ledger: Annotated[Path | None, typer.Option(help="JSON key ledger file (with --name).")] = None,
@@ -113,7 +123,8 @@ def create(
     with _client(base_url, ledger) as client:
         generation = client.create(
             model, prompt, mode=mode, variant=variant, resolution=resolution, duration_seconds=duration, ratio=ratio,
-            audio=audio, prompt_extend=prompt_extend, seed=seed, idempotency_key=idempotency_key, name=name,
+            audio=audio, prompt_extend=prompt_extend, seed=seed, negative_prompt=negative_prompt,
+            idempotency_key=idempotency_key, name=name,
             on_created=announce,
         )  # fmt: skip
         key, replayed = generation.idempotency_key, generation.replayed

@@ -1,0 +1,151 @@
+"""Runtime profiles per model: the attention-backend rule read back from diffusers (and the LTX-2 crash it
+prevents, reproduced), per-worker overrides checked at load, and the production dtype layout in bfloat16."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from pipelines.adapter import generate
+from pipelines.config import ModelRuntimeSettings
+from pipelines.ltx2 import LTX2TextToVideo
+from pipelines.registry import ModelLoadError, load_adapter
+from pipelines.wan import WanTextToVideo
+from tests.pipelines.conftest import MakeJob
+from tests.pipelines.helpers import StepLog, frames_of
+from worker.core.catalog import (
+    ATTENTION_BACKENDS,
+    MASK_REJECTING_BACKENDS,
+    Catalog,
+    CatalogError,
+    default_catalog_path,
+    load_catalog,
+)
+
+SMALL = {"ratio": "1:1", "duration_seconds": 1}
+
+
+def test_the_backend_tables_match_diffusers() -> None:
+    """Every diffusers backend is known, and exactly those whose kernel raises on a mask are marked."""
+    from diffusers.models import attention_dispatch
+
+    registry = attention_dispatch._AttentionBackendRegistry._backends
+    assert {b.value for b in attention_dispatch.AttentionBackendName} == ATTENTION_BACKENDS
+    rejecting = {name.value for name, fn in registry.items() if "`attn_mask` is not supported" in inspect.getsource(fn)}
+    assert rejecting == MASK_REJECTING_BACKENDS
+
+
+def test_a_mask_rejecting_backend_crashes_ltx2_in_diffusers(tiny_models_dir: Path) -> None:
+    """The failure the catalog rule prevents: LTX-2's cross-attention passes a mask to a flash kernel."""
+    import torch
+    from diffusers import LTX2Pipeline
+
+    pipe = LTX2Pipeline.from_pretrained(tiny_models_dir / "tiny-ltx2", dtype=torch.bfloat16)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.transformer.set_attention_backend("_native_flash")
+    with pytest.raises(ValueError, match="`attn_mask` is not supported"):
+        pipe(prompt="a fox", height=64, width=64, num_frames=9, num_inference_steps=1, output_type="latent")
+
+
+def _catalog_with(tmp_path: Path, model: str, **runtime: Any) -> Path:
+    raw = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
+    entry = next(m for m in raw["models"] if m["id"] == model)
+    entry["runtime"] = {**entry.get("runtime", {}), **runtime}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [entry]}, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("backend", ["flash", "_flash_3_hub", "sage", "_native_flash"])
+def test_the_catalog_refuses_a_mask_rejecting_backend_for_ltx2(tmp_path: Path, backend: str) -> None:
+    with pytest.raises(CatalogError, match=rf"'tiny-ltx2'.*{backend}.*rejects attention masks"):
+        load_catalog(_catalog_with(tmp_path, "tiny-ltx2", attention_backend=backend))
+    # Wan attends without masks: the same backend is its to use.
+    assert load_catalog(_catalog_with(tmp_path, "tiny-wan", attention_backend=backend)).models["tiny-wan"]
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        ({"attention_backend": "flash3"}, "not a diffusers attention backend"),
+        ({"dtypes": {"unet": "float32"}}, "not components of family"),
+        ({"offload": "sequential"}, "offload"),
+        ({"tiling": True}, "tiling"),
+    ],
+)
+def test_the_catalog_refuses_bad_profiles(tmp_path: Path, runtime: dict[str, Any], message: str) -> None:
+    with pytest.raises(CatalogError, match=message):
+        load_catalog(_catalog_with(tmp_path, "tiny-wan", **runtime))
+
+
+def test_a_worker_override_is_checked_at_load(tiny_runtime: ModelRuntimeSettings, catalog: Catalog) -> None:
+    runtime = tiny_runtime.model_copy(update={"profile_overrides": {"tiny-ltx2": {"attention_backend": "flash"}}})
+    with pytest.raises(ModelLoadError, match=r"tiny-ltx2: runtime profile refused.*rejects attention masks"):
+        load_adapter(catalog.models["tiny-ltx2"], runtime)
+    runtime = tiny_runtime.model_copy(update={"profile_overrides": {"tiny-wan": {"vae_tilling": True}}})
+    with pytest.raises(ModelLoadError, match="vae_tilling"):
+        load_adapter(catalog.models["tiny-wan"], runtime)
+
+
+def test_ltx2_runs_with_a_mask_accepting_backend(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
+) -> None:
+    runtime = tiny_runtime.model_copy(
+        update={"dtype": "bfloat16", "profile_overrides": {"tiny-ltx2": {"attention_backend": "_native_math"}}}
+    )
+    adapter = load_adapter(catalog.models["tiny-ltx2"], runtime)
+    try:
+        assert isinstance(adapter, LTX2TextToVideo)
+        media = generate(adapter, make_job("tiny-ltx2", variant="fast", **SMALL), StepLog())
+        assert frames_of(media).shape == (media.num_frames, media.height, media.width, 3)
+    finally:
+        adapter.unload()
+
+
+def test_wan_in_bfloat16_keeps_its_vae_in_float32(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
+) -> None:
+    """The production layout: transformer and UMT5 in bf16, the VAE in float32, run end to end on CPU."""
+    import torch
+
+    spec = catalog.models["tiny-wan"]
+    assert spec.runtime.dtypes == catalog.models["wan2.2-t2v-a14b"].runtime.dtypes == {"vae": "float32"}
+    adapter = load_adapter(spec, tiny_runtime.model_copy(update={"dtype": "bfloat16"}))
+    try:
+        assert isinstance(adapter, WanTextToVideo)
+        pipe = adapter.pipe
+        assert pipe.transformer.dtype == torch.bfloat16
+        assert pipe.text_encoder.dtype == torch.bfloat16
+        assert pipe.vae.dtype == torch.float32
+        job = make_job("tiny-wan", variant="fast", **SMALL)
+        latents = adapter.denoise(job, StepLog())
+        frames = frames_of(adapter.decode(latents, job))
+        assert frames.shape == (job.num_frames, job.gen_height, job.gen_width, 3)
+        assert frames.std() > 0
+        again = frames_of(generate(adapter, job, StepLog()))
+        np.testing.assert_array_equal(frames, again)
+    finally:
+        adapter.unload()
+
+
+def test_ltx2_two_stage_runs_in_bfloat16(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
+) -> None:
+    import torch
+
+    adapter = load_adapter(catalog.models["tiny-ltx2-two-stage"], tiny_runtime.model_copy(update={"dtype": "bfloat16"}))
+    try:
+        assert isinstance(adapter, LTX2TextToVideo)
+        assert adapter.pipe.transformer.dtype == torch.bfloat16
+        assert adapter.upsample_pipe.latent_upsampler.dtype == torch.bfloat16
+        job = make_job("tiny-ltx2-two-stage", resolution="144p", duration_seconds=1)
+        media = generate(adapter, job, StepLog())
+        assert frames_of(media).shape == (job.num_frames, job.gen_height, job.gen_width, 3)
+        assert media.audio is not None and media.audio.samples.shape[0] == 2
+    finally:
+        adapter.unload()

@@ -1,0 +1,238 @@
+"""The API's poll and create path on Redis over ``redis.asyncio``: ``AsyncApiQueue`` for ``RedisQueue``.
+
+The same keys (``keys``), the same Lua scripts (``commit.lua`` to create, ``position.lua`` for the
+place in the queue) and the same record parsing as ``redis_backend`` and ``redis_reads``, awaited on
+the event loop instead of run on a thread, and in fewer round trips:
+
+- ``poll``: the id → model index once per job and process (a job never changes model), then one
+  pipeline of ``HGET record`` and ``position.lua`` (it answers -1 unless the job is queued).
+- ``enqueue``: the idempotency key's ``SET NX`` (only with a key), then one pipeline of the index and
+  listing writes, ``commit.lua`` (with the durability wait when configured) and ``position.lua``:
+  the writes run in the order ``RedisQueue.enqueue`` makes them, on one connection.
+
+Only a single server (``redis_mode: single``) gets this path (``async_redis_client``); Sentinel and
+Cluster clients keep the sync queue behind ``async_api.OffloadedQueue``. Every public method
+translates "Redis cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
+
+from worker.core.contract import GenerationRecord
+from worker.core.errors import IdempotencyConflict
+from worker.queue import keys, records, redis_plans
+from worker.queue.base import Polled
+from worker.queue.config import QueueSettings
+from worker.queue.redis_connect import redis_client
+from worker.queue.redis_durability import Durability
+from worker.queue.redis_scripts import commit_call, lua_source
+from worker.queue.unavailable import redis_unavailable
+
+__all__ = ["AsyncRedisQueue", "async_redis_client"]
+
+# Connection settings that mean the same to redis.asyncio's connections as to redis-py's.
+_PORTABLE = frozenset(
+    {"host", "port", "db", "username", "password", "socket_timeout", "socket_connect_timeout", "decode_responses"}
+    | {"encoding", "encoding_errors", "client_name"}
+    | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_check_hostname"}
+)
+# A long-lived API process: bound the id → model cache (cleared when full, like ``RedisReads``').
+_MODEL_CACHE_MAX = 100_000
+
+
+def async_redis_client(settings: QueueSettings, url: str | None = None) -> aioredis.Redis | None:
+    """An asyncio client reaching Redis exactly as ``redis_client(settings, url)`` does (credentials,
+    timeouts, TLS), for ``redis_mode: single``; None for Sentinel and Cluster."""
+    if settings.redis_mode != "single":
+        return None
+    sync: Any = redis_client(settings, url)  # one server: a redis.Redis
+    pool = sync.connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
+    tls = issubclass(pool.connection_class, redis.SSLConnection)
+    sync.close()
+    connection_class = aioredis.SSLConnection if tls else aioredis.Connection
+    return aioredis.Redis(connection_pool=aioredis.ConnectionPool(connection_class=connection_class, **kwargs))
+
+
+def _position_call(model: str, job_id: str) -> tuple[str, ...]:
+    """``position.lua``'s KEYS and ARGV, as ``Scripts.position`` passes them (3 keys, then 2 args)."""
+    return (
+        keys.job_record(model, job_id),
+        keys.job_stream(model),
+        keys.delayed_zset(model),
+        keys.CONSUMER_GROUP,
+        job_id,
+    )
+
+
+def _position(raw: Any) -> int | None:
+    pos = int(raw)
+    return None if pos < 0 else pos
+
+
+class AsyncRedisQueue:
+    """``AsyncApiQueue`` on one Redis server, beside the ``RedisQueue`` the rest of the API uses."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        max_attempts: int = 3,
+        events_maxlen: int = 100_000,
+        durability: Durability | None = None,
+        record_ttl_s: float = keys.RECORD_TTL_S,
+    ) -> None:
+        self._r: Any = client  # redis-py's stubs are loose; replies are read as decoded str
+        if not self._r.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("AsyncRedisQueue needs a client made with decode_responses=True")
+        self.max_attempts = max_attempts
+        self.durability = durability or Durability()
+        self._events_maxlen = events_maxlen
+        self._record_ttl_ms = max(1, int(record_ttl_s * 1000))
+        self._commit_lua = lua_source("commit")
+        self._position_lua = lua_source("position")
+        # The scripts' SHA1s, as the server names them once loaded (``SCRIPT LOAD`` on NOSCRIPT).
+        self._commit_sha = client.register_script(self._commit_lua).sha
+        self._position_sha = client.register_script(self._position_lua).sha
+        self._models: dict[str, str] = {}
+
+    @classmethod
+    def open(cls, settings: QueueSettings) -> AsyncRedisQueue | None:
+        """The queue ``factory.open_queue(settings)`` opens, on this path; None where it has none."""
+        client = async_redis_client(settings)
+        if client is None:
+            return None
+        return cls(
+            client,
+            max_attempts=settings.max_attempts,
+            durability=Durability(settings.wait_replicas, settings.wait_aof, settings.wait_timeout_ms),
+            record_ttl_s=settings.record_ttl_days * 86400,
+        )
+
+    # ------------------------------------------------------------------------------------ reads
+    async def poll(self, job_id: str) -> Polled | None:
+        with redis_unavailable:
+            model = await self._model_of(job_id)
+            if model is None:
+                return None
+            pipe = self._r.pipeline(transaction=False)
+            pipe.hget(keys.job_record(model, job_id), "record")
+            pipe.execute_command("EVALSHA", self._position_sha, 3, *_position_call(model, job_id))
+            raw, pos = await self._execute(pipe)
+        if raw is None:
+            return None
+        record = GenerationRecord.model_validate_json(raw)
+        return Polled(record, _position(pos))
+
+    async def _model_of(self, job_id: str) -> str | None:
+        model = self._models.get(job_id)
+        if model is None:
+            try:
+                index = keys.job_model_index(job_id)
+            except ValueError:  # not an id this queue could have made a key of: no such job
+                return None
+            model = await self._r.get(index)
+            if model is not None:
+                self._remember(job_id, model)
+        return model
+
+    def _remember(self, job_id: str, model: str) -> None:
+        if len(self._models) >= _MODEL_CACHE_MAX:
+            self._models.clear()
+        self._models[job_id] = model
+
+    # ------------------------------------------------------------------------------------ create
+    async def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> Polled:
+        """As ``RedisQueue.enqueue``: reserve the idempotency key, write the index and the listing,
+        then ``commit.lua`` creates the record and its stream entry (``exists`` when the id is taken)."""
+        record = records.enqueued(record, max_attempts=self.max_attempts)
+        replayed = False
+        with redis_unavailable:
+            if idempotency_key is not None:
+                owner_id = await self._reserve_idempotency(record, idempotency_key, request_hash or "")
+                if owner_id != record.id:
+                    replayed = True
+                    existing = await self.poll(owner_id)
+                    if existing is not None:
+                        if self.durability.enabled:
+                            # The first request may have answered 503 (not confirmed durable): this
+                            # 202 must not come before the replicas hold the job.
+                            await self._create(existing.record, listing=False)
+                        return Polled(existing.record, existing.position, replayed=True)
+                    # The first request stopped between its key and its record: finish it under its id.
+                    record = record.model_copy(update={"id": owner_id})
+            kind, position = await self._create(record, listing=True)
+            self._remember(record.id, record.model)
+            if kind == "exists":
+                stored = await self.poll(record.id)
+                assert stored is not None
+                return Polled(stored.record, stored.position, replayed=replayed)
+        return Polled(record, _position(position), replayed=replayed)
+
+    async def _create(self, record: GenerationRecord, *, listing: bool) -> tuple[str, Any]:
+        """One pipeline: (the index and listing writes,) ``commit.lua`` with ``create(record)`` (and
+        the durability wait), ``position.lua``; the commit's reply kind and the position."""
+        script_keys, args = commit_call(
+            redis_plans.create(record), events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms
+        )
+        pipe = self._r.pipeline(transaction=False)
+        if listing:
+            pipe.set(keys.job_model_index(record.id), record.model)
+            pipe.zadd(keys.project_jobs(record.project), {record.id: record.created_at.timestamp() * 1000})
+            pipe.sadd(keys.MODELS, record.model)
+        pipe.execute_command("EVALSHA", self._commit_sha, len(script_keys), *script_keys, *args)
+        if self.durability.enabled:
+            self.durability.queue_wait(pipe, self._r, script_keys[0])
+        pipe.execute_command("EVALSHA", self._position_sha, 3, *_position_call(record.model, record.id))
+        replies = await self._execute(pipe)
+        raw, position = replies[3 if listing else 0], replies[-1]
+        kind = str(raw[0])
+        if kind == "illegal":
+            raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {record.id}")
+        if self.durability.enabled and kind in ("ok", "applied", "exists"):
+            self.durability.check(replies[-2], record.id)
+        return kind, position
+
+    async def _reserve_idempotency(self, record: GenerationRecord, key: str, request_hash: str) -> str:
+        """The id the key maps to: this record's when the key is new, else the first request's."""
+        name = keys.idempotency(record.project, key)
+        mine = json.dumps({"job_id": record.id, "request_hash": request_hash})
+        while True:
+            if await self._r.set(name, mine, nx=True, ex=keys.IDEMPOTENCY_TTL_S):
+                return record.id
+            stored = await self._r.get(name)
+            if stored is None:
+                continue  # expired between the two calls
+            owner = json.loads(stored)
+            if owner["request_hash"] != request_hash:
+                raise IdempotencyConflict(owner["job_id"])
+            return str(owner["job_id"])
+
+    # ------------------------------------------------------------------------------------ plumbing
+    async def _execute(self, pipe: Any) -> list[Any]:
+        """Run a pipeline; when the server lost its scripts (a restart, a promoted replica), load them
+        and run it once more: a script refused with NOSCRIPT did not run, and every write before it in
+        the pipeline is idempotent (the same index, listing and model-set entries)."""
+        commands = list(pipe.command_stack)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            await self._r.script_load(self._commit_lua)
+            await self._r.script_load(self._position_lua)
+            again = self._r.pipeline(transaction=False)
+            again.command_stack.extend(commands)
+            replies = await again.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def aclose(self) -> None:
+        await self._r.aclose(close_connection_pool=True)  # a client given its pool leaves it open otherwise
