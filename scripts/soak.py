@@ -219,9 +219,15 @@ def submit_one(i: int, urls: list[str], token: str, catalog: Any, tally: Tally, 
         return str(gid)
 
 
+GONE_AFTER_S = 30.0  # an accepted job that answers 404 this long is lost (its record is gone)
+
+
 def poll_all(urls: list[str], token: str, gids: list[str], deadline: float) -> dict[str, dict[str, Any]]:
+    """Poll until each job is terminal, the deadline passes, or it answered 404 for ``GONE_AFTER_S``
+    (lost: a client stuck on it would stop the closed loop; the report counts it as lost)."""
     final: dict[str, dict[str, Any]] = {}
     pending = list(gids)
+    missing_since: dict[str, float] = {}
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(timeout=30, headers=headers) as c:
         while pending and time.monotonic() < deadline:
@@ -234,8 +240,12 @@ def poll_all(urls: list[str], token: str, gids: list[str], deadline: float) -> d
                     continue
                 if r.status_code == 200 and r.json()["status"] in TERMINAL:
                     final[gid] = r.json()
-                else:
-                    still.append(gid)
+                    continue
+                if r.status_code != 404:
+                    missing_since.pop(gid, None)
+                elif time.monotonic() - missing_since.setdefault(gid, time.monotonic()) > GONE_AFTER_S:
+                    continue  # gone for good: reported as lost
+                still.append(gid)
             pending = still
             if pending:
                 time.sleep(0.25)

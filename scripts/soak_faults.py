@@ -34,7 +34,9 @@ from worker.settings import settings_env
 __all__ = ["FAULTS", "Fleet", "Injector", "start_redis_group"]
 
 FAULTS = ("kill_worker", "redis_stall", "failover", "store_restart")
-STALL_S = 3  # longer than the fleet's 2 s socket timeout
+# Longer than the fleet's 2 s socket timeout, shorter than the sentinels' down-after (5 s): a stall,
+# not a failover (a stall past down-after is a split brain: docs/reliability.md).
+STALL_S = 3
 
 
 def start_redis_group(directory: Path) -> SentinelGroup:
