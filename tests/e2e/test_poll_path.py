@@ -30,8 +30,9 @@ from api.keys import Scope, SqliteKeyStore
 from api.server import artifacts_app_for, open_async_limiter, open_limiter
 from api.views import GenerationView, generation_view
 from tests.e2e.conftest import assert_error, create_body, free_port
+from tests.integration.queue_support import video_artifact
 from worker.core.catalog import load_catalog
-from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Status, Usage, parse_create_request
+from worker.core.contract import ErrorInfo, GenerationRecord, Status, Usage, parse_create_request
 from worker.core.errors import ErrorCode
 from worker.queue.async_api import OffloadedQueue, open_async_queue
 from worker.queue.base import JobQueue, Outcome
@@ -140,18 +141,7 @@ def _lifecycle(queue: JobQueue) -> dict[str, str]:
     ids = {name: queue.enqueue(_record()).record.id for name in ("succeeded", "failed", "canceled", "head", "next")}
     claim = queue.claim("w1", ["tiny-wan"])
     assert claim is not None and claim.job_id == ids["succeeded"]
-    video = Artifact(
-        kind="video",
-        key=f"generations/{claim.job_id}/1-abc/video.mp4",
-        content_type="video/mp4",
-        bytes=1234,
-        sha256="0" * 64,
-        width=256,
-        height=144,
-        fps=16.0,
-        frames=16,
-        duration_seconds=1.0,
-    )
+    video = video_artifact(f"generations/{claim.job_id}/1-abc/video.mp4")
     usage = Usage(output_seconds=1.0, gpu_seconds=0.25)
     done = Outcome(status=Status.succeeded, artifacts=[video], usage=usage, price=claim.record.price_hold)
     assert queue.finish(claim, done)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters
+from worker.core.contract import Artifact, GenerationRecord, Money, RecordInput, RecordParameters
 from worker.queue import keys
 from worker.queue.base import JobQueue
 from worker.queue.redis_backend import RedisQueue
@@ -119,3 +119,19 @@ def drop_lease(make_queue: Callable[..., JobQueue], record: GenerationRecord) ->
     else:
         with closing(sqlite3.connect(location)) as conn, conn:
             conn.execute("UPDATE jobs SET token = NULL, lease_expires_at = NULL WHERE id = ?", (record.id,))
+
+
+def video_artifact(key: str, size: int = 1234) -> Artifact:
+    """A video artifact as a worker reports it (256x144, 16 frames at 16 fps), for outcomes in tests."""
+    return Artifact(
+        kind="video",
+        key=key,
+        content_type="video/mp4",
+        bytes=size,
+        sha256="0" * 64,
+        width=256,
+        height=144,
+        fps=16.0,
+        frames=16,
+        duration_seconds=1.0,
+    )

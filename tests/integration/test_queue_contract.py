@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.integration import queue_support
-from tests.integration.queue_support import new_record
-from worker.core.contract import Artifact, ErrorInfo, Money, Stage, Status, Usage
+from tests.integration.queue_support import new_record, video_artifact
+from worker.core.contract import ErrorInfo, Money, Stage, Status, Usage
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
 from worker.queue.base import JobQueue, Outcome, WorkerHeartbeat
 from worker.queue.policy import DeadReason, ReleaseReason
@@ -22,18 +22,7 @@ MakeQueue = Callable[..., JobQueue]
 
 
 def _success() -> Outcome:
-    video = Artifact(
-        kind="video",
-        key="generations/x/1/video.mp4",
-        content_type="video/mp4",
-        bytes=1234,
-        sha256="0" * 64,
-        width=256,
-        height=144,
-        fps=16.0,
-        frames=16,
-        duration_seconds=1.0,
-    )
+    video = video_artifact("generations/x/1/video.mp4")
     return Outcome(
         status=Status.succeeded,
         artifacts=[video],

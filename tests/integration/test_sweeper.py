@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.seaweed import SeaweedServer
-from tests.integration.queue_support import new_record
-from worker.core.contract import Artifact, Status
+from tests.integration.queue_support import new_record, video_artifact
+from worker.core.contract import Status
 from worker.daemon.sweeper import Sweeper
 from worker.queue.base import Claim, Outcome
 from worker.queue.sqlite_backend import SqliteQueue
@@ -48,21 +48,6 @@ def _put(store: ArtifactStore, key: str, tmp_path: Path) -> str:
     return key
 
 
-def _video(key: str) -> Artifact:
-    return Artifact(
-        kind="video",
-        key=key,
-        content_type="video/mp4",
-        bytes=64,
-        sha256="0" * 64,
-        width=256,
-        height=144,
-        fps=16.0,
-        frames=16,
-        duration_seconds=1.0,
-    )
-
-
 def _work_dir(root: Path, job_id: str, attempt: int) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{job_id}-{attempt}-", dir=root))  # as worker.daemon.runner does
 
@@ -83,7 +68,7 @@ def test_sweeper_removes_orphans_and_keeps_what_records_point_at(store: Artifact
     claim = _claim(queue)
     listed = _put(store, artifact_key(done.id, 1, "aaaaaaaaaaaa", "video.mp4"), tmp_path)
     unlisted = _put(store, artifact_key(done.id, 1, "bbbbbbbbbbbb", "video.mp4"), tmp_path)
-    assert queue.finish(claim, Outcome(status=Status.succeeded, artifacts=[_video(listed)]))
+    assert queue.finish(claim, Outcome(status=Status.succeeded, artifacts=[video_artifact(listed, 64)]))
     done_dir = _work_dir(work, done.id, 1)
 
     # A job running at attempt 2 after its first holder was killed: attempt 1's files go, attempt 2's stay.
