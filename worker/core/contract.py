@@ -31,6 +31,7 @@ __all__ = [
     "RecordParameters",
     "Stage",
     "Status",
+    "StoredImage",
     "Usage",
     "check_transition",
     "parse_create_request",
@@ -216,8 +217,26 @@ class RecordParameters(Parameters):
     model_config = ConfigDict(extra="ignore", strict=False)
 
 
+class StoredImage(BaseModel):
+    """An input image the API fetched and checked at create, stored in the artifact store under the generation's
+    prefix. Workers read only this copy (GPU nodes need no internet; retries and resumes never refetch) and
+    check its sha256 before use."""
+
+    model_config = _Lenient
+
+    key: str
+    content_type: str  # sniffed from the bytes: image/jpeg, image/png or image/webp
+    bytes: int
+    sha256: str
+    width: int  # after EXIF orientation
+    height: int
+
+
 class RecordInput(InputSpec):
     model_config = ConfigDict(extra="ignore", strict=False)
+
+    # Set for modes that take an image (``image_to_video``); the request's URL or data URI is not kept.
+    image: StoredImage | None = None
 
 
 class GenerationRecord(BaseModel):

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from worker.core.catalog import Catalog, ModelSpec, VariantSpec
-from worker.core.contract import MAX_SEED, CreateRequest, Money, Parameters
+from worker.core.contract import MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.sizes import target_size
 
@@ -56,6 +56,9 @@ class ResolvedJob(BaseModel):
     flow_shift: float | None = None
     pipeline_kwargs: dict[str, Any] = {}
     max_job_seconds: float
+    # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
+    # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
+    image: StoredImage | None = None
 
 
 def round_up(value: int, stride: int) -> int:
