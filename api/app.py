@@ -22,7 +22,13 @@ from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.keys import KeyStore
-from api.limits import AsyncRateLimiter, BodyLimitMiddleware, RateLimiter, TokenBucketLimiter
+from api.limits import (
+    AsyncRateLimiter,
+    BodyLimitMiddleware,
+    RateLimiter,
+    RateLimitHeadersMiddleware,
+    TokenBucketLimiter,
+)
 from api.metrics import install_metrics
 from api.routes import generations, models
 from worker.core.catalog import Catalog
@@ -96,6 +102,7 @@ def create_app(
     app.include_router(models.build_router(ctx))
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
+    app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     install_metrics(app)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside

@@ -37,7 +37,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
 from api.keys import ApiKey, KeyStore, Scope, hash_key
-from api.limits import AsyncRateLimiter, RateDecision, RateLimiter, TokenBucketLimiter
+from api.limits import AsyncRateLimiter, RateDecision, RateLimiter, TokenBucketLimiter, note_decision
 from worker.core.errors import ErrorCode
 
 __all__ = ["KEY_CACHE_MAX", "KEY_CACHE_TTL_S", "Authenticator", "KeyCache", "Principal", "bearer", "presented_key"]
@@ -162,6 +162,7 @@ class Authenticator:
     def principal(self, key: str, scope: Scope) -> Principal:
         principal = self._lookup(key)
         decision = self.limiter.hit(principal.key_id)
+        note_decision(decision)
         if not decision.allowed:
             raise _refused(decision)
         return _checked_scope(principal, scope)
@@ -185,6 +186,7 @@ class Authenticator:
         if principal is None:
             principal = await self._offload(self._lookup, key)
         decision = await self._hit(principal.key_id)
+        note_decision(decision)
         if not decision.allowed:
             raise _refused(decision)
         return _checked_scope(principal, scope)

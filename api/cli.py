@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from api.keys import ApiKey, InvalidProject, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
+from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -20,7 +21,7 @@ __all__ = ["keys_location", "register"]
 
 log = logging.getLogger("genworker.api")
 
-keys_app = typer.Typer(help="Project API keys: create, list, revoke.", no_args_is_help=True)
+keys_app = App(help="Project API keys: create, list, revoke.", no_args_is_help=True)
 
 _DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="Embedded service data dir (SQLite key store <dir>/keys.db).")

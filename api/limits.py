@@ -11,7 +11,8 @@ any ``burst / rate_per_s`` seconds, a moving window kept by the ``limits`` libra
 keeps it in the process (the embedded mode runs one API process); ``RedisLimiter`` shares it across API
 replicas and raises ``BackendUnavailable`` when that Redis cannot answer; ``AsyncRedisLimiter`` is the
 same window (same keys) over an asyncio client, for the routes that run on the event loop. Every
-decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (``RateDecision.headers``).
+decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (``RateDecision.headers``);
+``RateLimitHeadersMiddleware`` puts them on every answer to a keyed request, not only on the 429.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,10 +45,12 @@ __all__ = [
     "BodyLimitMiddleware",
     "MemoryLimiter",
     "RateDecision",
+    "RateLimitHeadersMiddleware",
     "RateLimiter",
     "RedisLimiter",
     "RedisWindowLimiter",
     "TokenBucketLimiter",
+    "note_decision",
     "rate_item",
 ]
 
@@ -162,6 +166,55 @@ class RateDecision:
         if not self.allowed:
             headers["Retry-After"] = str(self.retry_after_s)
         return headers
+
+
+class _Noted:
+    """The decision taken for the request being served. A mutable box, not the ContextVar's value itself:
+    a sync route runs in a worker thread on a copy of the context, where a ``set`` would not come back."""
+
+    decision: RateDecision | None = None
+
+
+_noted: ContextVar[_Noted | None] = ContextVar("genworker_rate_decision", default=None)
+
+
+def note_decision(decision: RateDecision) -> None:
+    """Record this request's rate decision for ``RateLimitHeadersMiddleware`` (a no-op outside it)."""
+    box = _noted.get()
+    if box is not None:
+        box.decision = decision
+
+
+class RateLimitHeadersMiddleware:
+    """Adds the ``RateLimit-*`` headers of the request's rate decision to its answer, whatever the status
+    (a keyed 200, 202, 404 or 409 tells the client its budget as well as a 429 does). Requests that
+    presented no valid key took no decision and get none."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        box = _Noted()
+        token = _noted.set(box)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start" and box.decision is not None:
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in box.decision.headers().items()
+                    if name.lower().encode("latin-1") not in present
+                ]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            _noted.reset(token)
 
 
 class RateLimiter(Protocol):

@@ -12,9 +12,11 @@ from typing import Annotated
 
 import typer
 
+from genworker_client.typer_app import App
+
 __all__ = ["app"]
 
-app = typer.Typer(name="genworker", help="GPU worker daemon and HTTP tier for video generation.", no_args_is_help=True)
+app = App(name="genworker", help="GPU worker daemon and HTTP tier for video generation.", no_args_is_help=True)
 
 
 @app.command()
@@ -60,7 +62,7 @@ def up_command(
     raise typer.Exit(code)
 
 
-fleet_app = typer.Typer(
+fleet_app = App(
     help="The distributed mode on one machine: redis-server, SeaweedFS, one API, N workers.", no_args_is_help=True
 )
 app.add_typer(fleet_app, name="fleet")

@@ -178,7 +178,15 @@ def test_rate_limit_is_429_with_retry_after(stack: Stack, tmp_path: Path) -> Non
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}") as c:
             auth = {"Authorization": f"Bearer {stack.tokens['alpha']}"}
-            assert [c.get("/v1/generations", headers=auth).status_code for _ in range(3)] == [200, 200, 200]
+            # Every keyed answer carries the budget, a success (sync and async routes) and a 404 alike.
+            answers = [
+                c.get("/v1/generations", headers=auth),
+                c.get("/v1/generations/gen_does_not_exist", headers=auth),
+                c.get("/v1/generations", headers=auth),
+            ]
+            assert [a.status_code for a in answers] == [200, 404, 200]
+            assert [a.headers["RateLimit-Remaining"] for a in answers] == ["2", "1", "0"]
+            assert all(a.headers["RateLimit-Limit"] == "3" and "Retry-After" not in a.headers for a in answers)
             r = c.get("/v1/generations", headers=auth)
             assert_error(r, 429, "rate_limited")
             assert int(r.headers["Retry-After"]) >= 1
@@ -186,7 +194,8 @@ def test_rate_limit_is_429_with_retry_after(stack: Stack, tmp_path: Path) -> Non
             assert int(r.headers["RateLimit-Reset"]) >= 1
             other = {"Authorization": f"Bearer {stack.tokens['beta']}"}
             assert c.get("/v1/generations", headers=other).status_code == 200  # per key
-            assert c.get("/v1/models").status_code == 200  # no key, no key limit
+            anonymous = c.get("/v1/models")
+            assert anonymous.status_code == 200 and "RateLimit-Limit" not in anonymous.headers  # no key, no limit
     finally:
         server.should_exit = True
         thread.join(timeout=15)

@@ -23,10 +23,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from genworker_client.errors import ApiError, ClientError, WaitTimeout
 from genworker_client.models import Generation
 from genworker_client.sync import Client
+from genworker_client.typer_app import App
 
 __all__ = ["app"]
 
-app = typer.Typer(
+app = App(
     name="client",
     help="Create, wait for, download and cancel generations (GENWORKER_BASE_URL, GENWORKER_API_KEY).",
     no_args_is_help=True,
