@@ -16,12 +16,16 @@ __all__ = ["ModelRuntimeSettings"]
 
 
 class ModelRuntimeSettings(BaseModel):
-    device: str = "auto"  # "auto" = cuda when available, else cpu
-    # auto = the catalog's dtype (float32 on CPU); a profile's per-component dtypes still apply.
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    tiny_models_dir: str = "models"  # the tiny-* models (a relative dir: under data_dir)
-    weights_dir: str | None = None  # optional local root for real weights (hub ids map under it)
-    cache_budget_gb: float = Field(default=0.0, ge=0)  # 0 = no budget beyond one model at a time
+    device: str = Field(default="auto", description='"auto" = cuda when available, else cpu')
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="auto = the catalog's dtype (float32 on CPU); a profile's per-component dtypes still apply.",
+    )
+    tiny_models_dir: str = Field(default="models", description="the tiny-* models (a relative dir: under data_dir)")
+    weights_dir: str | None = Field(
+        default=None, description="optional local root for real weights (hub ids map under it)"
+    )
+    cache_budget_gb: float = Field(default=0.0, ge=0, description="0 = no budget beyond one model at a time")
     profile_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description=(

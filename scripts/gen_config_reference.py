@@ -1,8 +1,8 @@
 """Generate the configuration reference of ``docs/operators.md`` from the ``Settings`` model.
 
-Every ``GENWORKER_*`` variable with its type, default and description. A description is the field's
-``Field(description=...)``, else the comment written above (or beside) the field in its class: the
-settings classes document themselves either way, and this page never drifts from them.
+Every ``GENWORKER_*`` variable with its type, default and description, the field's
+``Field(description=...)``: the settings classes document themselves, and this page never drifts from them.
+A field without a description fails the generator (and ``--check``).
 
     python scripts/gen_config_reference.py          # rewrite the section between the markers
     python scripts/gen_config_reference.py --check  # exit 1 if the committed section is stale
@@ -14,7 +14,6 @@ settings classes document themselves either way, and this page never drifts from
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import sys
 import types
@@ -45,36 +44,6 @@ EXTRA_VARIABLES = [
     ("GENWORKER_CONFIG", "path", "", "YAML settings file (same keys as the sections below); `--config` wins over it."),
 ]
 
-# For fields whose class carries neither a description nor a comment. The class wins as soon as it
-# documents the field; a test requires every variable to have a description from one or the other.
-NOTES = {
-    "GENWORKER_DATA_DIR": "Working directory: SQLite files, local artifacts, encoder scratch space (`work/`).",
-    "GENWORKER_LOG_LEVEL": "`DEBUG`, `INFO`, `WARNING` or `ERROR`; logs are JSON lines on stderr.",
-    "GENWORKER_STORE__BACKEND": "`local`: a directory the API serves (HMAC-signed URLs); `s3`: an S3-compatible store.",
-    "GENWORKER_STORE__SIGNING_SECRET": "Local store: HMAC key of signed URLs (None: generated once under data_dir).",
-    "GENWORKER_STORE__PUBLIC_BASE_URL": "Local store: the API's address as clients reach it (signed URLs use it).",
-    "GENWORKER_STORE__S3_BUCKET": "Bucket of the artifacts (created, private, when missing).",
-    "GENWORKER_STORE__S3_REGION": "Region used for SigV4 signing.",
-    "GENWORKER_STORE__S3_ACCESS_KEY_ID": "S3 credentials (None: the default AWS credential chain).",
-    "GENWORKER_STORE__S3_SECRET_ACCESS_KEY": "S3 credentials (None: the default AWS credential chain).",
-    "GENWORKER_STORE__S3_CONNECT_TIMEOUT_S": "S3 TCP connect timeout.",
-    "GENWORKER_STORE__S3_READ_TIMEOUT_S": "S3 socket read timeout.",
-    "GENWORKER_ENCODER__CRF": "libx264 constant-quality level (lower = better, larger).",
-    "GENWORKER_ENCODER__NVENC_CQ": "h264_nvenc constant-quality level.",
-    "GENWORKER_ENCODER__AUDIO_BITRATE_KBPS": "AAC bitrate when the model makes audio.",
-    "GENWORKER_ENCODER__POSTER_QUALITY": "JPEG quality of the poster.",
-    "GENWORKER_WORKER__HOSTED_MODELS": "Catalog ids this worker claims jobs for (it never claims any other model's).",
-    "GENWORKER_WORKER__METRICS_HOST": "Bind address of /metrics, /healthz, /readyz (`0.0.0.0` in containers).",
-    "GENWORKER_WORKER__HEARTBEAT_S": "Heartbeat period; a heartbeat lives 3 periods, then /v1/models drops the worker.",
-    "GENWORKER_API__HOST": "Bind address of the HTTP API.",
-    "GENWORKER_API__PORT": "Port of the HTTP API.",
-    "GENWORKER_API__RATE_LIMIT_BURST": "Requests a key may make at once before the rate limit applies.",
-    "GENWORKER_API__POLL_FIRST_WINDOW_S": "See `GENWORKER_API__POLL_FIRST_S`.",
-    "GENWORKER_API__POLL_MIN_S": "See `GENWORKER_API__POLL_FIRST_S`.",
-    "GENWORKER_API__POLL_MAX_S": "See `GENWORKER_API__POLL_FIRST_S`.",
-    "GENWORKER_API__LIST_MAX_LIMIT": "Largest `limit` of a generations listing page.",
-}
-
 
 @dataclass(frozen=True)
 class Variable:
@@ -82,38 +51,6 @@ class Variable:
     type: str
     default: str
     description: str
-
-
-def field_comments(cls: type) -> dict[str, str]:
-    """Comments above or beside each annotated field in the class body, by field name."""
-    try:
-        lines, _ = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return {}
-    body_indent: int | None = None
-    pending: list[str] = []
-    found: dict[str, str] = {}
-    for line in lines[1:]:
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if not stripped:
-            pending = []
-            continue
-        if body_indent is None:
-            body_indent = indent
-        if indent != body_indent:
-            continue  # a continuation line of a multi-line field, or a nested block
-        if stripped.startswith("#"):
-            pending.append(stripped.lstrip("#").strip())
-            continue
-        match = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:", stripped)
-        if match:
-            inline = stripped.split("  # ", 1)[1].strip() if "  # " in stripped else ""
-            text = " ".join([*pending, inline]).strip()
-            if text:
-                found[match.group(1)] = text
-        pending = []
-    return found
 
 
 def type_name(annotation: Any) -> str:
@@ -160,7 +97,6 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 def variables(model: type[BaseModel] = Settings, prefix: str = PREFIX) -> Iterator[tuple[str, list[Variable]]]:
     """``(section, variables)`` for the top-level fields, then one group per nested section."""
-    comments = field_comments(model)
     top: list[Variable] = []
     sections: list[tuple[str, list[Variable]]] = []
     for name, field in model.model_fields.items():
@@ -170,7 +106,9 @@ def variables(model: type[BaseModel] = Settings, prefix: str = PREFIX) -> Iterat
             sections.append((name, sub))
             continue
         env = prefix + name.upper()
-        description = field.description or comments.get(name) or NOTES.get(env, "")
+        if not field.description:
+            raise SystemExit(f"{env} ({model.__name__}.{name}) has no Field(description=...)")
+        description = field.description
         top.append(Variable(env, type_name(field.annotation), default_text(field), description))
     yield ("", top)
     yield from sections

@@ -47,76 +47,165 @@ _yaml_file: ContextVar[str | None] = ContextVar("genworker_yaml_file", default=N
 class WorkerSettings(BaseModel):
     """The ``worker`` section (env ``GENWORKER_WORKER__*``): what a daemon hosts and how it behaves."""
 
-    # Empty worker_id: "<hostname>-<pid>", unique per process so a restarted worker is a new consumer.
-    worker_id: str = ""
-    hosted_models: list[str] = Field(default_factory=lambda: ["tiny-wan", "tiny-ltx2"])
-    # Loaded before the worker reports ready (/readyz, heartbeat ``ready``).
-    preload: list[str] = Field(default_factory=list)
-    # /metrics, /healthz and /readyz; None disables the HTTP server, 0 picks a free port (logged).
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    heartbeat_s: float = Field(default=5.0, gt=0)
-    # SIGTERM: stop claiming, let running work finish within this grace, else release it.
-    drain_grace_s: float = Field(default=60.0, ge=0)
-    # Encode+upload of job N overlaps the denoising of job N+1 (at most one job behind the GPU).
-    overlap: bool = True
-    # How long one claim call waits for work; bounds how fast a drain is noticed while idle.
-    claim_block_s: float = Field(default=1.0, ge=0, le=30)
-    # Progress writes per job are at most one per this interval (stage changes are always written).
-    progress_interval_s: float = Field(default=0.25, ge=0)
-    # How often this worker re-queues other workers' lapsed leases (the claim path does it too).
-    reclaim_interval_s: float = Field(default=10.0, gt=0)
-    # A job still running this long after its time limit is stuck inside one step: its lease is
-    # dropped (re-delivery) and the worker reports unhealthy so its orchestrator restarts it.
-    hang_margin_s: float = Field(default=60.0, ge=0)
-    # Cap of the exponential retry backoff for transient errors (base: queue.retry_backoff_s).
-    max_backoff_s: float = Field(default=300.0, ge=0)
-    # A fault of this worker's own (a model that does not load, ffmpeg that cannot run, a full work
-    # disk, an unusable GPU) releases the job without using up an attempt and stops claims of that
-    # model (model load) or of every model for fault_backoff_s, doubling per repeat up to the max.
-    fault_backoff_s: float = Field(default=10.0, gt=0)
-    # Cap of that backoff: a worker with a lasting fault still tries one job this often.
-    fault_backoff_max_s: float = Field(default=600.0, gt=0)
-    # A job whose model did not load on this many distinct workers (or on every live worker hosting
-    # it, if fewer) fails with model_load_failed instead of going round the fleet for ever.
-    model_load_failure_workers: int = Field(default=3, ge=1)
-    # Build the tiny CPU models when a hosted tiny model is missing from models.tiny_models_dir.
-    build_tiny_models: bool = True
-    # The sweeper (worker/daemon/sweeper.py) runs at start and then this often: queue retention
-    # (expired records, idempotency keys, capped events, stopped workers' consumers), then the work
-    # dirs of killed workers and artifact objects no record will point at.
-    sweep_interval_s: float = Field(default=900.0, gt=0)
-    # Work dirs and objects younger than this are never swept; it must exceed the longest upload →
-    # finish gap of a job (a lease TTL is ample), since an object whose record is gone is judged by age.
-    sweep_min_age_s: float = Field(default=3600.0, gt=0)
-    # Sweep artifact objects too (a listing of the whole store per pass). In a large fleet on one
-    # bucket, leave it on for a few workers only; work dirs and queue retention are swept by every one.
-    sweep_objects: bool = True
+    worker_id: str = Field(
+        default="",
+        description=(
+            'Empty worker_id: "<hostname>-<pid>", unique per process so a restarted worker is a new consumer.'
+        ),
+    )
+    hosted_models: list[str] = Field(
+        default_factory=lambda: ["tiny-wan", "tiny-ltx2"],
+        description="Catalog ids this worker claims jobs for (it never claims any other model's).",
+    )
+    preload: list[str] = Field(
+        default_factory=list, description="Loaded before the worker reports ready (/readyz, heartbeat ``ready``)."
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        description="/metrics, /healthz and /readyz; None disables the HTTP server, 0 picks a free port (logged).",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="Bind address of /metrics, /healthz, /readyz (`0.0.0.0` in containers)."
+    )
+    heartbeat_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Heartbeat period; a heartbeat lives 3 periods, then /v1/models drops the worker.",
+    )
+    drain_grace_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="SIGTERM: stop claiming, let running work finish within this grace, else release it.",
+    )
+    overlap: bool = Field(
+        default=True,
+        description="Encode+upload of job N overlaps the denoising of job N+1 (at most one job behind the GPU).",
+    )
+    claim_block_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=30,
+        description="How long one claim call waits for work; bounds how fast a drain is noticed while idle.",
+    )
+    progress_interval_s: float = Field(
+        default=0.25,
+        ge=0,
+        description="Progress writes per job are at most one per this interval (stage changes are always written).",
+    )
+    reclaim_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often this worker re-queues other workers' lapsed leases (the claim path does it too).",
+    )
+    hang_margin_s: float = Field(
+        default=60.0,
+        ge=0,
+        description=(
+            "A job still running this long after its time limit is stuck inside one step: its lease is "
+            "dropped (re-delivery) and the worker reports unhealthy so its orchestrator restarts it."
+        ),
+    )
+    max_backoff_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Cap of the exponential retry backoff for transient errors (base: queue.retry_backoff_s).",
+    )
+    fault_backoff_s: float = Field(
+        default=10.0,
+        gt=0,
+        description=(
+            "A fault of this worker's own (a model that does not load, ffmpeg that cannot run, a full work "
+            "disk, an unusable GPU) releases the job without using up an attempt and stops claims of that "
+            "model (model load) or of every model for fault_backoff_s, doubling per repeat up to the max."
+        ),
+    )
+    fault_backoff_max_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Cap of that backoff: a worker with a lasting fault still tries one job this often.",
+    )
+    model_load_failure_workers: int = Field(
+        default=3,
+        ge=1,
+        description=(
+            "A job whose model did not load on this many distinct workers (or on every live worker hosting "
+            "it, if fewer) fails with model_load_failed instead of going round the fleet for ever."
+        ),
+    )
+    build_tiny_models: bool = Field(
+        default=True,
+        description="Build the tiny CPU models when a hosted tiny model is missing from models.tiny_models_dir.",
+    )
+    sweep_interval_s: float = Field(
+        default=900.0,
+        gt=0,
+        description=(
+            "The sweeper (worker/daemon/sweeper.py) runs at start and then this often: queue retention "
+            "(expired records, idempotency keys, capped events, stopped workers' consumers), then the work "
+            "dirs of killed workers and artifact objects no record will point at."
+        ),
+    )
+    sweep_min_age_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description=(
+            "Work dirs and objects younger than this are never swept; it must exceed the longest upload → "
+            "finish gap of a job (a lease TTL is ample), since an object whose record is gone is judged by "
+            "age."
+        ),
+    )
+    sweep_objects: bool = Field(
+        default=True,
+        description=(
+            "Sweep artifact objects too (a listing of the whole store per pass). In a large fleet on one "
+            "bucket, leave it on for a few workers only; work dirs and queue retention are swept by every "
+            "one."
+        ),
+    )
 
 
 class ApiSettings(BaseModel):
     """The ``api`` section (env ``GENWORKER_API__*``): the HTTP tier (``genworker api`` / ``up``)."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    # Bodies above this are refused with 413 before they are read whole.
-    max_body_bytes: int = Field(default=1_000_000, ge=1)
-    # API keys: "auto" = Redis when the queue is on Redis, else SQLite at <data_dir>/keys.db.
-    keys_backend: Literal["auto", "sqlite", "redis"] = "auto"
-    keys_redis_url: str | None = None  # default: queue.redis_url
-    # Per-key rate limit: at most rate_limit_burst requests in any rate_limit_burst / rate_limit_per_s
-    # seconds (a moving window, the same rule in process and on Redis, where API replicas share it).
-    rate_limit_per_s: float = Field(default=20.0, gt=0)
-    rate_limit_burst: int = Field(default=60, ge=1)
-    # Retry-After while a generation is not terminal: poll_first_s during the first
-    # poll_first_window_s after create, then a jittered value in [poll_min_s, poll_max_s].
-    poll_first_s: int = Field(default=5, ge=0)
-    poll_first_window_s: float = Field(default=30.0, ge=0)
-    poll_min_s: int = Field(default=10, ge=0)
-    poll_max_s: int = Field(default=15, ge=0)
-    list_max_limit: int = Field(default=100, ge=1, le=1000)
-    # Interactive docs at /docs (the schema is always at /v1/openapi.json).
-    docs: bool = True
+    host: str = Field(default="127.0.0.1", description="Bind address of the HTTP API.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port of the HTTP API.")
+    max_body_bytes: int = Field(
+        default=1_000_000, ge=1, description="Bodies above this are refused with 413 before they are read whole."
+    )
+    keys_backend: Literal["auto", "sqlite", "redis"] = Field(
+        default="auto",
+        description='API keys: "auto" = Redis when the queue is on Redis, else SQLite at <data_dir>/keys.db.',
+    )
+    keys_redis_url: str | None = Field(default=None, description="default: queue.redis_url")
+    rate_limit_per_s: float = Field(
+        default=20.0,
+        gt=0,
+        description=(
+            "Per-key rate limit: at most rate_limit_burst requests in any rate_limit_burst / "
+            "rate_limit_per_s seconds (a moving window, the same rule in process and on Redis, where API "
+            "replicas share it)."
+        ),
+    )
+    rate_limit_burst: int = Field(
+        default=60, ge=1, description="Requests a key may make at once before the rate limit applies."
+    )
+    poll_first_s: int = Field(
+        default=5,
+        ge=0,
+        description=(
+            "Retry-After while a generation is not terminal: poll_first_s during the first "
+            "poll_first_window_s after create, then a jittered value in [poll_min_s, poll_max_s]."
+        ),
+    )
+    poll_first_window_s: float = Field(default=30.0, ge=0, description="See `GENWORKER_API__POLL_FIRST_S`.")
+    poll_min_s: int = Field(default=10, ge=0, description="See `GENWORKER_API__POLL_FIRST_S`.")
+    poll_max_s: int = Field(default=15, ge=0, description="See `GENWORKER_API__POLL_FIRST_S`.")
+    list_max_limit: int = Field(
+        default=100, ge=1, le=1000, description="Largest `limit` of a generations listing page."
+    )
+    docs: bool = Field(
+        default=True, description="Interactive docs at /docs (the schema is always at /v1/openapi.json)."
+    )
     unhosted_models: Literal["auto", "accept", "refuse"] = Field(
         default="auto",
         description=(
@@ -140,8 +229,10 @@ class Settings(BaseSettings):
             "directory once, at start, so every process given the same value shares the same files."
         ),
     )
-    catalog_path: str | None = None  # default: configs/models.yaml next to the code
-    log_level: str = "INFO"
+    catalog_path: str | None = Field(default=None, description="default: configs/models.yaml next to the code")
+    log_level: str = Field(
+        default="INFO", description="`DEBUG`, `INFO`, `WARNING` or `ERROR`; logs are JSON lines on stderr."
+    )
     queue: QueueSettings = Field(default_factory=QueueSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     models: ModelRuntimeSettings = Field(default_factory=ModelRuntimeSettings)
