@@ -169,6 +169,28 @@ def test_redis_consumers_of_stopped_workers_are_removed(redis_url: str) -> None:
     client.close()
 
 
+def test_redis_position_reads_the_xadd_counter_and_survives_an_upgrade(redis_url: str) -> None:
+    """``position.lua`` reads the stream's XADD counter (one GET, not ``XINFO STREAM``); a queue written
+    before the counter existed (simulated by deleting it) continues from the stream's ``entries-added``,
+    so positions of jobs enqueued before and after the upgrade stay exact."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    queue = _tiny_ttl_queue(redis_url)
+    _run_jobs(queue, 2)  # entries added and deleted before: the count is not the stream's length
+    before = [queue.enqueue(new_record()).record.id for _ in range(3)]
+    counter = keys.job_stream_seq("tiny-wan")
+    info = client.xinfo_stream(keys.job_stream("tiny-wan"))
+    assert int(client.get(counter) or -1) == info["entries-added"] == 5
+    client.delete(counter)  # the upgrade: a queue from a version without the counter
+    after = [queue.enqueue(new_record()).record.id for _ in range(2)]
+    assert int(client.get(counter) or -1) == 7
+    assert _positions(queue, before + after) == [0, 1, 2, 3, 4]
+    claim = queue.claim("w1", ["tiny-wan"])
+    assert claim is not None and claim.job_id == before[0]
+    assert _positions(queue, before[1:] + after) == [0, 1, 2, 3]
+    queue.close()
+    client.close()
+
+
 # ------------------------------------------------------------------------------------ SQLite retention
 def test_sqlite_file_stays_flat_over_bursts_once_purged(tmp_path: Path) -> None:
     now = [time.time()]

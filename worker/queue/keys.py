@@ -30,6 +30,7 @@ __all__ = [
     "job_model_index",
     "job_record",
     "job_stream",
+    "job_stream_seq",
     "pool_tag",
     "project_jobs",
     "running_set",
@@ -80,6 +81,14 @@ def job_stream(model: str) -> str:
     exactly one consumer; acknowledging always deletes it, so ``XLEN - pending`` is the waiting count.
     """
     return f"gw:{pool_tag(model)}:stream"
+
+
+def job_stream_seq(model: str) -> str:
+    """Count of the entries ever added to the model's job stream: ``commit.lua`` INCRs it with each XADD
+    and stores the value on the job's record as ``seq``; ``position.lua`` reads it (one GET) where it would
+    otherwise need ``XINFO STREAM``, whose reply carries the first and last entries whole and grows slower
+    with the backlog. Never expires (one small key per model)."""
+    return f"gw:{pool_tag(model)}:stream:seq"
 
 
 def delayed_zset(model: str) -> str:

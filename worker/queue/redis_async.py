@@ -61,11 +61,12 @@ def async_redis_client(settings: QueueSettings, url: str | None = None) -> aiore
 
 
 def _position_call(model: str, job_id: str) -> tuple[str, ...]:
-    """``position.lua``'s KEYS and ARGV, as ``Scripts.position`` passes them (3 keys, then 2 args)."""
+    """``position.lua``'s KEYS and ARGV, as ``Scripts.position`` passes them (4 keys, then 2 args)."""
     return (
         keys.job_record(model, job_id),
         keys.job_stream(model),
         keys.delayed_zset(model),
+        keys.job_stream_seq(model),
         keys.CONSUMER_GROUP,
         job_id,
     )
@@ -123,7 +124,7 @@ class AsyncRedisQueue:
                 return None
             pipe = self._r.pipeline(transaction=False)
             pipe.hget(keys.job_record(model, job_id), "record")
-            pipe.execute_command("EVALSHA", self._position_sha, 3, *_position_call(model, job_id))
+            pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(model, job_id))
             raw, pos = await self._execute(pipe)
         if raw is None:
             return None
@@ -191,7 +192,7 @@ class AsyncRedisQueue:
         pipe.execute_command("EVALSHA", self._commit_sha, len(script_keys), *script_keys, *args)
         if self.durability.enabled:
             self.durability.queue_wait(pipe, self._r, script_keys[0])
-        pipe.execute_command("EVALSHA", self._position_sha, 3, *_position_call(record.model, record.id))
+        pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(record.model, record.id))
         replies = await self._execute(pipe)
         raw, position = replies[3 if listing else 0], replies[-1]
         kind = str(raw[0])

@@ -8,11 +8,13 @@ script            KEYS                                        ARGV
 ================  ==========================================  =============================================
 ``commit.lua``    1 job hash, 2 job stream, 3 delayed zset,   1 plan JSON (``Plan`` fields plus ``group``,
                   4 events stream, 5 job events stream,       ``events_maxlen``, ``at``; a ``None`` field
-                  6 dead-letter stream, 7 running set         is left out), 2 new record JSON (``''``: keep)
+                  6 dead-letter stream, 7 running set,        is left out), 2 new record JSON (``''``: keep)
+                  8 job stream XADD counter
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
-``position.lua``  1 job hash, 2 job stream, 3 delayed zset    1 group, 2 job id
+``position.lua``  1 job hash, 2 job stream, 3 delayed zset,   1 group, 2 job id
+                  4 job stream XADD counter
 ``consumers.lua`` 1 job stream                                1 group, 2 minimum idle ms
 ``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id ('': none), 3 MAXLEN,
                                                               4.. dead-letter field/value pairs (none: none)
@@ -96,6 +98,7 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
         keys.job_events(plan.model, plan.job_id),
         keys.dead_stream(plan.model),
         keys.running_set(plan.model),
+        keys.job_stream_seq(plan.model),
     ]
     return script_keys, [json.dumps(spec), record_json]
 
@@ -181,7 +184,12 @@ class Scripts:
         bound); None when the job is not queued."""
         pos = int(
             self._position(
-                keys=[keys.job_record(model, job_id), keys.job_stream(model), keys.delayed_zset(model)],
+                keys=[
+                    keys.job_record(model, job_id),
+                    keys.job_stream(model),
+                    keys.delayed_zset(model),
+                    keys.job_stream_seq(model),
+                ],
                 args=[keys.CONSUMER_GROUP, job_id],
             )
         )

@@ -3,11 +3,12 @@
 --
 -- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] events stream
 -- KEYS[5] job events stream   KEYS[6] dead-letter stream   KEYS[7] running set
---                                                                (all share the {m:<model>} slot)
+-- KEYS[8] job stream's XADD counter                              (all share the {m:<model>} slot)
 -- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
 --
--- Queue position (position.lua): each new stream entry's place in the stream's own count of
--- XADDs (`entries-added` of XINFO STREAM) is stored on the hash as `seq`. Retention: the change
+-- Queue position (position.lua): each new stream entry's place in the count of XADDs to the stream
+-- (KEYS[8], INCR per entry) is stored on the hash as `seq`. A queue from before that key existed
+-- starts the count at the stream's own `entries-added`, so old and new `seq` values agree. Retention: the change
 -- that makes a job terminal gives its hash and its own events stream a TTL of plan.record_ttl_ms.
 --
 -- Replies: {'ok', entry_id, event_id} | {'applied', entry_id, ''} | {'exists'} | {'missing'}
@@ -18,6 +19,11 @@ local function entries_added(stream)
     if info[i] == 'entries-added' then return info[i + 1] end
   end
   return 0
+end
+
+local function next_seq(stream, counter)
+  if redis.call('EXISTS', counter) == 0 then redis.call('SET', counter, entries_added(stream) - 1) end
+  return redis.call('INCR', counter)
 end
 
 local plan = cjson.decode(ARGV[1])
@@ -84,7 +90,7 @@ if plan.payload then
     redis.call('XGROUP', 'CREATE', KEYS[2], plan.group, '0', 'MKSTREAM')
   end
   entry = redis.call('XADD', KEYS[2], '*', 'payload', plan.payload)
-  seq = entries_added(KEYS[2])
+  seq = next_seq(KEYS[2], KEYS[8])
 end
 
 -- 6. Write the record and the fields scripts check.

@@ -1,23 +1,21 @@
 -- 0-based place of a queued job in its model's queue, in O(log n) whatever the depth (read-only).
--- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset
+-- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] job stream's XADD counter
 -- ARGV[1] group   ARGV[2] job id
 -- Reply: position, or -1 when the job is not queued.
 --
 -- Waiting entries are the stream's undelivered ones: XLEN - pending, since every acknowledged entry
 -- is deleted (commit.lua). They are the newest entries of the stream, so the entries ahead of a job
 -- are the waiting ones less those added after it. commit.lua stores each entry's place in the
--- stream's count of XADDs (`seq`), hence: ahead = waiting - 1 - (entries-added - seq). Exact in FIFO
+-- count of XADDs (`seq`, from KEYS[4]), hence: ahead = waiting - 1 - (added - seq). Exact in FIFO
 -- order; a queued job canceled after this one was enqueued still counts as added after it, so each
 -- such cancel makes the figure one lower than the truth (never higher, never below 0).
 local cur = redis.call('HMGET', KEYS[1], 'status', 'entry', 'seq')
 if cur[1] ~= 'queued' then return -1 end
-local waiting, added = 0, 0
+-- Every call here is O(1) or O(log n) in the backlog: XLEN, GET, XINFO GROUPS (not XINFO STREAM, whose
+-- reply carries the first and last entries whole), ZRANK, a one-entry XPENDING.
+local waiting, added = 0, tonumber(redis.call('GET', KEYS[4]) or '0')
 if redis.call('EXISTS', KEYS[2]) == 1 then
-  local info = redis.call('XINFO', 'STREAM', KEYS[2])
-  for i = 1, #info, 2 do
-    if info[i] == 'length' then waiting = waiting + info[i + 1] end
-    if info[i] == 'entries-added' then added = info[i + 1] end
-  end
+  waiting = redis.call('XLEN', KEYS[2])
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
     local name, pending = nil, 0
     for i = 1, #g, 2 do
