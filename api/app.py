@@ -30,7 +30,10 @@ from api.limits import (
     TokenBucketLimiter,
 )
 from api.metrics import install_metrics
-from api.routes import generations, models
+from api.playground import install_playground
+from api.routes import events, generations, models
+from api.webhooks import routes as webhook_routes
+from api.webhooks.service import Webhooks
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest
 from worker.queue.async_api import OffloadedQueue
@@ -60,6 +63,7 @@ def create_app(
     async_queue: AsyncApiQueue | None = None,
     async_limiter: AsyncRateLimiter | None = None,
     key_cache: KeyCache | None = None,
+    webhooks: Webhooks | None = None,
 ) -> FastAPI:
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
     signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
@@ -68,7 +72,8 @@ def create_app(
     own), ``async_limiter`` replaces ``limiter`` on them when given (a Redis counter awaited on the event
     loop), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app closes the async queue,
     the async limiter and the authenticator's threads at shutdown (lifespan); ``queue`` and ``keys``
-    stay its opener's to close."""
+    stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its sender thread,
+    if it has one, for the app's lifetime (``api/webhooks``)."""
     api = settings.api
     aqueue = async_queue or OffloadedQueue(queue)
     auth = Authenticator(
@@ -80,7 +85,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if webhooks is not None:
+            webhooks.start()
         yield
+        if webhooks is not None:
+            webhooks.stop()
         await aqueue.aclose()
         if async_limiter is not None:
             await async_limiter.aclose()
@@ -99,7 +108,11 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))
+    app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
     app.include_router(models.build_router(ctx))
+    if webhooks is not None:
+        app.include_router(webhook_routes.build_router(auth, webhooks))
+    install_playground(app, ctx)  # only where api.playground is on
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py

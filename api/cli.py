@@ -141,11 +141,13 @@ def api_command(
 ) -> None:
     """Run the HTTP API alone over the configured queue, store and key store (distributed mode)."""
     from api.server import build_app, make_server, serve
+    from worker.core.logs import configure_logging
     from worker.settings import load_settings, state_paths
 
     settings = load_settings(config)
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
+    configure_logging(settings.log_level)  # before build_app: what it logs is JSON too
     server = make_server(build_app(settings), api.host, api.port, log_level=settings.log_level)
     log.info("state", extra={**state_paths(settings), "keys": keys_location(settings)})
     serve(server)

@@ -15,14 +15,16 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from api.errors import ApiError
+from api.input_image import read_image_source, stored_image
 from worker.core.catalog import Catalog
 from worker.core.contract import CreateRequest, GenerationRecord, RecordInput, RecordParameters, parse_create_request
 from worker.core.errors import ErrorCode
-from worker.core.resolve import resolve
+from worker.core.images import CheckedImage, check_image
+from worker.core.resolve import check_inputs, resolve
 
 if TYPE_CHECKING:
     from worker.queue.base import WorkerHeartbeat
-    from worker.settings import Settings
+    from worker.settings import InputSettings, Settings
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -31,7 +33,9 @@ __all__ = [
     "check_idempotency_key",
     "new_generation_id",
     "parse_body",
+    "prepare_image",
     "request_hash",
+    "takes_image",
 ]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -61,20 +65,51 @@ def parse_body(body: bytes) -> CreateRequest:
     return parse_create_request(data)
 
 
-def request_hash(request: CreateRequest) -> str:
+def request_hash(request: CreateRequest, *, image_sha256: str | None = None) -> str:
     """SHA-256 of the parsed request in canonical JSON: equal requests hash equal whatever their
-    key order, whitespace or explicit nulls."""
-    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    key order, whitespace or explicit nulls.
+
+    An input image counts by its content (``image_sha256`` of the stored copy), not by how it came: the
+    same key with another image is a conflict, the same image by URL or by data URI a replay."""
+    data = request.model_dump(mode="json")
+    data["input"].pop("image_url", None)
+    data["input"].pop("image", None)
+    if image_sha256 is not None:
+        data["input"]["image_sha256"] = image_sha256
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def takes_image(request: CreateRequest, catalog: Catalog) -> bool:
+    """Whether the request's mode takes an image (and it brings exactly one); a coded ``RequestRejected``
+    for an unknown model, mode or variant, an image its mode does not take, or a missing one."""
+    return check_inputs(request, catalog)
+
+
+def prepare_image(request: CreateRequest, inputs: InputSettings) -> CheckedImage:
+    """The checked input image of a request that ``takes_image``; raises a coded ``RequestRejected`` for an
+    unreachable, refused or bad image. Blocking (fetch, decode): routes run it in a thread."""
+    data, param = read_image_source(request.input, inputs)
+    return check_image(data, max_bytes=inputs.max_image_bytes, max_pixels=inputs.max_image_pixels, param=param)
 
 
 def new_generation_id() -> str:
     return "gen_" + uuid.uuid4().hex
 
 
-def build_record(request: CreateRequest, catalog: Catalog, *, project: str, max_attempts: int) -> GenerationRecord:
-    """The queued record for a valid request; raises ``RequestRejected`` when the catalog refuses it."""
-    job, hold = resolve(request, catalog)
+def build_record(
+    request: CreateRequest,
+    catalog: Catalog,
+    *,
+    project: str,
+    max_attempts: int,
+    image: CheckedImage | None = None,
+) -> GenerationRecord:
+    """The queued record for a valid request; raises ``RequestRejected`` when the catalog refuses it.
+    ``image``: the checked input image (``prepare_image``), recorded with the key it is to be stored under."""
+    generation_id = new_generation_id()
+    stored = stored_image(image, generation_id) if image is not None else None
+    job, hold = resolve(request, catalog, image=stored)
     parameters = request.parameters.model_dump()
     parameters.update(
         resolution=job.resolution,
@@ -85,13 +120,13 @@ def build_record(request: CreateRequest, catalog: Catalog, *, project: str, max_
         seed=job.seed,  # drawn by resolve when absent; stored so every attempt reproduces it
     )
     return GenerationRecord(
-        id=new_generation_id(),
+        id=generation_id,
         project=project,
         model=request.model,
         mode=request.mode,
         variant=request.variant,
         parameters=RecordParameters(**parameters),
-        input=RecordInput(prompt=request.input.prompt),
+        input=RecordInput(prompt=request.input.prompt, image=stored),
         price_hold=hold,
         max_attempts=max_attempts,
     )

@@ -94,6 +94,7 @@ def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
 def build_app(settings: Settings) -> FastAPI:
     """The app over the backends the settings name (queue, store, keys, catalog)."""
     from api.app import create_app
+    from api.webhooks.service import open_webhooks
     from worker.core.catalog import load_catalog
     from worker.queue.async_api import open_async_queue
     from worker.queue.factory import open_queue
@@ -101,6 +102,7 @@ def build_app(settings: Settings) -> FastAPI:
 
     store = open_store(settings.store, data_dir=settings.data_dir)
     queue = open_queue(settings.queue)
+    webhooks = open_webhooks(settings, queue=queue if settings.webhooks.sender_in_api else None)
     return create_app(
         settings,
         queue=queue,
@@ -111,6 +113,7 @@ def build_app(settings: Settings) -> FastAPI:
         artifacts_app=artifacts_app_for(store),
         async_queue=open_async_queue(settings.queue, queue),
         async_limiter=open_async_limiter(settings),
+        webhooks=webhooks,
     )
 
 

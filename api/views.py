@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worker.core.catalog import ModelSpec
+from worker.core.catalog import ModelSpec, mode_inputs
 from worker.core.contract import (
     Artifact,
     AudioInfo,
@@ -22,6 +22,7 @@ from worker.core.contract import (
     GenerationRecord,
     Money,
     PromptExtension,
+    PromptTokens,
     RecordInput,
     RecordParameters,
     Stage,
@@ -76,6 +77,10 @@ class GenerationView(BaseModel):
     input: RecordInput
     actual_prompt: str | None = None
     prompt_extension: PromptExtension | None = None
+    prompt_tokens: PromptTokens | None = Field(
+        default=None,
+        description="The used prompt against the text encoder's token limit; truncated: the rest was not seen.",
+    )
     price_hold: Money = Field(description="USD hold taken at create; the final price never exceeds it.")
     price: Money | None = None
     usage: Usage | None = None
@@ -161,6 +166,12 @@ class VariantView(BaseModel):
 
 
 class ModeView(BaseModel):
+    inputs: list[str] = Field(
+        description=(
+            'What the mode needs in `input`: "prompt", and "image" for image_to_video '
+            "(input.image_url, https, or input.image, a data: URI of a JPEG, PNG or WebP image)."
+        )
+    )
     variants: dict[str, VariantView]
 
 
@@ -195,10 +206,11 @@ def model_view(spec: ModelSpec, *, available: bool, queue_depth: int) -> ModelVi
         family=spec.family,
         modes={
             name: ModeView(
+                inputs=list(mode_inputs(name)),
                 variants={
                     v: VariantView(steps=variant.steps, rate_multiplier=str(variant.rate_multiplier))
                     for v, variant in mode.variants.items()
-                }
+                },
             )
             for name, mode in spec.modes.items()
         },

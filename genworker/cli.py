@@ -106,11 +106,39 @@ def fleet_up(
     raise typer.Exit(code)
 
 
+pipeline_app = App(help="Start a new model family for the generic diffusers adapter.", no_args_is_help=True)
+app.add_typer(pipeline_app, name="pipeline")
+
+
+@pipeline_app.command("new")
+def pipeline_new(
+    name: Annotated[str, typer.Argument(help="The family's name, e.g. cogvideox (the tiny model is tiny-NAME).")],
+    from_diffusers: Annotated[str, typer.Option("--from-diffusers", help="A diffusers pipeline class.")],
+    out: Annotated[Path, typer.Option("--out", help="Where NAME/ is written.")] = Path("scaffold"),
+) -> None:
+    """Write NAME/catalog.yaml, NAME/tiny_NAME.py and NAME/test_NAME.py for CLASS (docs/adding-a-pipeline.md)."""
+    from genworker.scaffold import ScaffoldError, write_scaffold
+
+    try:
+        written = write_scaffold(name, from_diffusers, out)
+    except ScaffoldError as e:
+        typer.echo(f"genworker pipeline new: {e}", err=True)
+        raise typer.Exit(2) from None
+    for path in written:
+        typer.echo(str(path))
+    typer.echo("next: fill in the recipe (FILL-ME) in catalog.yaml with its sources, then run the test", err=True)
+
+
 # The worker daemon and the one-shot generator (worker/daemon/cli.py).
 from worker.daemon import cli as _worker_cli  # noqa: E402
 
 app.command("worker")(_worker_cli.worker_command)
 app.command("generate")(_worker_cli.generate_command)
+
+# `genworker plan --gpu-memory-gb N`: the memory plan of the catalog's models (genworker/plan.py).
+from genworker.plan import plan_command as _plan_command  # noqa: E402
+
+app.command("plan")(_plan_command)
 
 # `genworker client ...`: the client distribution's command line (client/src/genworker_client/cli.py).
 from genworker_client.cli import app as _client_app  # noqa: E402
@@ -122,6 +150,11 @@ app.add_typer(_client_app, name="client")
 from api.cli import register as _register_api  # noqa: E402
 
 _register_api(app)
+
+# `genworker webhooks ...`: endpoints, delivery logs, redelivery, the sender (api/webhooks/cli.py).
+from api.webhooks.cli import webhooks_app as _webhooks_app  # noqa: E402
+
+app.add_typer(_webhooks_app, name="webhooks")
 
 if __name__ == "__main__":
     app()

@@ -68,7 +68,11 @@ def _write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def embedded_settings(paths: EmbeddedPaths, *, host: str, port: int, models_dir: Path) -> Settings:
+def embedded_settings(
+    paths: EmbeddedPaths, *, host: str, port: int, models_dir: Path, playground_key: str | None = None
+) -> Settings:
+    """``playground_key`` (the dev key) turns the browser playground on at ``/`` for the dev project."""
+    playground = {"playground": True, "playground_api_key": playground_key} if playground_key else {}
     return load_settings(
         data_dir=str(paths.root),
         queue={"backend": "sqlite", "sqlite_path": str(paths.queue)},
@@ -78,7 +82,7 @@ def embedded_settings(paths: EmbeddedPaths, *, host: str, port: int, models_dir:
             "public_base_url": f"http://{host}:{port}",
         },
         models={"tiny_models_dir": str(models_dir)},
-        api={"host": host, "port": port, "keys_backend": "sqlite"},
+        api={"host": host, "port": port, "keys_backend": "sqlite", **playground},
     )
 
 
@@ -134,6 +138,8 @@ genworker is starting at {base}  (data: {paths.root}, worker log: {paths.worker_
 {note} for project '{DEV_PROJECT}' (also in {paths.dev_key}):
 
   {key}
+
+Playground (in your browser): {base}/
 
 Try it:
 
@@ -192,7 +198,6 @@ def run_embedded(data_dir: Path | None, *, host: str, port: int, models_dir: Pat
     paths = embedded_paths(data_dir)
     paths.root.mkdir(parents=True, exist_ok=True)
     models = (models_dir or paths.root / "models").absolute()
-    settings = embedded_settings(paths, host=host, port=port, models_dir=models)
 
     from pipelines.tiny import TINY_MODELS, build_all, is_built
 
@@ -203,6 +208,7 @@ def run_embedded(data_dir: Path | None, *, host: str, port: int, models_dir: Pat
     keys = SqliteKeyStore(paths.keys)
     key, created = ensure_dev_key(keys, paths)
     keys.close()
+    settings = embedded_settings(paths, host=host, port=port, models_dir=models, playground_key=key)
     app = build_app(settings)
     server = make_server(app, host, port)
     worker = _start_worker(settings, paths)

@@ -4,6 +4,10 @@ An adapter is loaded once (``load``) and then serves many jobs, each in two call
 two stages: ``denoise`` (the diffusion loop, reporting every step) returns the family's ``Latents``, and
 ``decode`` turns them into ``worker.core.media.Media``. It never touches Redis, S3 or HTTP.
 
+An ``image_to_video`` job also hands ``denoise`` its input image (``image=``, a PIL image the worker read
+from the artifact store, checked against its sha256 and fitted to the generation size); text-only
+adapters never receive the keyword.
+
 ``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
 loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from pipelines.config import ModelRuntimeSettings
     from worker.core.catalog import ModelSpec
     from worker.core.media import Media, StepCallback
@@ -36,8 +42,13 @@ class Adapter(Protocol):
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
-        """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it."""
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
+        """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it.
+
+        ``image`` is the input image of an ``image_to_video`` job, already checked and fitted by the worker:
+        RGB, exactly ``(job.gen_width, job.gen_height)``. The worker passes it only to jobs that have one, so
+        a text-only family may leave the keyword out of its signature.
+        """
         ...
 
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
@@ -57,6 +68,7 @@ class Adapter(Protocol):
         ...
 
 
-def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback) -> Media:
+def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Media:
     """Denoise and decode in one call, for benchmarks and tests (the worker runs them as two stages)."""
-    return adapter.decode(adapter.denoise(job, on_step), job)
+    conditioning = {"image": image} if image is not None else {}
+    return adapter.decode(adapter.denoise(job, on_step, **conditioning), job)

@@ -18,7 +18,11 @@ LTX-2 facts handled here:
 - the waveform is stereo at ``vocoder.config.output_sampling_rate`` (24 kHz on LTX-2.0), not the
   audio VAE's 16 kHz, and slightly shorter than the video: it is trimmed or padded to the kept frames;
 - without ``audio`` the audio latents are still denoised (the streams attend to each other), but the
-  audio VAE and vocoder never run.
+  audio VAE and vocoder never run;
+- ``image_to_video`` runs ``LTX2ImageToVideoPipeline`` built once over the loaded modules (``from_pipe``, no
+  copy): the image, re-compressed as H.264 at the checkpoint's CRF (33 for the Gemma-3 generation, as
+  ltx-pipelines' ``load_image_and_preprocess``), is latent frame 0, never noised; in the two-stage recipe
+  the refinement gets the image encoded again at full size as its frame 0.
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.adapter import Latents
 from pipelines.prompt_extend import PromptExtendError, finish_extension, seeded_rng
-from pipelines.registry import resolve_weights
+from pipelines.registry import hub_revision, resolve_weights
 from pipelines.runtime import (
+    IMAGE_MODE,
     apply_profile,
+    check_image,
     check_job_shape,
+    count_prompt_tokens,
     fit_audio,
     free_device_memory,
     load_dtypes,
@@ -44,11 +51,13 @@ from pipelines.runtime import (
     synchronize,
 )
 from worker.core.catalog import FAMILY_OPTIONS
+from worker.core.contract import PromptTokens
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import AudioTrack, Media, StepCallback
 
 if TYPE_CHECKING:
     import torch
+    from PIL.Image import Image
 
     from pipelines.config import ModelRuntimeSettings
     from worker.core.catalog import ModelSpec, RuntimeProfile
@@ -120,6 +129,7 @@ class LTX2TextToVideo:
         self.device = device
         self.dtype = dtype
         self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
+        self._image_pipe: Any = None  # LTX2ImageToVideoPipeline over the same modules (image_to_video jobs)
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
@@ -129,7 +139,7 @@ class LTX2TextToVideo:
         profile = runtime_profile(spec, runtime)
         path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
         dtypes = load_dtypes(profile, dtype)
-        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes)
+        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes, **hub_revision(spec.weights, path, spec.revision))
         upsample_pipe = None
         if spec.two_stage is not None:
             upsample_pipe = cls._load_two_stage(pipe, path, spec, dtypes)
@@ -148,10 +158,11 @@ class LTX2TextToVideo:
 
         recipe = spec.two_stage
         assert recipe is not None
+        pinned = hub_revision(spec.weights, path, spec.revision)
         upsampler = LTX2LatentUpsamplerModel.from_pretrained(
-            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"])
+            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"]), **pinned
         )
-        pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER)
+        pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **pinned)
         pipe.set_adapters([LORA_ADAPTER], [recipe.lora_scale])
         pipe.disable_lora()
         return LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
@@ -163,10 +174,11 @@ class LTX2TextToVideo:
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> LTX2Latents:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> LTX2Latents:
         import torch
 
         pipe = self._pipe()
+        conditioning = {"image": image} if check_image(self.spec.id, job, image) is not None else {}
         # 1. Check inputs: the pipeline would silently shorten a non-8k+1 clip.
         temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
         two_stage = self.spec.two_stage is not None
@@ -183,11 +195,13 @@ class LTX2TextToVideo:
         generator = torch.Generator(self.device).manual_seed(job.seed)
         # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
         first = stages[0]
-        out = self._run(first, job, embeds, kwargs, generator=generator, progress=progress)
+        out = self._run(first, job, embeds, kwargs, generator=generator, progress=progress, **conditioning)
         video, audio = out.frames, out.audio
         if two_stage:
             # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
             video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
+                video = self._image_as_first_frame(video, image)
             refine = self._run(
                 stages[1],
                 job,
@@ -244,13 +258,19 @@ class LTX2TextToVideo:
         progress: _Progress,
         **extra: Any,
     ) -> Any:
-        """One pipeline call to latents; a refinement re-noises the given latents to its first sigma."""
-        pipe = self.pipe
+        """One pipeline call to latents; a refinement re-noises the given latents to its first sigma.
+
+        An image_to_video job runs ``LTX2ImageToVideoPipeline`` over the same modules: stage 1 encodes the
+        image as latent frame 0 and keeps it clean; a refinement keeps the given frame 0 (the image encoded
+        at full size, ``_image_as_first_frame``) clean likewise.
+        """
+        lora_pipe = self.pipe
+        pipe = self._image_pipeline() if job.mode == IMAGE_MODE else lora_pipe
         if self.spec.two_stage is not None:
             if stage.lora:
-                pipe.enable_lora()
+                lora_pipe.enable_lora()
             else:
-                pipe.disable_lora()
+                lora_pipe.disable_lora()
         # Given sigmas run as they are (no dynamic shift), as upstream runs its distilled schedules.
         pipe.scheduler = self._scheduler(as_is=stage.sigmas is not None)
         if "latents" in extra and stage.sigmas:
@@ -275,6 +295,36 @@ class LTX2TextToVideo:
             **kwargs,
             **extra,
         )
+
+    def _image_as_first_frame(self, latents: torch.Tensor, image: Image) -> torch.Tensor:
+        """``latents`` (raw VAE space, 1, C, F', H', W') with latent frame 0 replaced by the image's own latent,
+        prepared as ``LTX2ImageToVideoPipeline`` prepares it (H.264 re-compression, then the VAE's mode)."""
+        import numpy as np
+        import PIL.Image
+        import torch
+        from diffusers.pipelines.ltx2.utils import apply_image_conditioning_crf, resolve_default_image_crf
+
+        pipe = self._image_pipeline()
+        crf = resolve_default_image_crf(pipe.text_encoder)
+        if crf:
+            image = PIL.Image.fromarray(apply_image_conditioning_crf(np.asarray(image.convert("RGB")), crf))
+        height, width = (
+            latents.shape[3] * pipe.vae_spatial_compression_ratio,
+            latents.shape[4] * pipe.vae_spatial_compression_ratio,
+        )
+        pixels = pipe.video_processor.preprocess(image, height=height, width=width).unsqueeze(2)
+        with torch.no_grad():
+            first = pipe.vae.encode(pixels.to(latents.device, pipe.vae.dtype)).latent_dist.mode()
+        return torch.cat([first.to(latents.dtype), latents[:, :, 1:]], dim=2)
+
+    def _image_pipeline(self) -> Any:
+        """``LTX2ImageToVideoPipeline`` sharing every module of the loaded pipeline (built once, no copy)."""
+        if self._image_pipe is None:
+            from diffusers import LTX2ImageToVideoPipeline
+
+            self._image_pipe = LTX2ImageToVideoPipeline.from_pipe(self._pipe())
+            self._image_pipe.set_progress_bar_config(disable=True)
+        return self._image_pipe
 
     def _scheduler(self, *, as_is: bool) -> Any:
         if as_is not in self._schedulers:
@@ -358,6 +408,11 @@ class LTX2TextToVideo:
             )
         return finish_extension(texts[0] if texts else "", started=started, timeout_s=timeout_s)
 
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens:
+        """The job's prompt against Gemma-3's limit, stripped and tokenized as ``LTX2Pipeline`` encodes it."""
+        limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        return count_prompt_tokens(self._pipe().tokenizer, job.prompt.strip(), limit)
+
     # ------------------------------------------------------------------------------------------ memory
 
     def memory_bytes(self) -> int:
@@ -372,6 +427,7 @@ class LTX2TextToVideo:
             self.pipe.remove_all_hooks()
         self.pipe = None
         self.upsample_pipe = None
+        self._image_pipe = None
         self._schedulers.clear()
         free_device_memory(self.device)
 

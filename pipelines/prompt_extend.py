@@ -102,16 +102,26 @@ class ChatLLM:
         self.offload = offload
 
     @classmethod
-    def load(cls, ref: str, runtime: ModelRuntimeSettings, *, tiny: bool, device: str, dtype: str) -> ChatLLM:
+    def load(
+        cls,
+        ref: str,
+        runtime: ModelRuntimeSettings,
+        *,
+        tiny: bool,
+        device: str,
+        dtype: str,
+        revision: str | None = None,
+    ) -> ChatLLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from pipelines.registry import resolve_weights
+        from pipelines.registry import hub_revision, resolve_weights
         from pipelines.runtime import torch_dtype
 
         path = resolve_weights(ref, runtime, tiny=tiny)
+        pinned = hub_revision(ref, path, revision)
         started = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path, **pinned)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype), **pinned).eval()
         offload = device.startswith("cuda")
         model.to("cpu" if offload else device)
         log.info("chat LLM loaded", extra={"llm": ref, "elapsed_ms": round(1000 * (time.perf_counter() - started))})

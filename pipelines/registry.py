@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from pipelines.config import ModelRuntimeSettings
     from worker.core.catalog import ModelSpec
 
-__all__ = ["ModelLoadError", "adapter_class", "load_adapter", "resolve_device", "resolve_dtype", "resolve_weights"]
+__all__ = [
+    "ModelLoadError",
+    "adapter_class",
+    "hub_revision",
+    "load_adapter",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_weights",
+]
 
 log = logging.getLogger("genworker.pipelines")
 
@@ -75,6 +83,12 @@ def resolve_weights(ref: str, runtime: ModelRuntimeSettings, *, tiny: bool) -> s
     if ref.startswith(("/", ".", "~")):
         raise ModelLoadError(f"weights path {ref!r} does not exist")
     return ref
+
+
+def hub_revision(ref: str, path: str, revision: str | None) -> dict[str, str]:
+    """``from_pretrained``'s ``revision=`` for ``ref`` when it is loaded from the hub (``path`` is still the hub
+    id); a local directory is whatever it holds, so it gets none."""
+    return {"revision": revision} if revision and path == ref else {}
 
 
 def resolve_device(device: str) -> str:

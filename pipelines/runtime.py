@@ -18,11 +18,13 @@ from pydantic import ValidationError
 
 from pipelines.registry import ModelLoadError
 from worker.core.catalog import RuntimeProfile, check_profile
+from worker.core.contract import PromptTokens
 from worker.core.errors import ErrorCode, JobError
 from worker.core.media import AudioTrack, Media
 
 if TYPE_CHECKING:
     import torch
+    from PIL.Image import Image
 
     from pipelines.config import ModelRuntimeSettings
     from worker.core.catalog import ModelSpec
@@ -30,8 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK_FRAMES",
+    "IMAGE_MODE",
     "apply_profile",
+    "check_image",
     "check_job_shape",
+    "count_prompt_tokens",
     "fit_audio",
     "free_device_memory",
     "load_dtypes",
@@ -50,6 +55,8 @@ log = logging.getLogger("genworker.pipelines")
 
 # Frames converted per step: bounds the temporary float copy to a few frames whatever the video length.
 CHUNK_FRAMES = 8
+# The mode whose jobs bring an input image (``denoise(..., image=)``); every other mode is text-only.
+IMAGE_MODE = "image_to_video"
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -80,7 +87,7 @@ def runtime_profile(spec: ModelSpec, runtime: ModelRuntimeSettings) -> RuntimePr
             if not override
             else RuntimeProfile.model_validate({**spec.runtime.model_dump(exclude_defaults=True), **override})
         )
-        check_profile(spec.family, profile)
+        check_profile(spec.family, profile, spec.diffusers)
     except (ValidationError, ValueError) as e:
         raise ModelLoadError(f"{spec.id}: runtime profile refused: {e}") from e
     return profile
@@ -159,6 +166,13 @@ def module_bytes(*objects: Any) -> int:
     return total
 
 
+def count_prompt_tokens(tokenizer: Any, prompt: str, limit: int) -> PromptTokens:
+    """``prompt`` against the text encoder's ``limit``, tokenized as the pipeline does (special tokens
+    included): the pipelines truncate at ``limit`` without a word, so the job's record says so instead."""
+    total = len(tokenizer(prompt, add_special_tokens=True).input_ids)
+    return PromptTokens(total=total, kept=min(total, limit), limit=limit, truncated=total > limit)
+
+
 def free_device_memory(device: str) -> None:
     """Return freed memory to the allocator's owner: Python objects first, then CUDA's cached blocks."""
     gc.collect()
@@ -175,6 +189,20 @@ def synchronize(device: str) -> None:
         import torch
 
         torch.cuda.synchronize(device)
+
+
+def check_image(model_id: str, job: ResolvedJob, image: Image | None) -> Image | None:
+    """The image a job of this mode must have (and only it), at the generation size; else a coded refusal."""
+    if job.mode == IMAGE_MODE and image is None:
+        raise JobError(ErrorCode.invalid_payload, f"{model_id}: an image_to_video job came without its image")
+    if job.mode != IMAGE_MODE and image is not None:
+        raise JobError(ErrorCode.invalid_payload, f"{model_id}: a {job.mode} job came with an image")
+    if image is not None and image.size != (job.gen_width, job.gen_height):
+        raise JobError(
+            ErrorCode.pipeline_error,
+            f"{model_id}: image is {image.size[0]}x{image.size[1]}, the job generates {job.gen_width}x{job.gen_height}",
+        )
+    return image
 
 
 def check_job_shape(model_id: str, job: ResolvedJob, *, spatial: int, temporal: int) -> None:

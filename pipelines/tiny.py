@@ -1,4 +1,5 @@
-"""Tiny random-weight models, built offline from configs: ``tiny-wan``, ``tiny-ltx2`` and ``tiny-chat-llm``.
+"""Tiny random-weight models, built offline from configs: ``tiny-wan``, ``tiny-ltx2`` and ``tiny-chat-llm``
+(the image-to-video layouts are in ``pipelines.tiny_i2v``).
 
 They use the production classes (``UMT5EncoderModel`` + ``ByT5Tokenizer`` for Wan; Gemma-3 with a tokenizer
 built in code, a 32x/8x video VAE and a x240 vocoder for LTX-2; Qwen3 with a byte-level BPE tokenizer and a
@@ -22,6 +23,8 @@ from typing import Any
 from filelock import FileLock
 
 from pipelines.runtime import quiet_progress_bars
+from pipelines.tiny_generic import GENERIC_BUILDERS
+from pipelines.tiny_i2v import I2V_BUILDERS
 
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
@@ -29,6 +32,8 @@ __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 BUILDER_VERSION = 2
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
+TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny_i2v.py)
+TINY_MODELS += tuple(GENERIC_BUILDERS)  # families of the generic adapter (pipelines/tiny_generic.py)
 
 
 def is_built(model_dir: Path) -> bool:
@@ -51,6 +56,8 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
         "tiny-wan": _build_wan,
         "tiny-ltx2": _build_ltx2,
         "tiny-chat-llm": _build_chat_llm,
+        **I2V_BUILDERS,
+        **GENERIC_BUILDERS,
     }
     paths: dict[str, Path] = {}
     with FileLock(out / ".tiny-build.lock"):

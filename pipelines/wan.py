@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.adapter import Latents
 from pipelines.prompt_extend import ChatLLM, PromptExtendError, finish_extension
-from pipelines.registry import resolve_weights
+from pipelines.registry import hub_revision, resolve_weights
 from pipelines.runtime import (
     apply_profile,
     check_job_shape,
+    count_prompt_tokens,
     free_device_memory,
     load_dtypes,
     media_from_video,
@@ -36,6 +37,7 @@ from pipelines.runtime import (
 )
 from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
 from worker.core.catalog import FAMILY_OPTIONS
+from worker.core.contract import PromptTokens
 from worker.core.errors import ErrorCode, JobError, is_out_of_memory
 from worker.core.media import Media, StepCallback
 
@@ -97,16 +99,22 @@ class WanTextToVideo:
         path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
         # Component dtypes from the profile: the shipped Wan profiles keep the VAE in float32 while the
         # transformers and UMT5 run in bf16 (official WanVAE(dtype=torch.float); diffusers' Wan docs).
-        pipe = WanPipeline.from_pretrained(path, dtype=load_dtypes(profile, dtype))
+        pipe = WanPipeline.from_pretrained(
+            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
+        )
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
     # ------------------------------------------------------------------------------------------ denoise
 
     def denoise(self, job: ResolvedJob, on_step: StepCallback) -> WanLatents:
+        return self._denoise_with(self._pipe(), job, on_step)
+
+    def _denoise_with(self, pipe: Any, job: ResolvedJob, on_step: StepCallback, **conditioning: Any) -> WanLatents:
+        """The diffusion loop on ``pipe`` (this model's pipeline, or one sharing its components), with the
+        family's conditioning keywords (``image=`` for image-to-video) passed through to its call."""
         import torch
 
-        pipe = self._pipe()
         # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
         self._check_inputs(job)
         kwargs = pipeline_options(self.spec.id, job, self.options)
@@ -114,6 +122,9 @@ class WanTextToVideo:
         # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.
         self._set_shift(job.flow_shift)
         self._set_boundary(kwargs.pop("boundary_ratio", None))
+        if pipe is not self.pipe:  # a pipeline sharing this one's modules follows its scheduler and boundary
+            pipe.scheduler = self.pipe.scheduler
+            pipe.register_to_config(boundary_ratio=self.pipe.config.boundary_ratio)
         if job.guidance_scale_2 is not None:
             kwargs["guidance_scale_2"] = job.guidance_scale_2
         # 3. The constant negative prompt, encoded once.
@@ -134,6 +145,7 @@ class WanTextToVideo:
             output_type="latent",
             callback_on_step_end=step_reporter(on_step),
             max_sequence_length=max_sequence_length,
+            **conditioning,
             **kwargs,
         ).frames
         synchronize(self.device)
@@ -224,7 +236,12 @@ class WanTextToVideo:
         if self._llm is None:
             try:
                 self._llm = ChatLLM.load(
-                    settings.llm, self.runtime, tiny=self.spec.tiny, device=self.device, dtype=self.dtype
+                    settings.llm,
+                    self.runtime,
+                    tiny=self.spec.tiny,
+                    device=self.device,
+                    dtype=self.dtype,
+                    revision=settings.llm_revision,
                 )
             except Exception as e:
                 if not is_out_of_memory(e):  # out of memory may pass once memory is freed: not remembered
@@ -239,6 +256,13 @@ class WanTextToVideo:
             seed=seed,
         )
         return finish_extension(raw, started=started, timeout_s=timeout_s)
+
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens:
+        """The job's prompt against UMT5's limit, cleaned and tokenized as ``WanPipeline`` encodes it."""
+        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
+        limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        return count_prompt_tokens(self._pipe().tokenizer, prompt_clean(job.prompt), limit)
 
     # ------------------------------------------------------------------------------------------ memory
 

@@ -164,6 +164,19 @@ def _missed_notes(summary: list[dict[str, Any]]) -> list[str]:
     return ["## Missed targets: why, and what would fix them", "", *notes] if notes else []
 
 
+# Everything from this line on in docs/benchmarks.md is kept as it is when the report is rendered again:
+# figures of benchmarks that ``make bench`` does not run (e.g. scripts/bench_sse.py's 1,000 streams).
+KEPT_MARKER = "<!-- Measured outside make bench: kept as is when scripts/bench_report.py renders this page. -->"
+
+
+def _kept_tail(docs_path: Path) -> list[str]:
+    if not docs_path.exists():
+        return []
+    text = docs_path.read_text(encoding="utf-8")
+    start = text.find(KEPT_MARKER)
+    return [] if start < 0 else [*text[start:].rstrip("\n").split("\n"), ""]
+
+
 def render_report(results: dict[str, Any], *, docs_path: Path, charts_dir: Path) -> None:
     machine = results.get("machine", {})
     lines = [
@@ -202,5 +215,6 @@ def render_report(results: dict[str, Any], *, docs_path: Path, charts_dir: Path)
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in _rows(section) if not k.startswith("notes")]
         lines.append("")
+    lines += _kept_tail(docs_path)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
     docs_path.write_text("\n".join(lines), encoding="utf-8")

@@ -102,8 +102,9 @@ def variables(model: type[BaseModel] = Settings, prefix: str = PREFIX) -> Iterat
     for name, field in model.model_fields.items():
         nested = _nested_model(field.annotation)
         if nested is not None:
-            sub = next(iter(variables(nested, f"{prefix}{name.upper()}{NESTED}")))[1]
-            sections.append((name, sub))
+            # A nested section's own nested sections (``api.inputs``) follow it, named by their path.
+            for sub_name, sub in variables(nested, f"{prefix}{name.upper()}{NESTED}"):
+                sections.append((f"{name}.{sub_name}" if sub_name else name, sub))
             continue
         env = prefix + name.upper()
         if not field.description:

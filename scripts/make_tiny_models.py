@@ -1,4 +1,4 @@
-"""Build the tiny random-weight models (tiny-wan, tiny-ltx2, tiny-chat-llm) offline into a directory.
+"""Build the tiny random-weight models (tiny-wan, tiny-ltx2, tiny-chat-llm, the image-to-video ones) offline.
 
     python scripts/make_tiny_models.py --out var/models [--force]
 

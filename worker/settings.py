@@ -30,7 +30,9 @@ from worker.stores.config import StoreSettings
 __all__ = [
     "ENV_PREFIX",
     "ApiSettings",
+    "InputSettings",
     "Settings",
+    "WebhookSettings",
     "WorkerSettings",
     "load_settings",
     "settings_env",
@@ -164,6 +166,43 @@ class WorkerSettings(BaseModel):
     )
 
 
+class InputSettings(BaseModel):
+    """The ``api.inputs`` section (env ``GENWORKER_API__INPUTS__*``): input images fetched and checked at create."""
+
+    allow_http_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Hosts (names or IP literals) an `input.image_url` may reach over plain http; every other URL "
+            "must be https. A host on a loopback or private address also needs `allow_private_hosts`."
+        ),
+    )
+    allow_private_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Hosts (names or IP literals) an `input.image_url` may reach on private, loopback, link-local, CGNAT "
+            "or other non-public addresses (tests, an image server beside the API). Every other host must "
+            "resolve only to public addresses, checked on every hop and connected to as checked (no DNS rebinding)."
+        ),
+    )
+    max_image_bytes: int = Field(
+        default=20_000_000, ge=1, description="Largest input image, in bytes (a fetch stops reading past it)."
+    )
+    max_image_pixels: int = Field(
+        default=40_000_000,
+        ge=1,
+        description="Largest input image, width x height, read from its header before decoding (bombs).",
+    )
+    fetch_timeout_s: float = Field(
+        default=10.0, gt=0, description="Time limit of one `image_url` fetch: connect, answer and the whole body."
+    )
+    max_redirects: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="Redirects an `image_url` fetch follows (each hop checked again); 0: a redirect fails it.",
+    )
+
+
 class ApiSettings(BaseModel):
     """The ``api`` section (env ``GENWORKER_API__*``): the HTTP tier (``genworker api`` / ``up``)."""
 
@@ -206,6 +245,31 @@ class ApiSettings(BaseModel):
     docs: bool = Field(
         default=True, description="Interactive docs at /docs (the schema is always at /v1/openapi.json)."
     )
+    events_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=10,
+        description=(
+            "How often an open `GET /v1/generations/{id}/events` stream reads its job's new events and "
+            "progress notes from the queue: the most a live event lags behind the worker's write."
+        ),
+    )
+    events_heartbeat_s: float = Field(
+        default=15.0,
+        gt=0,
+        description=(
+            "An event stream with nothing to say sends an SSE comment line this often, so proxies and "
+            "clients see a live connection."
+        ),
+    )
+    events_max_streams_per_key: int = Field(
+        default=20,
+        ge=1,
+        description=(
+            "Event streams one API key may hold open at once on one API process; one more is answered "
+            "429 `too_many_streams` (poll instead, or close a stream)."
+        ),
+    )
     unhosted_models: Literal["auto", "accept", "refuse"] = Field(
         default="auto",
         description=(
@@ -214,6 +278,95 @@ class ApiSettings(BaseModel):
             "of a job that would wait for ever; `accept` queues it for a worker still to come "
             "(scale from zero); `auto`: refuse on the SQLite queue (embedded mode), accept on Redis."
         ),
+    )
+    playground: bool = Field(
+        default=False,
+        description=(
+            "Serve the browser playground at `/` (a form built from /v1/models, live progress, the clip "
+            "inline). Its same-origin routes act for the project of `api.playground_api_key`, behind a "
+            "session cookie and a CSRF token; anyone who can open the page can spend that project's "
+            "budget, so turn it on only where that is meant. `genworker up` turns it on for its dev key."
+        ),
+    )
+    playground_api_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "The project API key (both generations scopes) the playground acts with; it never leaves "
+            "the server. Required when `api.playground` is on."
+        ),
+    )
+    playground_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "`Host` values the playground answers (`host:port`; `*` for any, behind a proxy that checks "
+            "it). Empty: 127.0.0.1, localhost and [::1] on `api.port`, and the host of "
+            "`store.public_base_url`. Guards against DNS rebinding."
+        ),
+    )
+    playground_session_ttl_s: int = Field(
+        default=43_200, ge=60, description="Lifetime of a playground session cookie (renewed on page load)."
+    )
+    inputs: InputSettings = Field(default_factory=InputSettings)
+
+    @model_validator(mode="after")
+    def _playground_has_key(self) -> ApiSettings:
+        if self.playground and self.playground_api_key is None:
+            raise ValueError(
+                "api.playground is on but api.playground_api_key is not set (GENWORKER_API__PLAYGROUND_API_KEY)"
+            )
+        return self
+
+
+class WebhookSettings(BaseModel):
+    """The ``webhooks`` section (env ``GENWORKER_WEBHOOKS__*``): signed webhook deliveries (api/webhooks)."""
+
+    sender_in_api: bool = Field(
+        default=True,
+        description=(
+            "Every API process runs a webhook sender thread (several senders share the work safely). "
+            "Off: run `genworker webhooks serve` as its own process(es) instead."
+        ),
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Fernet key (`genworker webhooks keygen`) that encrypts endpoint signing secrets at rest. "
+            "Unset: `<data_dir>/webhooks-key`, made on first use. Every API replica and sender must share it."
+        ),
+    )
+    poll_interval_s: float = Field(
+        default=1.0, gt=0, description="How often an idle sender reads new queue events and due deliveries."
+    )
+    backoff_base_s: float = Field(
+        default=5.0, gt=0, description="First retry delay; doubles per failed attempt, with equal jitter."
+    )
+    backoff_cap_s: float = Field(default=10_800.0, gt=0, description="Cap of one retry delay (3 h).")
+    max_age_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A delivery not accepted this long after its event is given up (`failed`); about 20 attempts.",
+    )
+    disable_after_failures: int = Field(
+        default=20, ge=1, description="An endpoint is disabled after this many failed attempts in a row ..."
+    )
+    disable_after_s: float = Field(
+        default=259_200.0, ge=0, description="... spanning at least this long (3 days); the reason is stored."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="Connect + answer time limit of one attempt.")
+    lease_s: float = Field(
+        default=60.0, gt=0, description="A claimed delivery is due again after this if its sender died mid-send."
+    )
+    concurrency: int = Field(default=8, ge=1, le=256, description="Deliveries one sender sends at once.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Hosts (names or IP literals) a webhook may reach over plain http and on private or loopback "
+            "addresses: for tests and a receiver on the embedded machine. Every other URL must be https "
+            "to a public address."
+        ),
+    )
+    max_response_bytes: int = Field(
+        default=65_536, ge=0, description="At most this much of a receiver's answer is read (it is discarded)."
     )
 
 
@@ -239,6 +392,7 @@ class Settings(BaseSettings):
     encoder: EncoderSettings = Field(default_factory=EncoderSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
 
     @model_validator(mode="after")
     def _state_under_data_dir(self) -> Settings:

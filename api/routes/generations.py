@@ -9,10 +9,12 @@ and cancel stay sync routes over the sync queue. Both paths answer with the same
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import datetime
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, StringConstraints, TypeAdapter, ValidationError
@@ -25,18 +27,23 @@ from api.create import (
     check_hosted,
     check_idempotency_key,
     parse_body,
+    prepare_image,
     request_hash,
+    takes_image,
 )
 from api.errors import ApiError, responses_for
+from api.input_image import store_image
 from api.keys import Scope
 from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
-from worker.core.contract import GenerationRecord, Status, utcnow
-from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from worker.core.contract import GenerationRecord, Status, StoredImage, utcnow
+from worker.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
 from worker.queue.base import Polled
 from worker.settings import ApiSettings
 
 __all__ = ["build_router", "retry_after_s"]
+
+log = logging.getLogger("genworker.api")
 
 _ID_DOC = "Generation id as returned by create."
 _GENERATION_ID = Path(min_length=1, max_length=128, description=_ID_DOC)
@@ -113,6 +120,16 @@ def retry_after_s(record: GenerationRecord, api: ApiSettings, now: datetime) -> 
     return random.randint(api.poll_min_s, max(api.poll_min_s, api.poll_max_s))
 
 
+async def _discard_image(ctx: ApiContext, image: StoredImage | None) -> None:
+    """Delete an input image stored for a generation that was not created (a replay or a conflict)."""
+    if image is None:
+        return
+    try:
+        await anyio.to_thread.run_sync(ctx.store.delete, image.key)
+    except GenworkerError as e:  # best effort: the answer stands; the object stays until swept
+        log.warning("could not delete an unused input image", extra={"key": image.key, "error": str(e)})
+
+
 def _not_cancelable(record: GenerationRecord) -> ApiError:
     return ApiError(409, ErrorCode.not_cancelable, f"generation {record.id!r} is already {record.status.value}", "id")
 
@@ -175,13 +192,22 @@ def build_router(ctx: ApiContext) -> APIRouter:
         principal = await ctx.auth.authorize(api_key, Scope.generations_write)
         idem_key = check_idempotency_key(idempotency_key)
         create = parse_body(body)
+        # An input image is fetched, decoded and checked off the event loop, before anything is stored.
+        image = None
+        if takes_image(create, ctx.catalog):
+            image = await anyio.to_thread.run_sync(prepare_image, create, api.inputs)
         record = build_record(
-            create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts
+            create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
         )
         check_hosted(record.model, ctx.settings, ctx.queue.live_workers)
+        stored = record.input.image
+        if image is not None and stored is not None:  # stored before the job exists: a worker may claim it at once
+            await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)
+        fingerprint = request_hash(create, image_sha256=stored.sha256 if stored else None)
         try:
-            created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=request_hash(create))
+            created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=fingerprint)
         except IdempotencyConflict as e:
+            await _discard_image(ctx, stored)
             raise ApiError(
                 409,
                 ErrorCode.idempotency_conflict,
@@ -190,6 +216,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
             ) from None
         headers = {"Location": f"/v1/generations/{created.record.id}"}
         if created.replayed:
+            await _discard_image(ctx, stored)  # the replayed generation has its own copy
             headers = {"Idempotent-Replayed": "true", **headers}
         return rendered(polled_view(created), 202, headers, created.record)
 

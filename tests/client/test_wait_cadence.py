@@ -47,6 +47,7 @@ def test_wait_follows_the_cadence_and_honours_retry_after(server: Server) -> Non
                 first_poll_s=FIRST_S,
                 poll_min_s=MIN_S,
                 poll_max_s=MAX_S,
+                stream=False,  # the polling path itself (the stream is tests/e2e/test_events_stream.py)
             )
         waited = time.monotonic() - started
         client.cancel(created.id)

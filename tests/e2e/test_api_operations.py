@@ -133,7 +133,7 @@ def test_a_distributed_api_is_unready_while_its_redis_is_down_and_logs_json(
         redis.start()  # same port and directory
         _until(lambda: _status(base_url, "/readyz") == 200, "ready again after Redis came back")
 
-        traced = httpx.get(base_url + "/v1/models?signature=SECRET", headers={"X-Request-Id": "ops-trace-7"})
+        traced = httpx.get(base_url + "/v1/models?signature=sig-q7x3k9", headers={"X-Request-Id": "ops-trace-7"})
         assert traced.headers["X-Request-Id"] == "ops-trace-7"
     finally:
         proc.terminate()
@@ -148,7 +148,7 @@ def test_a_distributed_api_is_unready_while_its_redis_is_down_and_logs_json(
     assert line["level"] == "info" and line["method"] == "GET" and line["path"] == "/v1/models"
     assert line["status"] == traced.status_code and line["bytes"] == len(traced.content)
     assert isinstance(line["elapsed_ms"], float) and line["client"].startswith("127.0.0.1:")
-    assert "SECRET" not in log.read_text()  # the query string (a signed URL's signature) is never logged
+    assert "sig-q7x3k9" not in log.read_text()  # the query string (a signed URL's signature) is never logged
     # A failing readiness probe is logged at INFO with its id; passing probes stay at DEBUG.
     failed = [e for e in access if e["path"] == "/readyz" and e["status"] == 503]
     assert failed and all(HEX_ID.fullmatch(e["request_id"]) for e in failed)

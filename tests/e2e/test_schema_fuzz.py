@@ -23,6 +23,7 @@ OPERATIONS = [
     ("GET", "/v1/generations"),
     ("GET", "/v1/generations/{generation_id}"),
     ("POST", "/v1/generations/{generation_id}/cancel"),
+    ("GET", "/v1/generations/{generation_id}/events"),
     ("GET", "/v1/models"),
 ]
 

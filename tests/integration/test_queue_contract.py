@@ -288,6 +288,35 @@ def test_events_are_ordered_and_resumable(queue: JobQueue) -> None:
     assert queue.events(a.id, after=own[0].id) == own[1:]
 
 
+def test_progress_notes_keep_every_accepted_write_in_order(make_queue: MakeQueue) -> None:
+    """What the live event stream replays: each fenced progress write, once, resumable by id; a
+    stale attempt's write is refused and leaves no note; the feed of events is unchanged."""
+    queue = make_queue(lease_ttl_s=0.3)
+    job = queue.enqueue(new_record()).record
+    assert queue.progress_notes(job.id) == [] and queue.progress_notes("gen_none") == []
+    stale = queue.claim("w1", ["tiny-wan"])
+    assert stale is not None and queue.progress(stale, Stage.loading, 0.0)
+    time.sleep(0.5)
+    assert queue.reclaim_expired() == 1
+    claim = queue.claim("w2", ["tiny-wan"])
+    assert claim is not None and claim.attempt == 2
+    assert not queue.progress(stale, Stage.denoising, 0.5)  # fenced: no note either
+    for stage, value in [(Stage.denoising, 0.0), (Stage.denoising, 0.5), (Stage.encoding, 0.0)]:
+        assert queue.progress(claim, stage, value)
+    notes = queue.progress_notes(job.id)
+    assert [(n.attempt, n.stage, n.progress) for n in notes] == [
+        (1, Stage.loading, 0.0),
+        (2, Stage.denoising, 0.0),
+        (2, Stage.denoising, 0.5),
+        (2, Stage.encoding, 0.0),
+    ]
+    assert len({n.id for n in notes}) == 4
+    for i, note in enumerate(notes):
+        assert queue.progress_notes(job.id, after=note.id) == notes[i + 1 :]
+    assert queue.progress_notes(job.id, limit=2) == notes[:2]
+    assert [e.status for e in queue.events(job.id)] == [Status.queued, Status.running, Status.queued, Status.running]
+
+
 def test_idempotent_enqueue(queue: JobQueue) -> None:
     first = queue.enqueue(new_record(), idempotency_key="k1", request_hash="h1")
     assert not first.replayed

@@ -203,6 +203,17 @@ def test_checksum_mismatch_stores_nothing(backend: Backend, small_file: Path) ->
     assert not backend.store.exists(key)
 
 
+def test_read_bytes_returns_a_bounded_prefix_or_none(backend: Backend, small_file: Path) -> None:
+    """What a worker reads an input image with: the whole object when asked for more, a bounded prefix
+    otherwise (an oversized object cannot flood the worker), None for a missing key."""
+    key = fresh_key("input.png")
+    data = small_file.read_bytes()
+    backend.store.put_file(key, small_file, content_type="image/png")
+    assert backend.store.read_bytes(key, max_bytes=len(data) + 1) == data
+    assert backend.store.read_bytes(key, max_bytes=10) == data[:10]
+    assert backend.store.read_bytes(fresh_key("input.png"), max_bytes=10) is None
+
+
 def test_delete_removes_the_object(backend: Backend, small_file: Path) -> None:
     key = fresh_key("poster.jpg")
     backend.store.put_file(key, small_file, content_type="image/jpeg")

@@ -119,3 +119,21 @@ def test_sweeper_removes_a_killed_copy_of_the_local_store(tmp_path: Path) -> Non
     assert sweeper.sweep().objects == 1 and not part.exists()
     assert not part.parent.exists()  # the emptied claim directory goes too
     queue.close()
+
+
+def test_input_images_live_as_long_as_their_record(tmp_path: Path) -> None:
+    """The API stores an input image before the job exists; it stays through every attempt and the
+    terminal record, and goes once the record is gone (expired, or a create that never enqueued)."""
+    store = LocalStore(tmp_path / "artifacts", b"0123456789abcdef0123", "http://127.0.0.1:1", 60)
+    queue = SqliteQueue(tmp_path / "queue.db")
+    running = queue.enqueue(new_record()).record
+    assert queue.release(_claim(queue), reason="hung")
+    _claim(queue)  # attempt 2: an input image is every attempt's
+    done = queue.enqueue(new_record(model="tiny-ltx2")).record
+    assert queue.finish(_claim(queue, "tiny-ltx2"), Outcome(status=Status.failed))
+    kept = [_put(store, f"generations/{job.id}/input/image.png", tmp_path) for job in (running, done)]
+    orphan = _put(store, "generations/gen_never_enqueued/input/image.png", tmp_path)
+    sweeper = Sweeper(queue, store, tmp_path / "work", min_age_s=MIN_AGE_S, now=lambda: time.time() + AHEAD_S)
+    assert sweeper.sweep().objects == 1
+    assert all(store.exists(key) for key in kept) and not store.exists(orphan)
+    queue.close()

@@ -12,7 +12,9 @@ from pipelines.registry import adapter_class
 from worker.core.catalog import FAMILY_OPTIONS, Catalog, ModelSpec
 
 # The diffusers pipeline class each family's adapter calls; options it does not apply itself go to it.
-PIPELINES = {"wan": "WanPipeline", "ltx2": "LTX2Pipeline"}
+# The generic adapter ("diffusers") takes no family-wide options: each entry lists its own, checked against its
+# own pipeline class in test_generic.py.
+PIPELINES = {"wan": "WanPipeline", "ltx2": "LTX2Pipeline", "diffusers": "HunyuanVideo15Pipeline"}
 
 
 def test_every_family_has_an_options_entry() -> None:

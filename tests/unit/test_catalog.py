@@ -18,8 +18,9 @@ def test_shipped_catalog_loads_with_required_models() -> None:
     catalog = load_catalog(SHIPPED)
     assert set(catalog.models) >= REQUIRED_MODELS
     for spec in catalog.models.values():
-        assert "text_to_video" in spec.modes
-        assert "standard" in spec.modes["text_to_video"].variants
+        assert set(spec.modes) <= {"text_to_video", "image_to_video"}, spec.id
+        for mode in spec.modes.values():
+            assert "standard" in mode.variants, spec.id
 
 
 def test_tiny_models_cover_the_test_grid() -> None:

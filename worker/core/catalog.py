@@ -22,10 +22,14 @@ __all__ = [
     "FAMILY_COMPONENTS",
     "FAMILY_OPTIONS",
     "FAMILY_USES_ATTENTION_MASK",
+    "GENERIC_ARGUMENTS",
     "LTX2_DISTILLED_STEPS",
     "MASK_REJECTING_BACKENDS",
+    "MODE_INPUTS",
     "Catalog",
     "CatalogError",
+    "DecodeSpec",
+    "DiffusersSpec",
     "FrameRule",
     "ModeSpec",
     "ModelSpec",
@@ -37,6 +41,7 @@ __all__ = [
     "check_profile",
     "default_catalog_path",
     "load_catalog",
+    "mode_inputs",
 ]
 
 _Forbid = ConfigDict(extra="forbid", frozen=True)
@@ -48,6 +53,8 @@ DType = Literal["float32", "bfloat16", "float16"]
 # every adapter to this table, so the two cannot drift.
 FAMILY_OPTIONS: dict[str, frozenset[str]] = {
     "wan": frozenset({"boundary_ratio", "max_sequence_length"}),
+    # The generic adapter (pipelines/generic.py): each entry lists its options in ``diffusers.options``.
+    "diffusers": frozenset(),
     "ltx2": frozenset(
         {
             "audio_guidance_rescale",
@@ -90,12 +97,28 @@ MASK_REJECTING_BACKENDS: frozenset[str] = frozenset(
 )  # fmt: skip
 # Whether a family's transformer passes an attention mask on every step: LTX-2's cross-attention always
 # masks the padded text tokens; Wan attends without masks.
-FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True}
+# Generic entries say it in ``diffusers.attention_mask``.
+FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True, "diffusers": False}
 # The pipeline components a runtime profile may give a dtype of their own.
 FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
-    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "vae"}),
+    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "image_encoder", "vae"}),  # image: Wan 2.1 I2V
     "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
+    "diffusers": frozenset(),  # generic entries name theirs in ``diffusers.components``
 }
+# What each mode takes in a create request's ``input``: the API refuses an input its mode does not take
+# and a missing one it needs (400), and ``GET /v1/models`` shows it per mode. "image" is one image, given as
+# ``input.image_url`` or ``input.image`` (a data URI). A mode not named here takes the prompt only.
+MODE_INPUTS: dict[str, tuple[str, ...]] = {
+    "text_to_video": ("prompt",),
+    "image_to_video": ("prompt", "image"),
+}
+
+
+def mode_inputs(mode: str) -> tuple[str, ...]:
+    """The inputs ``mode`` needs (``MODE_INPUTS``; the prompt only for a mode not listed there)."""
+    return MODE_INPUTS.get(mode, ("prompt",))
+
+
 # LTX-2's distilled stage 1 runs exactly the 8 pre-trained sigmas (DISTILLED_SIGMA_VALUES in diffusers'
 # pipelines/ltx2/utils.py, from Lightricks/LTX-2 ltx_pipelines/utils/constants.py DISTILLED_SIGMAS).
 LTX2_DISTILLED_STEPS = 8
@@ -149,6 +172,7 @@ class PromptExtendSpec(BaseModel):
 
     method: Literal["text_encoder", "chat_llm"]
     llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
+    llm_revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit of ``llm``
     # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
     language: Literal["en", "zh"] = "en"
     max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
@@ -181,25 +205,101 @@ class RuntimeProfile(BaseModel):
     notes: str = ""  # why this profile, with its sources (docs/gpu.md)
 
 
-def check_profile(family: str, profile: RuntimeProfile) -> None:
-    """Refuse a profile its family cannot run, with the reason (``ValueError``)."""
+def check_profile(family: str, profile: RuntimeProfile, diffusers: DiffusersSpec | None = None) -> None:
+    """Refuse a profile its family cannot run, with the reason (``ValueError``); a generic entry's facts come
+    from its ``diffusers`` block."""
+    masks = diffusers.attention_mask if diffusers is not None else FAMILY_USES_ATTENTION_MASK[family]
+    components = frozenset(diffusers.components) if diffusers is not None else FAMILY_COMPONENTS[family]
     backend = profile.attention_backend
     if backend is not None and backend not in ATTENTION_BACKENDS:
         close = difflib.get_close_matches(backend, ATTENTION_BACKENDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"attention_backend {backend!r} is not a diffusers attention backend{hint}")
-    if backend in MASK_REJECTING_BACKENDS and FAMILY_USES_ATTENTION_MASK[family]:
+    if backend in MASK_REJECTING_BACKENDS and masks:
         raise ValueError(
             f"attention_backend {backend!r} rejects attention masks and family {family!r} passes one on every "
             "step (its kernel raises `attn_mask` is not supported); use 'native', '_native_cudnn', "
             "'_native_efficient' or a varlen backend"
         )
-    unknown = sorted(set(profile.dtypes) - FAMILY_COMPONENTS[family])
+    unknown = sorted(set(profile.dtypes) - components)
     if unknown:
         raise ValueError(
-            f"dtypes names {unknown}, not components of family {family!r} "
-            f"({', '.join(sorted(FAMILY_COMPONENTS[family]))})"
+            f"dtypes names {unknown}, not components of family {family!r} ({', '.join(sorted(components))})"
         )
+
+
+# The call arguments the generic adapter fills from the job, under their usual names; ``diffusers.arguments``
+# renames those a pipeline calls otherwise (``num_frames: num_video_frames``).
+GENERIC_ARGUMENTS: frozenset[str] = frozenset(
+    {"prompt", "negative_prompt", "height", "width", "num_frames", "num_inference_steps", "guidance_scale"}
+)
+
+
+class DecodeSpec(BaseModel):
+    """How the generic adapter turns denoised latents into frames (the pipeline stops at ``output_type="latent"``):
+
+    - ``scaling_factor``: ``vae.decode(latents / vae.config.scaling_factor)`` (HunyuanVideo 1.5);
+    - ``mean_std``: ``vae.decode(latents * latents_std + latents_mean)`` from the VAE config (the Wan layout);
+    - ``method``: the pipeline's own method named ``method`` (CogVideoX's ``decode_latents``), which must return
+      the video as (1, C, F, H, W) in [-1, 1].
+    """
+
+    model_config = _Forbid
+
+    kind: Literal["scaling_factor", "mean_std", "method"] = "scaling_factor"
+    method: Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")] | None = None
+
+    @model_validator(mode="after")
+    def _method_named(self) -> DecodeSpec:
+        if (self.kind == "method") != (self.method is not None):
+            raise ValueError("decode.method is required with kind 'method' and only with it")
+        return self
+
+
+class DiffusersSpec(BaseModel):
+    """What the generic adapter (``pipelines.generic:DiffusersTextToVideo``) needs to drive one diffusers
+    text-to-video pipeline: its class, the call-argument names where they differ, how guidance is set, the
+    components a runtime profile may give a dtype, the repeated-block denoisers, the variant options it takes
+    and the decode path. Data only: nothing here imports diffusers (tests check it against the class)."""
+
+    model_config = _Forbid
+
+    pipeline: Annotated[str, Field(pattern=r"^[A-Z]\w*Pipeline$")]  # a class exported by ``diffusers``
+    # Our argument name -> the pipeline's (only where they differ); a name mapped to "" is not passed at all.
+    arguments: dict[str, Annotated[str, Field(pattern=r"^(|[a-z_]\w*)$")]] = Field(default_factory=dict)
+    # argument: CFG is the call's ``guidance_scale``; guider: the pipeline's ``guider`` component carries it
+    # (HunyuanVideo 1.5), and the adapter replaces the guider with the variant's scale.
+    guidance: Literal["argument", "guider"] = "argument"
+    components: list[str] = Field(default_factory=list)  # names a runtime profile may give a dtype
+    denoisers: list[str] = Field(default_factory=lambda: ["transformer"])  # attention backend / compile targets
+    attention_mask: bool = False  # its transformer passes a text mask on every step (refuses flash/sage kernels)
+    options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
+    decode: DecodeSpec = Field(default_factory=DecodeSpec)
+
+    @field_validator("arguments")
+    @classmethod
+    def _known_arguments(cls, arguments: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(arguments) - GENERIC_ARGUMENTS)
+        if unknown:
+            raise ValueError(f"arguments renames {unknown}; only {sorted(GENERIC_ARGUMENTS)} are filled from a job")
+        return arguments
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DiffusersSpec:
+        if not self.denoisers:
+            raise ValueError("denoisers must name at least one component (the transformer)")
+        clash = sorted(set(self.options) & (GENERIC_ARGUMENTS | set(self.arguments.values()) | _ADAPTER_ARGUMENTS))
+        if clash:
+            raise ValueError(f"options {clash} are set from the job by the adapter, not by a variant")
+        return self
+
+    def call_name(self, argument: str) -> str:
+        """The pipeline's keyword for one of ``GENERIC_ARGUMENTS`` ("" when the pipeline takes none)."""
+        return self.arguments.get(argument, argument)
+
+
+# Keywords the generic adapter always sets itself.
+_ADAPTER_ARGUMENTS = frozenset({"generator", "output_type", "callback_on_step_end", "return_dict", "latents"})
 
 
 class TwoStageSpec(BaseModel):
@@ -229,9 +329,12 @@ class ModelSpec(BaseModel):
 
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
     display_name: str
-    family: Literal["wan", "ltx2"]
+    family: Literal["wan", "ltx2", "diffusers"]
     adapter: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
     weights: str  # hub id or local path; a relative path is resolved against the tiny-model dir
+    # The hub commit every from_pretrained of ``weights`` loads (40 hex digits); None = unpinned, which
+    # `genworker plan` reports. Never a branch name: a moving branch is what pinning avoids.
+    revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None
     tiny: bool = False  # built offline by scripts/make_tiny_models.py
     fps: Annotated[int, Field(ge=1, le=120)]
     frame_rule: FrameRule
@@ -251,6 +354,8 @@ class ModelSpec(BaseModel):
     dtype: DType = "bfloat16"
     runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
     two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    # Family "diffusers" only: the pipeline the generic adapter drives and how (pipelines/generic.py).
+    diffusers: DiffusersSpec | None = None
     rates: Rates
     modes: dict[str, ModeSpec]
 
@@ -262,6 +367,9 @@ class ModelSpec(BaseModel):
         if family is None:  # the family itself failed validation; that error is the one to report
             return modes
         allowed = FAMILY_OPTIONS[family]
+        generic = info.data.get("diffusers")
+        if isinstance(generic, DiffusersSpec):
+            allowed = frozenset(generic.options)
         for mode_name, mode in modes.items():
             for variant_name, variant in mode.variants.items():
                 for key in variant.pipeline_kwargs:
@@ -273,8 +381,14 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _runnable(self) -> ModelSpec:
         """The runtime profile and the recipe fit the family (nothing accepted and then ignored)."""
+        if (self.family == "diffusers") != (self.diffusers is not None):
+            raise ValueError("family 'diffusers' needs a diffusers block (the generic adapter's data), and only it")
+        if self.family == "diffusers" and set(self.modes) != {"text_to_video"}:
+            raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
+        if self.family == "diffusers" and self.prompt_extend is not None:
+            raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
         try:
-            check_profile(self.family, self.runtime)
+            check_profile(self.family, self.runtime, self.diffusers)
         except ValueError as e:
             raise ValueError(f"runtime: {e}") from None
         if self.two_stage is not None:
@@ -287,6 +401,8 @@ class ModelSpec(BaseModel):
                 where = f"{mode_name}.variants.{name}"
                 if self.family == "ltx2" and (variant.flow_shift is not None or variant.guidance_scale_2 is not None):
                     raise ValueError(f"{where}: flow_shift and guidance_scale_2 are Wan's; LTX-2 would ignore them")
+                if self.family == "diffusers" and variant.guidance_scale_2 is not None:
+                    raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
                 if variant.pipeline_kwargs.get("distilled"):
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")

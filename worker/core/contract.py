@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from worker.core.errors import ErrorCode, GenworkerError
 
 __all__ = [
+    "AUTO_RATIO",
     "TERMINAL",
     "Artifact",
     "AudioInfo",
@@ -27,6 +28,7 @@ __all__ = [
     "Money",
     "Parameters",
     "PromptExtension",
+    "PromptTokens",
     "RecordInput",
     "RecordParameters",
     "Stage",
@@ -100,6 +102,10 @@ def utcnow() -> datetime:
 _Strict = ConfigDict(extra="forbid", strict=True)
 ResolutionLabel = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{1,4}p$")]
 RatioLabel = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?:[1-9][0-9]?$")]
+# ``ratio: "auto"`` on a request with an input image: the model's offered ratio nearest the image's aspect.
+# Records store the ratio it resolved to, never "auto".
+AUTO_RATIO = "auto"
+RatioChoice = Annotated[str, StringConstraints(pattern=r"^(?:auto|[1-9][0-9]?:[1-9][0-9]?)$")]
 
 
 class Parameters(BaseModel):
@@ -109,14 +115,16 @@ class Parameters(BaseModel):
 
     resolution: ResolutionLabel | None = None
     duration_seconds: Annotated[int, Field(ge=1, le=3600)] | None = None
-    ratio: RatioLabel | None = None
+    ratio: RatioChoice | None = None
     audio: bool | None = None
     prompt_extend: bool | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
     negative_prompt: Annotated[str, Field(max_length=10_000)] | None = None
 
 
-class InputSpec(BaseModel):
+class _PromptInput(BaseModel):
+    """The prompt, common to requests and records."""
+
     model_config = _Strict
 
     # The catalog sets each model's real limit; this bound only keeps absurd bodies out early.
@@ -130,6 +138,21 @@ class InputSpec(BaseModel):
         if "\x00" in v:
             raise ValueError("prompt must not contain NUL characters")
         return v
+
+
+# Input image sources. Their content is checked by the API at create with the image's own codes
+# (``invalid_image``, ``image_url_not_allowed``, ...), so only absurd lengths are refused here; a data URI
+# is bounded in practice by ``api.max_body_bytes``.
+ImageUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+ImageDataUri = Annotated[str, StringConstraints(min_length=1, max_length=200_000_000)]
+
+
+class InputSpec(_PromptInput):
+    """``input`` of a create request: the prompt, and for modes that take an image (``image_to_video``)
+    exactly one of ``image_url`` or ``image`` (catalog ``MODE_INPUTS`` says which mode takes what)."""
+
+    image_url: ImageUrl | None = None  # https://... (http only to hosts in api.inputs.allow_http_hosts)
+    image: ImageDataUri | None = None  # data:image/jpeg|png|webp;base64,...
 
 
 _Id = Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -211,6 +234,18 @@ class PromptExtension(BaseModel):
     reason: str | None = None
 
 
+class PromptTokens(BaseModel):
+    """The prompt as the text encoder saw it: ``total`` tokens, of which the first ``kept`` fit its ``limit``
+    (UMT5: 512 on Wan, Gemma-3: 1024 on LTX-2). ``truncated`` is true when the encoder dropped the rest."""
+
+    model_config = _Lenient
+
+    total: int
+    kept: int
+    limit: int
+    truncated: bool
+
+
 class RecordParameters(Parameters):
     """``Parameters`` as stored on a record: lenient, so a newer writer's fields do not break a reader."""
 
@@ -232,7 +267,7 @@ class StoredImage(BaseModel):
     height: int
 
 
-class RecordInput(InputSpec):
+class RecordInput(_PromptInput):
     model_config = ConfigDict(extra="ignore", strict=False)
 
     # Set for modes that take an image (``image_to_video``); the request's URL or data URI is not kept.
@@ -255,6 +290,7 @@ class GenerationRecord(BaseModel):
     input: RecordInput
     actual_prompt: str | None = None
     prompt_extension: PromptExtension | None = None
+    prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
     price_hold: Money
     price: Money | None = None
     usage: Usage | None = None

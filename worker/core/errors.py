@@ -32,6 +32,8 @@ is not this one; ``genworker_client`` is a separate distribution with its own tr
     ├── RangeNotSatisfiable      api.artifacts: a byte range that selects nothing (416, ``ValueError``)
     ├── InvalidProject           api.keys: a project name the queue's key scheme cannot hold (``ValueError``)
     ├── BodyTooLarge             api.limits: a request body over the limit, found while streaming (413)
+    ├── UrlRefused               api.webhooks.transport: a webhook URL the outbound rules refuse (400)
+    ├── SealingError             api.webhooks.sealing: an endpoint secret this server key cannot open
     └── ServerStopped            api.server: SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
 
 ``PUBLIC_MESSAGES`` is the one table of what a client is told for each code: short, fixed sentences. A
@@ -84,6 +86,10 @@ class ErrorCode(StrEnum):
     invalid_parameter = "invalid_parameter"  # wrong type, out of range, not an allowed value
     unsupported_parameter = "unsupported_parameter"  # a parameter this model does not support
     invalid_payload = "invalid_payload"  # a queue entry that is not a valid job (dead-lettered)
+    invalid_image = "invalid_image"  # input image: not JPEG/PNG/WebP, truncated or undecodable, bad data URI
+    image_too_large = "image_too_large"  # input image over api.inputs.max_image_bytes or max_image_pixels
+    image_fetch_failed = "image_fetch_failed"  # input.image_url: unreachable, too slow, not 2xx, a redirect
+    image_url_not_allowed = "image_url_not_allowed"  # input.image_url: scheme, host or address refused (SSRF guard)
 
     # HTTP tier.
     unauthenticated = "unauthenticated"  # 401: missing, invalid or revoked API key
@@ -94,7 +100,9 @@ class ErrorCode(StrEnum):
     not_cancelable = "not_cancelable"  # 409: generation already terminal
     payload_too_large = "payload_too_large"  # 413
     rate_limited = "rate_limited"  # 429
+    too_many_streams = "too_many_streams"  # 429: the key holds api.events_max_streams_per_key event streams
     service_unavailable = "service_unavailable"  # 503: queue or store unreachable
+    invalid_webhook_url = "invalid_webhook_url"  # 400: a webhook URL the outbound rules refuse
 
     # Job outcomes (on failed records).
     out_of_memory = "out_of_memory"
@@ -104,6 +112,7 @@ class ErrorCode(StrEnum):
     encode_failed = "encode_failed"  # ffmpeg failed
     upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
     worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
+    input_image_corrupt = "input_image_corrupt"  # the stored input image is gone or fails its sha256
     internal_error = "internal_error"
 
 
@@ -119,6 +128,10 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.invalid_parameter: "a parameter has a value this model does not allow",
         ErrorCode.unsupported_parameter: "a parameter is not supported by this model",
         ErrorCode.invalid_payload: "the job is not a valid request for its model",
+        ErrorCode.invalid_image: "the input image is not a valid JPEG, PNG or WEBP image",
+        ErrorCode.image_too_large: "the input image has too many bytes or pixels",
+        ErrorCode.image_fetch_failed: "the input image could not be fetched from its URL",
+        ErrorCode.image_url_not_allowed: "the input image URL is not allowed (https, public addresses only)",
         ErrorCode.unauthenticated: "missing, invalid or revoked API key",
         ErrorCode.insufficient_scope: "the API key lacks the scope this operation needs",
         ErrorCode.not_found: "not found",
@@ -127,13 +140,16 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.not_cancelable: "the generation has already ended",
         ErrorCode.payload_too_large: "the request body is too large",
         ErrorCode.rate_limited: "rate limit exceeded; retry later",
+        ErrorCode.too_many_streams: "this API key has too many open event streams; close one or poll",
         ErrorCode.service_unavailable: "a backend was temporarily unavailable; retry later",
+        ErrorCode.invalid_webhook_url: "the webhook URL is not allowed (https, public addresses only)",
         ErrorCode.out_of_memory: "the generation ran out of GPU memory; a smaller size or duration may fit",
         ErrorCode.timeout: "the generation ran past the model's time limit",
         ErrorCode.model_load_failed: "the model could not be loaded; retry later",
         ErrorCode.pipeline_error: "the model failed while generating",
         ErrorCode.encode_failed: "the video could not be encoded",
         ErrorCode.upload_failed: "the video could not be stored; retry later",
+        ErrorCode.input_image_corrupt: "the stored input image is missing or does not match its checksum",
         ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
         ErrorCode.internal_error: "internal error",
     }

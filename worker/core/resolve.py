@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from worker.core.catalog import Catalog, ModelSpec, VariantSpec
-from worker.core.contract import MAX_SEED, CreateRequest, Money, Parameters, StoredImage
+from worker.core.catalog import Catalog, ModelSpec, VariantSpec, mode_inputs
+from worker.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.sizes import target_size
 
-__all__ = ["ResolvedJob", "compute_price", "frames_for", "resolve", "round_up"]
+__all__ = ["ResolvedJob", "check_inputs", "compute_price", "frames_for", "nearest_ratio", "resolve", "round_up"]
 
 _CENT = Decimal("0.01")
 
@@ -131,12 +131,54 @@ def _lookup(request: CreateRequest, catalog: Catalog) -> tuple[ModelSpec, Varian
     return spec, variant
 
 
-def resolve(request: CreateRequest, catalog: Catalog) -> tuple[ResolvedJob, Money]:
-    """Resolve a validated request against the catalog, or raise a coded ``RequestRejected``."""
+def check_inputs(request: CreateRequest, catalog: Catalog) -> bool:
+    """Whether the request brings an image its mode needs (``MODE_INPUTS``); raise a coded
+    ``RequestRejected`` for an unknown model, mode or variant, an image its mode does not take, a missing
+    one, or both sources at once. The API calls it before fetching anything."""
+    _lookup(request, catalog)
+    given = [name for name in ("image_url", "image") if getattr(request.input, name) is not None]
+    if "image" not in mode_inputs(request.mode):
+        if given:
+            raise _reject(
+                ErrorCode.unsupported_parameter,
+                f"mode {request.mode} takes no input image; image_to_video does",
+                f"input.{given[0]}",
+            )
+        return False
+    if not given:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"mode {request.mode} needs an input image: input.image_url (https) or input.image (a data: URI)",
+            "input.image",
+        )
+    if len(given) > 1:
+        raise _reject(ErrorCode.invalid_parameter, "give input.image_url or input.image, not both", "input.image")
+    return True
+
+
+def nearest_ratio(offered: list[str], width: int, height: int) -> str:
+    """The offered ratio closest to ``width``/``height`` in log scale (so 2:1 is as far from 1:1 as 1:2)."""
+
+    def distance(label: str) -> float:
+        w, h = (int(part) for part in label.split(":"))
+        return abs(math.log((w / h) / (width / height)))
+
+    return min(offered, key=distance)
+
+
+def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | None = None) -> tuple[ResolvedJob, Money]:
+    """Resolve a validated request against the catalog, or raise a coded ``RequestRejected``.
+
+    ``image`` is the checked input image of an ``image_to_video`` request (the API passes it at create;
+    the record then stores the ratio ``auto`` resolved to, so later resolutions need no image)."""
     spec, variant = _lookup(request, catalog)
     params = request.parameters
     resolution: str = _pick(params, spec, "resolution")
     ratio: str = _pick(params, spec, "ratio")
+    if ratio == AUTO_RATIO:
+        if image is None:
+            raise _reject(ErrorCode.invalid_parameter, "ratio 'auto' needs an input image", "parameters.ratio")
+        ratio = nearest_ratio(spec.ratios, image.width, image.height)
     duration: int = _pick(params, spec, "duration_seconds")
     audio = bool(_pick(params, spec, "audio") or False)
     prompt_extend = bool(_pick(params, spec, "prompt_extend") or False)
@@ -184,6 +226,7 @@ def resolve(request: CreateRequest, catalog: Catalog) -> tuple[ResolvedJob, Mone
         flow_shift=variant.flow_shift,
         pipeline_kwargs=dict(variant.pipeline_kwargs),
         max_job_seconds=spec.max_job_seconds,
+        image=image,
     )
     hold = compute_price(spec, variant, resolution, Decimal(duration), audio)
     return job, hold

@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
     from rich.progress import Progress, TaskID
 
     from worker.core.contract import Stage
+    from worker.core.resolve import ResolvedJob
+    from worker.settings import Settings
 
 __all__ = ["generate_command", "worker_command"]
 
@@ -47,7 +50,10 @@ def generate_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the MP4 (poster: .jpg).")] = Path(
         "out.mp4"
     ),
-    mode: Annotated[str, typer.Option(help="Generation mode.")] = "text_to_video",
+    image: Annotated[Path | None, typer.Option(help="Input image of image_to_video: a JPEG, PNG or WebP file.")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Generation mode (default: image_to_video with --image, else text_to_video).")
+    ] = None,
     variant: Annotated[str, typer.Option(help="Variant (recipe) of the mode.")] = "standard",
     resolution: Annotated[str | None, typer.Option(help="Resolution label, e.g. 144p (default: the model's).")] = None,
     ratio: Annotated[str | None, typer.Option(help="Aspect ratio, e.g. 16:9 (default: the model's).")] = None,
@@ -73,17 +79,20 @@ def generate_command(
     params |= {"prompt_extend": prompt_extend, "seed": seed, "negative_prompt": negative_prompt}
     body = {
         "model": model,
-        "mode": mode,
+        "mode": mode or ("image_to_video" if image is not None else "text_to_video"),
         "variant": variant,
         "parameters": {k: v for k, v in params.items() if v is not None},
         "input": {"prompt": prompt},
     }
     try:
-        job = prepare_job(settings, parse_create_request(body))
+        if image is None:
+            job, fitted = prepare_job(settings, parse_create_request(body)), None
+        else:
+            job, fitted = _image_job(settings, body, image)
         # Said once the request is valid, since only then is anything written there.
         typer.echo(f"state in {settings.data_dir} (models: {settings.models.tiny_models_dir})", err=True)
         with _ProgressBar() as bar:
-            result = generate_once(settings, job, output, on_stage=bar.stage, on_step=bar.step)
+            result = generate_once(settings, job, output, on_stage=bar.stage, on_step=bar.step, image=fitted)
     except RequestRejected as e:
         typer.echo(f"{e.code.value}: {e.message}" + (f" (param {e.param})" if e.param else ""), err=True)
         raise typer.Exit(2) from None
@@ -91,6 +100,41 @@ def generate_command(
         typer.echo(f"{e.code.value}: {e.message}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(result.summary(), default=str))
+
+
+def _image_job(settings: Settings, body: dict[str, Any], path: Path) -> tuple[ResolvedJob, Image]:
+    """An image_to_video job from a local image file, checked as the API checks an upload (same codes and
+    limits, ``api.inputs``), and the image fitted to the generation size."""
+    import base64
+
+    from worker.core.catalog import load_catalog
+    from worker.core.contract import StoredImage, parse_create_request
+    from worker.core.errors import ErrorCode, RequestRejected
+    from worker.core.images import check_image
+    from worker.core.resolve import check_inputs, resolve
+    from worker.daemon.input_image import decode_image, fit_image
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RequestRejected(ErrorCode.invalid_image, f"cannot read {path}: {e.strerror or e}", "--image") from None
+    limits = settings.api.inputs
+    checked = check_image(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="--image")
+    # The request carries the image as the API would receive it, so the mode's inputs are checked the same way.
+    uri = f"data:{checked.content_type};base64,{base64.b64encode(checked.data).decode('ascii')}"
+    request = parse_create_request({**body, "input": {**body["input"], "image": uri}})
+    catalog = load_catalog(settings.catalog_path)
+    check_inputs(request, catalog)
+    stored = StoredImage(
+        key=str(path),
+        content_type=checked.content_type,
+        bytes=len(checked.data),
+        sha256=checked.sha256,
+        width=checked.width,
+        height=checked.height,
+    )
+    job, _hold = resolve(request, catalog, image=stored)
+    return job, fit_image(decode_image(checked.data), job.gen_width, job.gen_height)
 
 
 class _ProgressBar:

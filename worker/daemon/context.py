@@ -22,6 +22,7 @@ from worker.daemon.faults import LocalFaults
 from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lease import Heartbeat, LeaseKeeper
 from worker.daemon.lifecycle import Shutdown
+from worker.daemon.memory import advertisable_models
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.postprocess import PostProcessingLane, PostProcessor
 from worker.daemon.runner import JobRunner
@@ -135,6 +136,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     from worker.stores.factory import open_store
 
     catalog, hosted = hosted_catalog(settings)
+    hosted = advertisable_models(settings, catalog, hosted)  # the memory plan: only models this device fits
     ensure_tiny_models(settings, catalog, hosted)
     ws = settings.worker
     worker_id = ws.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -239,6 +241,7 @@ def _job_path(
         stop_now=shutdown.stop_now,
         progress_interval_s=ws.progress_interval_s,
         work_root=work_root(settings),
+        store=store,  # input images of image_to_video jobs
     )
     processor = PostProcessor(
         catalog=catalog,

@@ -26,6 +26,8 @@ from worker.daemon.pipeline_run import RunHooks, run_pipeline
 from worker.settings import Settings
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from worker.core.media import StepCallback
 
 __all__ = ["GenerateResult", "generate_once", "prepare_job"]
@@ -106,8 +108,13 @@ def generate_once(
     *,
     on_stage: StageCallback = _noop_stage,
     on_step: StepCallback = _noop_step,
+    image: Image | None = None,
 ) -> GenerateResult:
-    """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises."""
+    """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises.
+
+    ``image``: the input image of an ``image_to_video`` job, fitted to the generation size
+    (``worker.daemon.input_image.fit_image(decode_image(data), job.gen_width, job.gen_height)``).
+    """
     from pipelines.cache import ModelCache
     from worker.media.encoder import encode_video
 
@@ -115,7 +122,7 @@ def generate_once(
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
     hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    rendered = run_pipeline(ModelCache(settings.models), spec, job, hooks)
+    rendered = run_pipeline(ModelCache(settings.models), spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(
             rendered.media,

@@ -17,10 +17,12 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from worker.core.contract import PromptExtension, Stage
+from worker.core.contract import PromptExtension, PromptTokens, Stage
 from worker.core.errors import is_out_of_memory
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from pipelines.adapter import Adapter, Latents
     from pipelines.cache import ModelCache
     from worker.core.catalog import ModelSpec
@@ -65,21 +67,47 @@ class Rendered:
     media: Media
     extension: PromptExtension | None
     gpu_seconds: float  # denoise and decode, retries included
+    prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
 
 
-def run_pipeline(cache: ModelCache, spec: ModelSpec, job: ResolvedJob, hooks: RunHooks) -> Rendered:
-    """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise."""
+def run_pipeline(
+    cache: ModelCache, spec: ModelSpec, job: ResolvedJob, hooks: RunHooks, *, image: Image | None = None
+) -> Rendered:
+    """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise.
+
+    ``image`` is the job's input image, checked and fitted (``worker.daemon.input_image``); it reaches the
+    adapter's ``denoise`` as ``image=`` and only when there is one, so text-only adapters never see it.
+    """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
         adapter = run.with_oom_retry(Stage.loading, run.adapter)
     job, extension = run.extend_prompt(adapter, job)
+    tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
     with hooks.stage(Stage.denoising):
-        latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step))
+        conditioning = {"image": image} if image is not None else {}
+        latents: Latents = run.with_oom_retry(
+            Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
+        )
     with hooks.stage(Stage.decoding):
         # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
         media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
-    return Rendered(job, media, extension, time.perf_counter() - started)
+    return Rendered(job, media, extension, time.perf_counter() - started, tokens)
+
+
+def _prompt_tokens(adapter: Adapter, job: ResolvedJob, hooks: RunHooks) -> PromptTokens | None:
+    """The used prompt's token count for the record, from adapters that can count (``prompt_tokens``): the
+    pipelines cut a prompt past the text encoder's limit silently, so the record says it instead."""
+    count = getattr(adapter, "prompt_tokens", None)
+    if count is None:
+        return None
+    tokens: PromptTokens = count(job)
+    if tokens.truncated:
+        hooks.log.warning(
+            "prompt past the text encoder's token limit: the rest is not seen",
+            extra={"tokens": tokens.total, "kept": tokens.kept},
+        )
+    return tokens
 
 
 class _Run:

@@ -119,6 +119,7 @@ class PostProcessor:
             price=final_price(self._catalog, job, attempt.claim.record.price_hold, seconds),
             actual_prompt=job.prompt,
             prompt_extension=rendered.extension,
+            prompt_tokens=rendered.prompt_tokens,
         )
         if self._queue.finish(attempt.claim, outcome):
             elapsed_ms = round((time.monotonic() - attempt.started) * 1000, 1)

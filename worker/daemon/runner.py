@@ -17,8 +17,9 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.core.catalog import Catalog, ModelSpec
+from worker.core.catalog import Catalog, ModelSpec, mode_inputs
 from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request, utcnow
+from worker.core.errors import ErrorCode, JobError
 from worker.core.resolve import ResolvedJob, resolve
 from worker.daemon.attempt import Attempt, HandOff, Settler
 from worker.daemon.faults import LocalFaults
@@ -31,7 +32,10 @@ from worker.daemon.verdict import FaultKind
 from worker.queue.base import Claim, WorkerQueue
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from pipelines.cache import ModelCache
+    from worker.stores.base import ArtifactStore
 
 __all__ = ["JobRunner", "rebuild_request", "stage"]
 
@@ -80,6 +84,7 @@ class JobRunner:
         stop_now: threading.Event,
         progress_interval_s: float,
         work_root: Path,
+        store: ArtifactStore | None = None,
     ) -> None:
         self._catalog = catalog
         self._queue = queue
@@ -91,6 +96,7 @@ class JobRunner:
         self._stop_now = stop_now
         self._progress_interval_s = progress_interval_s
         self._work_root = work_root
+        self._store = store
 
     def begin(self, claim: Claim) -> Attempt:
         """Hold the lease (renewed from now on) and bind the job to a logger."""
@@ -108,7 +114,8 @@ class JobRunner:
         """Everything up to the decoded media; None when the attempt already ended (settled)."""
         try:
             job, spec = self.validate(attempt)
-            rendered = run_pipeline(self._cache, spec, job, _AttemptHooks(attempt, self._metrics))
+            image = self._input_image(job)
+            rendered = run_pipeline(self._cache, spec, job, _AttemptHooks(attempt, self._metrics), image=image)
             # The model loaded and the device ran it: faults of either are over.
             self._faults.clear(spec.id, FaultKind.model_load, FaultKind.device)
             work_dir = Path(tempfile.mkdtemp(prefix=f"{attempt.job_id}-{attempt.claim.attempt}-", dir=self._work_root))
@@ -123,10 +130,25 @@ class JobRunner:
     def validate(self, attempt: Attempt) -> tuple[ResolvedJob, ModelSpec]:
         """Re-check the payload against the contract and this worker's catalog (coded rejections)."""
         attempt.progress.check(poll_cancel=True)
-        job, _hold = resolve(rebuild_request(attempt.claim), self._catalog)
+        # The input image is the API's checked copy in the store (read by ``_input_image``); the request's URL
+        # or data URI is not kept, and the record holds the ratio ``auto`` resolved to.
+        stored = attempt.claim.record.input.image
+        job, _hold = resolve(rebuild_request(attempt.claim), self._catalog, image=stored)
         spec = self._catalog.get(job.model)
         assert spec is not None  # resolve() rejects unknown models
         return job, spec
+
+    def _input_image(self, job: ResolvedJob) -> Image | None:
+        """The job's stored input image, checked against its sha256 and fitted (None for text-only jobs)."""
+        if job.image is None:
+            if "image" in mode_inputs(job.mode):  # refused before any model loads: no retry can supply it
+                raise JobError(ErrorCode.invalid_payload, f"a {job.mode} job without a stored input image")
+            return None
+        if self._store is None:
+            raise JobError(ErrorCode.internal_error, "this runner has no artifact store to read input images from")
+        from worker.daemon.input_image import load_input_image
+
+        return load_input_image(self._store, job)
 
 
 class _AttemptHooks(RunHooks):

@@ -7,7 +7,8 @@ Each pass (``Sweeper.sweep``), in its own thread so it never delays a claim:
 2. **Work dirs** under ``<data_dir>/work`` (``<job id>-<attempt>-<random>``, one per attempt being
    encoded) older than ``min_age_s`` whose attempt is no longer running: its worker was killed.
 3. **Artifact objects** (``generations/<id>/<attempt>-<claim>/<file>``, the local store's unfinished
-   ``.part`` files among them) older than ``min_age_s`` that no record will point at.
+   ``.part`` files among them) older than ``min_age_s`` that no record will point at, and input images
+   (``generations/<id>/input/<file>``, stored by the API at create) whose record is gone.
 
 What is never removed, whatever its age: anything the record lists in ``artifacts``, and every
 object and work dir of the attempt a non-terminal record is at (the claim tag is not on the record, so
@@ -71,11 +72,19 @@ class _Tag:
     attempt: int
 
 
+# The attempt of an input image's tag (``generations/<id>/input/<file>``): it belongs to every attempt, so it
+# stays as long as its record does (retries read it) and goes with it (expired, or a create never enqueued).
+_INPUT_ATTEMPT = -1
+
+
 def _object_tag(key: str) -> _Tag | None:
-    """``generations/<id>/<attempt>-<claim>/<file>`` (ids may hold '/'); None for any other key."""
+    """``generations/<id>/<attempt>-<claim>/<file>`` (ids may hold '/'), or an input image; None for any
+    other key."""
     parts = key.removeprefix(ARTIFACTS_ROOT).split("/")
     if len(parts) < 3 or not all(parts):
         return None
+    if parts[-2] == "input":
+        return _Tag("/".join(parts[:-2]), _INPUT_ATTEMPT)
     attempt, sep, claim = parts[-2].partition("-")
     if not sep or not attempt.isdigit() or not claim:
         return None
@@ -94,6 +103,8 @@ def _keeps(record: GenerationRecord | None, tag: _Tag, key: str | None = None) -
     """Whether an old object (``key``) or work dir (``key`` None) of ``tag`` must stay (table above)."""
     if record is None:
         return False
+    if tag.attempt == _INPUT_ATTEMPT:
+        return True
     if record.terminal:
         return key is not None and any(a.key == key for a in record.artifacts)
     if key is None and record.status is not Status.running:

@@ -27,7 +27,17 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Money, PromptExtension, Stage, Status, Usage
+from worker.core.contract import (
+    Artifact,
+    ErrorInfo,
+    GenerationRecord,
+    Money,
+    PromptExtension,
+    PromptTokens,
+    Stage,
+    Status,
+    Usage,
+)
 
 __all__ = [
     "ApiQueue",
@@ -39,6 +49,7 @@ __all__ = [
     "JobQueue",
     "Outcome",
     "Polled",
+    "ProgressNote",
     "WorkerHeartbeat",
     "WorkerQueue",
 ]
@@ -82,6 +93,7 @@ class Outcome(BaseModel):
     price: Money | None = None
     actual_prompt: str | None = None
     prompt_extension: PromptExtension | None = None
+    prompt_tokens: PromptTokens | None = None
     error: ErrorInfo | None = None
 
 
@@ -95,6 +107,24 @@ class Event(BaseModel):
     attempt: int
     at: datetime
     reason: str | None = None
+    id: str = ""  # backend position (stream id / row id), for resuming a read
+
+
+class ProgressNote(BaseModel):
+    """One stage/progress write of a running attempt, kept in the job's own progress log.
+
+    Status changes are ``Event``s; progress writes are not (they would flood the events feed that
+    other readers page through), so each backend keeps them per job, in write order, for as long as
+    the job's events: what the live event stream (``GET /v1/generations/{id}/events``) replays.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    attempt: int
+    stage: Stage
+    progress: float
+    at: datetime
     id: str = ""  # backend position (stream id / row id), for resuming a read
 
 
@@ -167,6 +197,11 @@ class ApiQueue(Protocol):
         ...
 
     def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]: ...
+
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        """The job's stage/progress writes after the note with id ``after``, oldest first ([] for an
+        unknown job or one whose notes expired with it)."""
+        ...
 
     def close(self) -> None: ...
 

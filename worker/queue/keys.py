@@ -128,6 +128,19 @@ def job_events(model: str, job_id: str) -> str:
     return f"{job_record(model, job_id)}:events"
 
 
+def job_progress(model: str, job_id: str) -> str:
+    """The job's progress log: one entry per stage/progress write of a running attempt (fields
+    ``attempt, stage, progress, at``), ``MAXLEN ~ PROGRESS_NOTES_CAP``. Written right after the fenced
+    progress commit; each write sets its TTL to ``record_ttl``, so it outlives the job by at most that.
+    What ``GET /v1/generations/{id}/events`` replays between status events."""
+    return f"{job_record(model, job_id)}:progress"
+
+
+# A job's progress log keeps about this many entries (a stage write per stage, then at most a few
+# progress writes a second while denoising): a long job keeps its latest ones.
+PROGRESS_NOTES_CAP = 2000
+
+
 def job_model_index(job_id: str) -> str:
     """job id → model (plain string), written before the record: the API looks records up by id alone.
 

@@ -29,10 +29,10 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
 from worker.queue import keys, records, redis_plans
-from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
+from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, ProgressNote, WorkerHeartbeat
 from worker.queue.entries import UnreadableEntry, read_payload
 from worker.queue.ordering import order_models
 from worker.queue.policy import DeadReason, out_of_attempts
@@ -77,6 +77,7 @@ class RedisQueue:
             client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
         )
         self._jobs = JobWriter(client, self._scripts)
+        self._progress_ttl_ms = max(1, int(record_ttl_s * 1000))  # a job's progress log: as its events
         self._reaper = Reaper(client, self._scripts, self._jobs)
         self.reads = RedisReads(client, self._scripts)
         self.lease_ttl_s = lease_ttl_s
@@ -116,6 +117,9 @@ class RedisQueue:
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return self.reads.dead_letters(limit)
+
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        return self.reads.progress_notes(job_id, after=after, limit=limit)
 
     # ------------------------------------------------------------------------------------ API side
     @redis_unavailable
@@ -231,7 +235,21 @@ class RedisQueue:
                 return None
             return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim)
 
-        return self._jobs.mutate(claim.model, claim.job_id, build) is not None
+        if self._jobs.mutate(claim.model, claim.job_id, build) is None:
+            return False
+        self._note_progress(claim, stage, progress)
+        return True
+
+    def _note_progress(self, claim: Claim, stage: Stage, progress: float) -> None:
+        """Append the write to the job's progress log (``keys.job_progress``). After the fenced commit,
+        not in it: a note can only follow an accepted write, and one lost to a crash in between costs
+        a live viewer one progress tick, never a status change (those are events, in the commit)."""
+        name = keys.job_progress(claim.model, claim.job_id)
+        note = {"attempt": str(claim.attempt), "stage": stage.value, "progress": repr(float(progress))}
+        pipe = self._r.pipeline(transaction=False)
+        pipe.xadd(name, {**note, "at": utcnow().isoformat()}, maxlen=keys.PROGRESS_NOTES_CAP, approximate=True)
+        pipe.pexpire(name, self._progress_ttl_ms)
+        pipe.execute()
 
     @redis_unavailable
     def cancel_requested(self, job_id: str) -> bool:

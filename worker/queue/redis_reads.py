@@ -9,9 +9,9 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from worker.core.contract import GenerationRecord, Status
+from worker.core.contract import GenerationRecord, Stage, Status
 from worker.queue import keys
-from worker.queue.base import DeadLetter, Event, WorkerHeartbeat
+from worker.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
 from worker.queue.redis_scripts import Scripts
 from worker.queue.unavailable import redis_unavailable
 
@@ -21,6 +21,12 @@ __all__ = ["RedisReads"]
 def _stream_id(value: str) -> tuple[int, int]:
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _checked_stream_id(value: str) -> str:
+    """A stream id as Redis reads it (``ValueError`` otherwise): a cursor from a client is not trusted."""
+    ms, seq = _stream_id(value)
+    return f"{ms}-{seq}"
 
 
 def _event_cursor(value: str) -> tuple[tuple[int, int], str]:
@@ -142,6 +148,25 @@ class RedisReads:
                     merged.append(_event(model, sid, fields))
         merged.sort(key=lambda e: _event_cursor(e.id))
         return merged[:limit]
+
+    @redis_unavailable
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        model = self.model_of(job_id)
+        if model is None:
+            return []
+        start = f"({_checked_stream_id(after)}" if after else "-"
+        rows = self._r.xrange(keys.job_progress(model, job_id), start, "+", count=limit)
+        return [
+            ProgressNote(
+                job_id=job_id,
+                attempt=int(f["attempt"]),
+                stage=Stage(f["stage"]),
+                progress=float(f["progress"]),
+                at=datetime.fromisoformat(f["at"]),
+                id=sid,
+            )
+            for sid, f in rows
+        ]
 
     @redis_unavailable
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

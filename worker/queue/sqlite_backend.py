@@ -23,7 +23,7 @@ from pathlib import Path
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records
-from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, WorkerHeartbeat
+from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, ProgressNote, WorkerHeartbeat
 from worker.queue.ordering import order_models
 from worker.queue.policy import (
     DeadReason,
@@ -50,6 +50,7 @@ _POLL_S = 0.05  # how often a blocking claim looks again (there is no server to 
 # Retention: the newest events and dead letters kept (Redis caps each model's streams alike), and
 # rows deleted per transaction by a purge, so writers wait for one short transaction at most.
 EVENTS_CAP = 100_000
+PROGRESS_NOTES_CAP = 1_000_000  # stage/progress writes kept at most (a few dozen per job)
 DEAD_LETTERS_CAP = 100_000
 _PURGE_BATCH = 1000
 
@@ -174,6 +175,9 @@ class SqliteQueue:
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return self.reads.dead_letters(limit)
+
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        return self.reads.progress_notes(job_id, after=after, limit=limit)
 
     def cancel_requested(self, job_id: str) -> bool:
         return self.reads.cancel_requested(job_id)
@@ -313,6 +317,10 @@ class SqliteQueue:
                 "UPDATE jobs SET record = ? WHERE id = ?",
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
             )
+            conn.execute(
+                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
+                (rec.id, rec.attempt, stage.value, float(progress), utcnow().isoformat()),
+            )
 
         return self._fenced(claim, change)
 
@@ -409,13 +417,15 @@ class SqliteQueue:
                     "SELECT id FROM jobs WHERE ended_ms < ? LIMIT ?", ((now - self.record_ttl_s) * 1000, _PURGE_BATCH)
                 ).fetchall()
                 conn.executemany("DELETE FROM events WHERE job_id = ?", ids)
+                conn.executemany("DELETE FROM progress_notes WHERE job_id = ?", ids)
                 conn.executemany("DELETE FROM jobs WHERE id = ?", ids)
             removed += len(ids)
             if len(ids) < _PURGE_BATCH:
                 break
         with self._db.tx() as conn:
             removed += conn.execute("DELETE FROM idempotency WHERE expires_at <= ?", (now,)).rowcount
-            for table, cap in (("events", EVENTS_CAP), ("dead_letters", DEAD_LETTERS_CAP)):
+            caps = (("events", EVENTS_CAP), ("dead_letters", DEAD_LETTERS_CAP), ("progress_notes", PROGRESS_NOTES_CAP))
+            for table, cap in caps:
                 removed += conn.execute(
                     f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (cap,)
                 ).rowcount

@@ -5,8 +5,8 @@ database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (`
 
 from __future__ import annotations
 
-from worker.core.contract import GenerationRecord, Status
-from worker.queue.base import DeadLetter, Event, WorkerHeartbeat
+from worker.core.contract import GenerationRecord, Stage, Status
+from worker.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
 from worker.queue.sqlite_clock import Clock
 from worker.queue.sqlite_db import SqliteFile
 from worker.queue.unavailable import sqlite_unavailable
@@ -107,6 +107,18 @@ class SqliteReads:
             args.append(job_id)
         rows = self._db.conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
         return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
+
+    @sqlite_unavailable
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        rows = self._db.conn().execute(
+            "SELECT id, attempt, stage, progress, at FROM progress_notes"
+            " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (job_id, int(after or 0), limit),
+        )
+        return [
+            ProgressNote(job_id=job_id, attempt=r[1], stage=Stage(r[2]), progress=r[3], at=r[4], id=str(r[0]))
+            for r in rows
+        ]
 
     @sqlite_unavailable
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

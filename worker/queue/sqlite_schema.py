@@ -46,6 +46,18 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_job ON events (job_id, id);
 
+-- Stage/progress writes of running attempts (base.ProgressNote), in write order: what the live event
+-- stream replays between status events. Deleted with the job's events.
+CREATE TABLE IF NOT EXISTS progress_notes (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id   TEXT NOT NULL,
+    attempt  INTEGER NOT NULL,
+    stage    TEXT NOT NULL,
+    progress REAL NOT NULL,
+    at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS progress_notes_job ON progress_notes (job_id, id);
+
 CREATE TABLE IF NOT EXISTS dead_letters (
     id      INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id  TEXT NOT NULL,

@@ -114,6 +114,15 @@ class LocalStore:
         # Bytes, not str: compare_digest refuses non-ASCII str, and a URL can carry anything.
         return hmac.compare_digest(self.signature(key, expires_at).encode(), sig.encode("utf-8", "replace"))
 
+    def read_bytes(self, key: str, *, max_bytes: int) -> bytes | None:
+        path = self.path_for(key)
+        with _translated(f"read {key}"):
+            try:
+                with path.open("rb") as f:
+                    return f.read(max_bytes)
+            except FileNotFoundError:
+                return None
+
     def exists(self, key: str) -> bool:
         path = self.path_for(key)
         with _translated(f"check {key}"):

@@ -145,6 +145,20 @@ class S3Store:
                 raise
         return True
 
+    def read_bytes(self, key: str, *, max_bytes: int) -> bytes | None:
+        with _translated(f"read of {key}"):
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{max_bytes - 1}")
+            except ClientError as e:
+                if _status(e) == 404 or _code(e) == "NoSuchKey":
+                    return None
+                raise
+            body = response["Body"]
+            try:
+                return bytes(body.read(max_bytes))
+            finally:
+                body.close()
+
     def delete(self, key: str) -> None:
         with _translated(f"delete of {key}"):
             self._client.delete_object(Bucket=self.bucket, Key=key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from genworker_client.aio import AsyncClient
 from genworker_client.cadence import PollCadence
 from genworker_client.errors import ApiError, ClientError, IntegrityError, TransportFailed, WaitTimeout
+from genworker_client.events import StreamEvent
 from genworker_client.ledger import KeyLedger, LedgerConflict, new_idempotency_key
 from genworker_client.models import (
     TERMINAL_STATUSES,
@@ -23,6 +24,7 @@ from genworker_client.models import (
 )
 from genworker_client.retry import RetryPolicy
 from genworker_client.sync import Client
+from genworker_client.webhooks import InvalidWebhook, verify_webhook
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -35,13 +37,16 @@ __all__ = [
     "GenerationError",
     "GenerationPage",
     "IntegrityError",
+    "InvalidWebhook",
     "KeyLedger",
     "LedgerConflict",
     "Model",
     "Money",
     "PollCadence",
     "RetryPolicy",
+    "StreamEvent",
     "TransportFailed",
     "WaitTimeout",
     "new_idempotency_key",
+    "verify_webhook",
 ]

@@ -10,7 +10,7 @@ Exit codes: 0 success; 1 an API or transport error, or a waited generation that 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from genworker_client.errors import ApiError, ClientError, WaitTimeout
+from genworker_client.events import StreamEvent
 from genworker_client.models import Generation
 from genworker_client.sync import Client
 from genworker_client.typer_app import App
@@ -75,7 +76,9 @@ def _code(error: Exception) -> str:
     return "transport_failed"  # an httpx error the client does not retry
 
 
-def _wait_with_bar(client: Client, generation: Generation, timeout_s: float) -> Generation:
+def _wait_with_bar(
+    client: Client, generation: Generation, timeout_s: float, on_event: Callable[[StreamEvent], None] | None = None
+) -> Generation:
     """``client.wait`` with a rich progress bar on stderr fed by each polled record."""
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"))
     with Progress(*columns, TimeElapsedColumn(), console=_stderr, transient=False) as bar:
@@ -85,8 +88,31 @@ def _wait_with_bar(client: Client, generation: Generation, timeout_s: float) -> 
             done = 1.0 if g.succeeded else (g.progress or 0.0)
             bar.update(task, completed=done, description=f"{g.id} {g.status}" + (f" · {g.stage}" if g.stage else ""))
 
-        final = client.wait(generation, timeout_s=timeout_s, on_progress=show)
+        def live(e: StreamEvent) -> None:
+            done = 1.0 if e.status == "succeeded" else (e.progress or 0.0)
+            bar.update(
+                task, completed=done, description=f"{e.generation_id} {e.status}" + (f" · {e.stage}" if e.stage else "")
+            )
+            if on_event is not None:
+                on_event(e)
+
+        final = client.wait(generation, timeout_s=timeout_s, on_progress=show, on_event=live)
     return final
+
+
+class _StageLines:
+    """``watch``'s plain record on stdout: one line when the status or the stage changes, not per tick."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, str | None, int] | None = None
+
+    def __call__(self, e: StreamEvent) -> None:
+        key = (e.status, e.stage, e.attempt)
+        if key == self._last:
+            return
+        self._last = key
+        stage = f" {e.stage}" if e.stage else ""
+        typer.echo(f"{e.at}  {e.status}{stage}" + (f" (attempt {e.attempt})" if e.attempt > 1 else ""))
 
 
 def _exit_unless_succeeded(generation: Generation) -> None:
@@ -99,7 +125,11 @@ def create(
     *,
     model: Annotated[str, typer.Option(help="Model id from `genworker client models`.")],
     prompt: Annotated[str, typer.Option(help="Text prompt.")],
-    mode: Annotated[str, typer.Option()] = "text_to_video",
+    image: Annotated[
+        str | None,
+        typer.Option(help="Input image (image_to_video): a local JPEG/PNG/WebP file, sent inline, or an https URL."),
+    ] = None,
+    mode: Annotated[str | None, typer.Option(help="Default: image_to_video with --image, else text_to_video.")] = None,
     variant: Annotated[str, typer.Option()] = "standard",
     resolution: Annotated[str | None, typer.Option(help="e.g. 144p, 480p (default: the model's).")] = None,
     ratio: Annotated[str | None, typer.Option(help="e.g. 16:9, 9:16, 1:1.")] = None,
@@ -124,7 +154,7 @@ def create(
     with _client(base_url, ledger) as client:
         generation = client.create(
             model, prompt, mode=mode, variant=variant, resolution=resolution, duration_seconds=duration, ratio=ratio,
-            audio=audio, prompt_extend=prompt_extend, seed=seed, negative_prompt=negative_prompt,
+            audio=audio, prompt_extend=prompt_extend, seed=seed, negative_prompt=negative_prompt, image=image,
             idempotency_key=idempotency_key, name=name,
             on_created=announce,
         )  # fmt: skip
@@ -151,6 +181,21 @@ def wait_cmd(generation_id: GenerationId, timeout: Timeout = 1800.0, base_url: B
     with _client(base_url) as client:
         generation = _wait_with_bar(client, client.get(generation_id), timeout)
         _emit(_record(generation))
+        _exit_unless_succeeded(generation)
+
+
+@app.command("watch")
+def watch_cmd(generation_id: GenerationId, timeout: Timeout = 1800.0, base_url: BaseUrl = None) -> None:
+    """Follow a generation live: a progress bar on stderr, one line per status or stage change on
+    stdout, then the final status; exits 0 when it succeeded, 1 when it failed or was canceled. Uses
+    the server's event stream (GET /v1/generations/{id}/events), or polls where it has none."""
+    with _client(base_url) as client:
+        generation = client.get(generation_id)
+        typer.echo(f"{generation.id}  {generation.model}  {generation.status}")
+        if not generation.terminal:
+            generation = _wait_with_bar(client, generation, timeout, on_event=_StageLines())
+        error = f" ({generation.error.code}: {generation.error.message})" if generation.error else ""
+        typer.echo(f"{generation.id}  {generation.status}{error}")
         _exit_unless_succeeded(generation)
 
 

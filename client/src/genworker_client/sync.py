@@ -9,11 +9,12 @@ retried once with a freshly signed URL when the first one has expired.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,11 +26,18 @@ from genworker_client import wire
 from genworker_client.cadence import PollCadence
 from genworker_client.download import CHUNK_BYTES, URL_REFUSED_STATUSES, ArtifactSink, artifact_paths, needs_fresh_url
 from genworker_client.errors import ApiError, TransportFailed, WaitTimeout
+from genworker_client.events import STREAM_GIVE_UP_STATUSES, SseParser, StreamEvent, StreamFollower
+from genworker_client.images import image_input, mode_for
 from genworker_client.ledger import KeyLedger, choose_idempotency_key
 from genworker_client.models import Artifact, Generation, GenerationPage, Model
 from genworker_client.retry import RetryPolicy
 
 __all__ = ["Client"]
+
+# A stream read waits at most this long for a line: the server sends a heartbeat every 15 s by
+# default, so a longer silence is a stalled connection, resumed with Last-Event-ID.
+STREAM_READ_TIMEOUT_S = 45.0
+STREAM_RECONNECT_S = 0.5  # pause before resuming a stream that ended without its terminal event
 
 
 class Client:
@@ -81,7 +89,7 @@ class Client:
         model: str,
         prompt: str,
         *,
-        mode: str = "text_to_video",
+        mode: str | None = None,
         variant: str = "standard",
         resolution: str | None = None,
         duration_seconds: int | None = None,
@@ -90,6 +98,7 @@ class Client:
         prompt_extend: bool | None = None,
         seed: int | None = None,
         negative_prompt: str | None = None,
+        image: str | os.PathLike[str] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
         on_created: Callable[[Generation], None] | None = None,
@@ -99,10 +108,14 @@ class Client:
         The key is ``idempotency_key`` if given; else, with ``name`` and a ledger, the ledger's key for
         that name (written to disk before the request is sent); else a fresh one. It is on the result
         as ``generation.idempotency_key``. ``on_created`` receives the new generation first thing.
+
+        ``image`` (``image_to_video``): a URL the service fetches, or a local file sent inline as a data URI
+        (``genworker_client.images``). ``mode`` defaults to ``image_to_video`` with an image, else ``text_to_video``.
         """
         body = wire.create_body(
-            model, prompt, mode=mode, variant=variant, resolution=resolution, duration_seconds=duration_seconds,
-            ratio=ratio, audio=audio, prompt_extend=prompt_extend, seed=seed, negative_prompt=negative_prompt,
+            model, prompt, mode=mode_for(mode, image), variant=variant, resolution=resolution,
+            duration_seconds=duration_seconds, ratio=ratio, audio=audio, prompt_extend=prompt_extend, seed=seed,
+            negative_prompt=negative_prompt, image=image_input(image) if image is not None else None,
         )  # fmt: skip
         entry = choose_idempotency_key(body, idempotency_key=idempotency_key, name=name, ledger=self._ledger)
         if entry.id is not None:
@@ -152,13 +165,19 @@ class Client:
         first_poll_s: float = 5.0,
         poll_min_s: float = 10.0,
         poll_max_s: float = 15.0,
+        stream: bool = True,
+        on_event: Callable[[StreamEvent], None] | None = None,
     ) -> Generation:
-        """Poll until terminal and return the final record (which may be ``failed`` or ``canceled``).
+        """Wait until terminal and return the final record (which may be ``failed`` or ``canceled``).
 
-        The first poll comes ``first_poll_s`` after the call (or after the ``Retry-After`` of the
+        With ``stream`` (the default) it follows the server's live event stream (``events``), resuming
+        with ``Last-Event-ID`` after a dropped connection; ``on_event`` sees every message. When the
+        server does not offer the stream (404, 405, 429, a 5xx) or it keeps failing, it polls instead:
+        the first poll comes ``first_poll_s`` after the call (or after the ``Retry-After`` of the
         ``Generation`` passed in, when larger), then every ``poll_min_s``..``poll_max_s`` with jitter,
-        never sooner than the last answer's ``Retry-After``. ``on_progress`` sees every polled record.
-        Raises ``WaitTimeout`` (with the last record) when ``timeout_s`` passes first.
+        never sooner than the last answer's ``Retry-After``. ``on_progress`` sees every polled record
+        (and, after a stream, the final one). Raises ``WaitTimeout`` (with the last record) when
+        ``timeout_s`` passes first.
         """
         cadence = PollCadence(first_poll_s, poll_min_s, poll_max_s)
         last = generation if isinstance(generation, Generation) else None
@@ -166,6 +185,12 @@ class Client:
         if last is not None and last.terminal:
             return last
         deadline = self._clock() + timeout_s
+        if stream and self._follow(generation_id, deadline, timeout_s, on_event):
+            final = self.get(generation_id)
+            if on_progress is not None:
+                on_progress(final)
+            if final.terminal:
+                return final
         for poll_index in itertools.count():
             remaining = deadline - self._clock()
             if remaining <= 0:
@@ -178,6 +203,76 @@ class Client:
             if last.terminal:
                 return last
         raise AssertionError("unreachable")
+
+    def events(self, generation_id: str, *, last_event_id: str | None = None) -> Iterator[StreamEvent]:
+        """The generation's live events (``status`` and ``progress``), from its start or after
+        ``last_event_id``, until the terminal status event. One connection, no retries: ``ApiError``
+        for a refusal, ``TransportFailed`` when the connection fails."""
+        follower = StreamFollower(last_id=last_event_id)
+        with self._open_stream(generation_id, follower, read_timeout_s=None) as response:
+            if not response.is_success:
+                response.read()
+                raise wire.error_from_response(response)
+            yield from self._read_stream(response, follower)
+
+    def _follow(
+        self, generation_id: str, deadline: float, timeout_s: float, on_event: Callable[[StreamEvent], None] | None
+    ) -> bool:
+        """``wait``'s streaming half: True once the terminal event came, False to poll instead."""
+        follower = StreamFollower()
+        while follower.terminal is None:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise WaitTimeout(generation_id, timeout_s, None)
+            try:
+                with self._open_stream(
+                    generation_id, follower, read_timeout_s=min(remaining, STREAM_READ_TIMEOUT_S)
+                ) as r:
+                    if r.status_code in STREAM_GIVE_UP_STATUSES:
+                        return False
+                    if not r.is_success:
+                        r.read()
+                        raise wire.error_from_response(r)
+                    for event in self._read_stream(r, follower):
+                        if on_event is not None:
+                            on_event(event)
+                        if self._clock() >= deadline and not event.terminal:
+                            raise WaitTimeout(generation_id, timeout_s, None)
+            except (httpx.TransportError, TransportFailed):
+                pass  # a dropped or stalled connection: resume from the last id, or poll
+            if follower.terminal is None:
+                if not follower.connection_ended():
+                    return False
+                self._sleep(max(0.0, min(STREAM_RECONNECT_S, deadline - self._clock())))
+        return True
+
+    @contextlib.contextmanager
+    def _open_stream(
+        self, generation_id: str, follower: StreamFollower, *, read_timeout_s: float | None
+    ) -> Iterator[httpx.Response]:
+        headers = {**wire.api_headers(self._api_key, None), **follower.headers()}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout_s)
+        request = self._http.build_request(
+            "GET", f"generations/{generation_id}/events", headers=headers, timeout=timeout
+        )
+        try:
+            response = self._http.send(request, stream=True)
+        except wire.RETRYABLE_TRANSPORT_ERRORS as e:
+            raise TransportFailed("GET", f"{self.base_url}/generations/{generation_id}/events", 1) from e
+        try:
+            yield response
+        finally:
+            response.close()
+
+    def _read_stream(self, response: httpx.Response, follower: StreamFollower) -> Iterator[StreamEvent]:
+        parser = SseParser()
+        for line in response.iter_lines():
+            event = parser.feed(line)
+            if event is not None:
+                follower.seen(event)
+                yield event
+                if event.terminal:
+                    return
 
     def download(self, generation: str | Generation, directory: str | os.PathLike[str]) -> builtins.list[Path]:
         """Stream every artifact into ``directory`` and return the paths, in the record's order.

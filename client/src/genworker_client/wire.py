@@ -84,8 +84,10 @@ def create_body(
     prompt_extend: bool | None = None,
     seed: int | None = None,
     negative_prompt: str | None = None,
+    image: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``POST /v1/generations`` body. Parameters left ``None`` are omitted: the catalog's defaults apply."""
+    """``POST /v1/generations`` body. Parameters left ``None`` are omitted: the catalog's defaults apply.
+    ``image``: the input image fields (``genworker_client.images.image_input``)."""
     given = {
         "resolution": resolution,
         "duration_seconds": duration_seconds,
@@ -100,7 +102,7 @@ def create_body(
         "mode": mode,
         "variant": variant,
         "parameters": {k: v for k, v in given.items() if v is not None},
-        "input": {"prompt": prompt},
+        "input": {"prompt": prompt, **(image or {})},
     }
 
 

@@ -1,0 +1,114 @@
+"""The input image of an ``image_to_video`` create: read it once, check it, store the checked copy.
+
+At create, before anything is enqueued: the bytes come from ``input.image`` (a ``data:`` URI) or
+``input.image_url`` (fetched through the outbound guard, ``api.outbound``); ``worker.core.images.check_image``
+sniffs, bounds, decodes and orients them (the rules and what is kept are described there). The checked copy
+is stored in the artifact store under the generation's prefix (``input_image_key``); workers read only it
+(``StoredImage``), so GPU nodes need no internet and a retry never refetches.
+
+Every refusal is a ``RequestRejected`` with the image's own codes: ``invalid_image``, ``image_too_large``,
+``image_fetch_failed``, ``image_url_not_allowed``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import tempfile
+from pathlib import Path
+
+from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
+from worker.core.contract import InputSpec, StoredImage
+from worker.core.errors import ErrorCode, RequestRejected
+from worker.core.images import CheckedImage
+from worker.settings import InputSettings
+from worker.stores.base import ArtifactStore, artifact_prefix
+
+__all__ = [
+    "input_image_key",
+    "outbound_policy",
+    "read_image_source",
+    "store_image",
+    "stored_image",
+]
+
+_DATA_URI = re.compile(r"data:image/(?:jpeg|png|webp);base64,(?P<data>.*)", re.DOTALL | re.IGNORECASE)
+
+
+def _reject(code: ErrorCode, message: str, param: str) -> RequestRejected:
+    return RequestRejected(code, message, param)
+
+
+def outbound_policy(settings: InputSettings) -> OutboundPolicy:
+    return OutboundPolicy(
+        allow_http_hosts=frozenset(h.lower() for h in settings.allow_http_hosts),
+        allow_private_hosts=frozenset(h.lower() for h in settings.allow_private_hosts),
+        timeout_s=settings.fetch_timeout_s,
+        max_bytes=settings.max_image_bytes,
+        max_redirects=settings.max_redirects,
+    )
+
+
+def read_image_source(spec: InputSpec, settings: InputSettings) -> tuple[bytes, str]:
+    """The raw bytes of the request's image and the field they came from (``input.image`` or
+    ``input.image_url``). Call only when the request has exactly one of them (``check_inputs``)."""
+    if spec.image is not None:
+        return _decode_data_uri(spec.image, settings.max_image_bytes), "input.image"
+    assert spec.image_url is not None
+    param = "input.image_url"
+    try:
+        fetched = fetch(spec.image_url, outbound_policy(settings))
+    except UrlNotAllowed as e:
+        raise _reject(ErrorCode.image_url_not_allowed, f"image_url is not allowed: {e}", param) from None
+    except FetchTooLarge:
+        raise _reject(
+            ErrorCode.image_too_large, f"the image is larger than {settings.max_image_bytes} bytes", param
+        ) from None
+    except FetchFailed as e:
+        raise _reject(ErrorCode.image_fetch_failed, f"image_url could not be fetched: {e}", param) from None
+    return fetched.body, param
+
+
+def _decode_data_uri(uri: str, max_bytes: int) -> bytes:
+    param = "input.image"
+    match = _DATA_URI.fullmatch(uri.strip())
+    if match is None:
+        raise _reject(
+            ErrorCode.invalid_image, "image must be a data URI: data:image/jpeg|png|webp;base64,<data>", param
+        )
+    encoded = re.sub(r"\s+", "", match["data"])
+    if len(encoded) // 4 * 3 > max_bytes + 3:  # refuse before decoding a huge string
+        raise _reject(ErrorCode.image_too_large, f"the image is larger than {max_bytes} bytes", param)
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise _reject(ErrorCode.invalid_image, "the data URI's base64 is not valid", param) from None
+    if len(data) > max_bytes:
+        raise _reject(ErrorCode.image_too_large, f"the image is larger than {max_bytes} bytes", param)
+    return data
+
+
+def input_image_key(generation_id: str, extension: str) -> str:
+    """``generations/<id>/input/image.<ext>``: under the generation's prefix, beside no attempt's objects."""
+    return f"{artifact_prefix(generation_id)}input/image.{extension}"
+
+
+def stored_image(checked: CheckedImage, generation_id: str) -> StoredImage:
+    """The record's description of the stored copy (before it is stored: the key is fixed by the id)."""
+    return StoredImage(
+        key=input_image_key(generation_id, checked.extension),
+        content_type=checked.content_type,
+        bytes=len(checked.data),
+        sha256=checked.sha256,
+        width=checked.width,
+        height=checked.height,
+    )
+
+
+def store_image(store: ArtifactStore, image: StoredImage, data: bytes) -> None:
+    """Put the checked bytes under ``image.key``; the store verifies their sha256 on the way in."""
+    with tempfile.TemporaryDirectory(prefix="genworker-input-") as tmp:
+        path = Path(tmp) / "image"
+        path.write_bytes(data)
+        store.put_file(image.key, path, content_type=image.content_type, sha256=image.sha256)

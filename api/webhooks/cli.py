@@ -1,0 +1,187 @@
+"""``genworker webhooks ...``: register endpoints, read their delivery logs, redeliver, run a sender.
+
+Every command opens the webhook store the settings name (``api.webhooks.service``): Redis when the
+queue is on Redis, else ``<data_dir>/webhooks.db``; ``--data-dir`` picks an embedded service's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from contextlib import closing
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from api.keys import InvalidProject
+from api.webhooks.models import EventType
+from genworker_client.typer_app import App
+
+if TYPE_CHECKING:
+    from api.webhooks.service import Webhooks
+    from worker.settings import Settings
+
+__all__ = ["webhooks_app"]
+
+log = logging.getLogger("genworker.webhooks")
+
+webhooks_app = App(help="Signed webhooks: endpoints, delivery logs, redelivery, the sender.", no_args_is_help=True)
+
+_DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded service data dir (<dir>/webhooks.db).")]
+_Config = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else GENWORKER_CONFIG).")]
+
+
+def _settings(data_dir: Path | None, config: Path | None) -> Settings:
+    from worker.settings import load_settings
+
+    if data_dir is None:
+        return load_settings(config)
+    return load_settings(config, data_dir=str(data_dir.expanduser().absolute()))
+
+
+def _open(data_dir: Path | None, config: Path | None) -> Webhooks:
+    from api.webhooks.service import open_webhooks
+
+    return open_webhooks(_settings(data_dir, config))
+
+
+def _events(value: str | None) -> list[EventType] | None:
+    if not value:
+        return None
+    try:
+        return [EventType(v.strip()) for v in value.split(",") if v.strip()]
+    except ValueError:
+        allowed = ", ".join(e.value for e in EventType)
+        raise typer.BadParameter(f"event types are: {allowed}", param_hint="--events") from None
+
+
+@webhooks_app.command("add")
+def add(
+    project: Annotated[str, typer.Option("--project", help="The project whose generations are reported.")],
+    url: Annotated[str, typer.Option("--url", help="https:// URL of the receiver.")],
+    events: Annotated[
+        str | None, typer.Option("--events", help="Comma-separated event types (default: all four).")
+    ] = None,
+    data_dir: _DataDir = None,
+    config: _Config = None,
+) -> None:
+    """Register an endpoint; print its signing secret alone on stdout (shown only this once)."""
+    from api.webhooks.transport import UrlRefused
+
+    kinds = _events(events)
+    with closing(_open(data_dir, config)) as hooks:
+        try:
+            endpoint, secret = hooks.add_endpoint(project, url, kinds)
+        except InvalidProject as e:
+            raise typer.BadParameter(str(e), param_hint="--project") from None
+        except UrlRefused as e:
+            raise typer.BadParameter(f"invalid_webhook_url: {e}", param_hint="--url") from None
+    typer.echo(f"created {endpoint.id} for project {project} -> {url} ({', '.join(endpoint.events)})", err=True)
+    typer.echo(secret)
+
+
+@webhooks_app.command("list")
+def list_endpoints(
+    project: Annotated[str | None, typer.Option("--project", help="Only this project's endpoints.")] = None,
+    data_dir: _DataDir = None,
+    config: _Config = None,
+) -> None:
+    """The endpoints as JSON (never their secrets)."""
+    with closing(_open(data_dir, config)) as hooks:
+        endpoints = hooks.store.list_endpoints(project)
+    typer.echo(json.dumps([e.model_dump(mode="json", exclude={"sealed_secret"}) for e in endpoints], indent=2))
+
+
+@webhooks_app.command("remove")
+def remove(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = None, config: _Config = None) -> None:
+    """Remove an endpoint and its deliveries."""
+    with closing(_open(data_dir, config)) as hooks:
+        found = hooks.store.remove_endpoint(endpoint_id)
+    if not found:
+        typer.echo(f"no endpoint {endpoint_id!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"removed {endpoint_id}", err=True)
+
+
+@webhooks_app.command("enable")
+def enable(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = None, config: _Config = None) -> None:
+    """Enable an endpoint the sender disabled (its failure run starts over)."""
+    from api.webhooks.service import UnknownEndpoint
+
+    with closing(_open(data_dir, config)) as hooks:
+        try:
+            hooks.enable(endpoint_id)
+        except UnknownEndpoint:
+            typer.echo(f"no endpoint {endpoint_id!r}", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(f"enabled {endpoint_id}", err=True)
+
+
+@webhooks_app.command("deliveries")
+def deliveries(
+    endpoint_id: Annotated[str, typer.Argument()],
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
+    data_dir: _DataDir = None,
+    config: _Config = None,
+) -> None:
+    """The endpoint's delivery log as JSON, newest first."""
+    with closing(_open(data_dir, config)) as hooks:
+        found = hooks.store.list_deliveries(endpoint_id, limit)
+    typer.echo(json.dumps([d.model_dump(mode="json", exclude={"body"}) for d in found], indent=2))
+
+
+@webhooks_app.command("redeliver")
+def redeliver(
+    delivery_id: Annotated[str, typer.Argument(help="msg_... as `deliveries` shows it.")],
+    data_dir: _DataDir = None,
+    config: _Config = None,
+) -> None:
+    """Send a delivery again now, under the same webhook-id."""
+    from api.webhooks.service import UnknownDelivery
+
+    with closing(_open(data_dir, config)) as hooks:
+        try:
+            hooks.redeliver(delivery_id)
+        except UnknownDelivery:
+            typer.echo(f"no delivery {delivery_id!r}", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(f"queued {delivery_id} for redelivery", err=True)
+
+
+@webhooks_app.command("keygen")
+def keygen() -> None:
+    """Print a fresh server key for `webhooks.secret_key` (GENWORKER_WEBHOOKS__SECRET_KEY)."""
+    from cryptography.fernet import Fernet
+
+    typer.echo(Fernet.generate_key().decode("ascii"))
+
+
+@webhooks_app.command("serve")
+def serve(data_dir: _DataDir = None, config: _Config = None) -> None:
+    """Run a sender until SIGTERM/SIGINT: fan queue events out to deliveries and send them."""
+    from api.webhooks.sender import Sender
+    from api.webhooks.service import open_webhooks
+    from worker.core.logs import configure_logging
+    from worker.queue.factory import open_queue
+
+    settings = _settings(data_dir, config)
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    with closing(open_queue(settings.queue)) as queue, closing(open_webhooks(settings)) as hooks:
+        sender = Sender(queue, hooks.store, hooks.sealer, hooks.transport, settings.webhooks)
+        log.info("webhook sender started", extra={"data_dir": settings.data_dir, "backend": settings.queue.backend})
+        try:
+            sender.run(stop)
+        finally:
+            sender.close()
+    log.info("webhook sender stopped")

@@ -1,0 +1,97 @@
+"""The webhook vocabulary: endpoints, deliveries, their attempts, and the event types.
+
+Values that cross the store boundary are pydantic models stored as JSON, as ``api.keys.ApiKey`` is.
+A delivery's id is also its ``webhook-id`` header: derived from (endpoint, generation, event type), so
+the fan-out can run twice over one event (a sender killed between writing deliveries and moving its
+cursor) and still make one delivery, and every retry of it carries the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ATTEMPTS_KEPT",
+    "Attempt",
+    "Delivery",
+    "DeliveryState",
+    "Endpoint",
+    "EventType",
+    "delivery_id",
+]
+
+ATTEMPTS_KEPT = 20  # the last attempts a delivery keeps (a 24 h schedule makes about 20)
+
+
+class EventType(StrEnum):
+    generation_running = "generation.running"
+    generation_succeeded = "generation.succeeded"
+    generation_failed = "generation.failed"
+    generation_canceled = "generation.canceled"
+
+
+class Endpoint(BaseModel):
+    """A project's receiver. ``sealed_secret`` is the signing secret encrypted with the server key
+    (``api.webhooks.sealing``); the secret itself is shown once, at creation."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    project: str
+    url: str
+    events: list[EventType]
+    sealed_secret: str
+    created_at: datetime
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+    failing_since: datetime | None = None  # first failed attempt of the current run of failures
+    consecutive_failures: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.disabled_at is None
+
+
+class DeliveryState(StrEnum):
+    pending = "pending"  # waiting for its next attempt
+    delivered = "delivered"  # a 2xx answer
+    failed = "failed"  # gave up: out of time (webhooks.max_age_s), refused URL, or endpoint disabled/removed
+
+
+class Attempt(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    at: datetime
+    status_code: int | None = None  # None: no HTTP answer (refused, timeout, connection error)
+    error: str | None = None
+    duration_ms: int = 0
+
+
+class Delivery(BaseModel):
+    """One event for one endpoint, with its fixed body and its attempt log."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str  # the webhook-id header, the same on every attempt
+    endpoint_id: str
+    project: str
+    event_type: EventType
+    generation_id: str
+    body: str  # the JSON body, fixed at fan-out: every attempt sends the same bytes
+    state: DeliveryState = DeliveryState.pending
+    created_at: datetime
+    next_attempt_at: datetime | None = None
+    attempts: list[Attempt] = Field(default_factory=list)
+    attempt_count: int = 0
+    delivered_at: datetime | None = None
+    failure_reason: str | None = None
+
+
+def delivery_id(endpoint_id: str, generation_id: str, event_type: EventType) -> str:
+    """The one delivery of this event to this endpoint (and its ``webhook-id``)."""
+    digest = hashlib.sha256(f"{endpoint_id}\n{generation_id}\n{event_type.value}".encode()).hexdigest()
+    return "msg_" + digest[:32]

@@ -1,0 +1,143 @@
+"""``Webhooks``: the store, the sealer, the transport and (optionally) a sender thread, built from
+settings once and shared by the routes, the CLI and ``genworker webhooks serve``.
+
+Storage follows the queue: Redis when the queue is on Redis (shared by every replica), else
+``<data_dir>/webhooks.db`` beside the embedded queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from api.keys import check_project
+from api.webhooks.models import Delivery, DeliveryState, Endpoint, EventType
+from api.webhooks.sealing import Sealer, new_secret, server_key
+from api.webhooks.sender import Sender, SenderThread
+from api.webhooks.store import SqliteWebhookStore, WebhookStore
+from api.webhooks.transport import Transport, UrlRefused
+from worker.queue.base import ApiQueue
+from worker.settings import Settings, WebhookSettings
+
+__all__ = ["ALL_EVENTS", "UnknownDelivery", "UnknownEndpoint", "Webhooks", "open_webhook_store", "open_webhooks"]
+
+ALL_EVENTS = tuple(EventType)
+log = logging.getLogger("genworker.webhooks")
+
+MAX_URL_LENGTH = 2048
+MAX_ENDPOINTS_PER_PROJECT = 20
+
+
+class UnknownEndpoint(KeyError):
+    pass
+
+
+class UnknownDelivery(KeyError):
+    pass
+
+
+@dataclass
+class Webhooks:
+    store: WebhookStore
+    sealer: Sealer
+    transport: Transport
+    settings: WebhookSettings
+    sender_thread: SenderThread | None = field(default=None)
+
+    def add_endpoint(self, project: str, url: str, events: list[EventType] | None = None) -> tuple[Endpoint, str]:
+        """Register a receiver; return it and its signing secret (shown once). Raises ``UrlRefused``
+        for a URL no delivery may go to, ``InvalidProject`` for a bad project name."""
+        check_project(project)
+        check_url_shape(url)
+        self.transport.check_url(url)
+        if len(self.store.list_endpoints(project)) >= MAX_ENDPOINTS_PER_PROJECT:
+            raise UrlRefused(f"project {project!r} already has {MAX_ENDPOINTS_PER_PROJECT} webhook endpoints")
+        secret = new_secret()
+        endpoint = Endpoint(
+            id="wh_" + secrets.token_hex(8),
+            project=project,
+            url=url,
+            events=sorted(set(events or ALL_EVENTS)),
+            sealed_secret=self.sealer.seal(secret),
+            created_at=datetime.now(UTC),
+        )
+        self.store.add_endpoint(endpoint)
+        return endpoint, secret
+
+    def endpoint(self, endpoint_id: str, project: str | None = None) -> Endpoint:
+        """The endpoint, or ``UnknownEndpoint`` (also for another project's: ids must not leak)."""
+        endpoint = self.store.get_endpoint(endpoint_id)
+        if endpoint is None or (project is not None and endpoint.project != project):
+            raise UnknownEndpoint(endpoint_id)
+        return endpoint
+
+    def enable(self, endpoint_id: str) -> Endpoint:
+        endpoint = self.endpoint(endpoint_id).model_copy(
+            update={"disabled_at": None, "disabled_reason": None, "failing_since": None, "consecutive_failures": 0}
+        )
+        self.store.save_endpoint(endpoint)
+        return endpoint
+
+    def redeliver(self, delivery_id: str, endpoint_id: str | None = None) -> Delivery:
+        """Send a delivery again now, whatever its state, under the same ``webhook-id``."""
+        delivery = self.store.get_delivery(delivery_id)
+        if delivery is None or (endpoint_id is not None and delivery.endpoint_id != endpoint_id):
+            raise UnknownDelivery(delivery_id)
+        now = datetime.now(UTC)
+        delivery = delivery.model_copy(
+            # A manual redelivery gets a fresh max_age_s window: created_at restarts the schedule.
+            update={"state": DeliveryState.pending, "next_attempt_at": now, "created_at": now, "failure_reason": None}
+        )
+        self.store.save_delivery(delivery)
+        return delivery
+
+    def start(self) -> None:
+        if self.sender_thread is not None:
+            self.sender_thread.start()
+
+    def stop(self) -> None:
+        if self.sender_thread is not None:
+            self.sender_thread.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.transport.close()
+        self.store.close()
+
+
+def check_url_shape(url: str) -> None:
+    """What the outbound guard does not judge: the URL's length (it is stored and shown)."""
+    if len(url) > MAX_URL_LENGTH:
+        raise UrlRefused(f"the URL is longer than {MAX_URL_LENGTH} characters")
+
+
+def open_webhook_store(settings: Settings) -> WebhookStore:
+    if settings.queue.backend == "redis":
+        from api.webhooks.redis_store import RedisWebhookStore
+        from worker.queue.redis_connect import redis_client
+
+        return RedisWebhookStore(redis_client(settings.queue, url=settings.queue.redis_url))
+    return SqliteWebhookStore(Path(settings.data_dir) / "webhooks.db")
+
+
+def open_webhooks(settings: Settings, *, queue: ApiQueue | None = None, transport: Transport | None = None) -> Webhooks:
+    """The service; with ``queue`` and ``webhooks.sender_in_api`` on, a sender thread too (not started)."""
+    from api.webhooks.outbound_transport import open_transport
+
+    hooks = settings.webhooks
+    secret_key = hooks.secret_key.get_secret_value() if hooks.secret_key else None
+    if secret_key is None and settings.queue.backend == "redis":
+        log.warning(
+            "webhooks.secret_key is not set: endpoint secrets are sealed with <data_dir>/webhooks-key, "
+            "which every API replica and sender must share (or set GENWORKER_WEBHOOKS__SECRET_KEY)"
+        )
+    sealer = Sealer(lambda: server_key(secret_key, settings.data_dir))
+    store = open_webhook_store(settings)
+    transport = transport or open_transport(settings)
+    service = Webhooks(store=store, sealer=sealer, transport=transport, settings=hooks)
+    if queue is not None:
+        service.sender_thread = SenderThread(Sender(queue, store, sealer, transport, hooks))
+    return service

@@ -1,0 +1,41 @@
+"""The seam between the sender and the network: one POST, answered as a ``PostResult``.
+
+``Transport`` is what the sender needs; ``api.webhooks.outbound_transport`` builds the real one on the
+project's outbound guard (address checks on resolve and on every hop, no redirects, timeouts, a cap on
+the answer's size). A refusal by the guard is a ``PostResult`` with ``refused`` set, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["PostResult", "Transport", "UrlRefused"]
+
+from worker.core.errors import GenworkerError
+
+
+class UrlRefused(GenworkerError, ValueError):
+    """A webhook URL the outbound rules refuse (scheme, host, or an address it resolves to)."""
+
+
+@dataclass(frozen=True)
+class PostResult:
+    status_code: int | None  # None: no HTTP answer
+    error: str | None = None  # why it failed, for the attempt log (never the body we sent)
+    refused: bool = False  # the outbound guard refused the URL or an address it resolved to
+    duration_ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class Transport(Protocol):
+    def check_url(self, url: str) -> None:
+        """Raise ``UrlRefused`` for a URL no delivery may go to (at registration)."""
+        ...
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> PostResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,102 @@
+"""``genworker plan --gpu-memory-gb N``: the memory plan of every catalog model on an N GB device, as Markdown.
+
+Per model: its runtime profile (with this worker's ``profile_overrides``), the weights of each component as
+its real architecture config builds them, and a row per resolution at the longest duration with the peak
+under each offload mode and the verdict for the profile's own (fits / needs offload (<mode>) / does not fit).
+Hub revisions that are not pinned are listed at the end.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from pipelines.memory_plan import ModelPlan
+    from worker.core.catalog import ModelSpec
+
+__all__ = ["format_plan", "plan_command"]
+
+
+def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
+    profile = plan.profile
+    parts = [spec.dtype, *(f"{name} {dtype}" for name, dtype in sorted(profile.dtypes.items()))]
+    parts.append(f"offload {profile.offload}")
+    if profile.vae_tiling:
+        parts.append("VAE tiling")
+    if profile.attention_backend:
+        parts.append(f"attention {profile.attention_backend}")
+    if profile.compile:
+        parts.append("compile")
+    return ", ".join(parts)
+
+
+def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> str:
+    """The plans as Markdown: a heading and table per model, skipped models and unpinned weights listed."""
+    from pipelines.memory_plan import OFFLOAD_MODES, reserve_gb
+
+    reserve = reserve_gb(device_gb)
+    lines = [
+        f"### {device_gb:g} GB device (usable {device_gb - reserve:.1f} GB after a {reserve:.1f} GB reserve)",
+        "",
+    ]
+    for spec, plan in plans:
+        if plan.skipped:
+            lines += [f"- `{spec.id}`: {plan.skipped}", ""]
+            continue
+        weights = " · ".join(f"{c.name} {c.weight_bytes / 1e9:.2f} GB" for c in plan.components)
+        lines += [
+            f"**`{spec.id}`** — profile: {_profile_label(plan, spec)}",
+            "",
+            f"weights: {weights}",
+            "",
+            "| size (largest ratio) | frames | " + " | ".join(f"offload {m}" for m in OFFLOAD_MODES) + " | "
+            f"profile ({plan.profile.offload}) | longest that fits |",
+            "|---|---|" + "---|" * len(OFFLOAD_MODES) + "---|---|",
+        ]
+        for row in plan.rows:
+            peaks = " | ".join(f"{row.peak_gb[m]:.1f} GB" for m in OFFLOAD_MODES)
+            longest = f"{row.max_seconds} s" if row.max_seconds else "—"
+            lines.append(
+                f"| {row.resolution} {row.width}x{row.height}, {row.seconds} s | {row.frames} | {peaks} | "
+                f"{row.verdict} | {longest} |"
+            )
+        if plan.extend_gb:
+            fits = "fits" if plan.extend_gb <= device_gb - reserve else "does not fit"
+            lines += [
+                "",
+                f"prompt extension (the chat LLM visits the device per call): {plan.extend_gb:.1f} GB, {fits}",
+            ]
+        lines.append("")
+    unpinned = [s.id for s, _ in plans if not s.tiny and s.revision is None]
+    if unpinned:
+        lines.append("Unpinned hub revisions (no verified commit SHA in the catalog): " + ", ".join(unpinned))
+    return "\n".join(lines) + "\n"
+
+
+def plan_command(
+    gpu_memory_gb: Annotated[float, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB.")],
+    model: Annotated[list[str] | None, typer.Option("--model", help="Only these model ids (repeatable).")] = None,
+    catalog_path: Annotated[str | None, typer.Option("--catalog", help="Catalog file.")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
+) -> None:
+    """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
+    from pipelines.memory_plan import plan_model
+    from pipelines.runtime import runtime_profile
+    from worker.core.catalog import CatalogError, load_catalog
+    from worker.settings import load_settings
+
+    settings = load_settings(config)
+    try:
+        cat = load_catalog(catalog_path or settings.catalog_path)
+    except CatalogError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from e
+    unknown = [m for m in model or [] if cat.get(m) is None]
+    if unknown:
+        typer.echo(f"unknown model ids {unknown}; the catalog has {sorted(cat.models)}", err=True)
+        raise typer.Exit(2)
+    specs = [cat.models[m] for m in model] if model else list(cat.models.values())
+    plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), gpu_memory_gb)) for spec in specs]
+    typer.echo(format_plan(plans, gpu_memory_gb), nl=False)

@@ -1,0 +1,306 @@
+"""image_to_video at the API: an input image by data URI or by URL (a loopback server the operator settings
+allow), fetched and checked at create, stored under the generation's prefix; every bad input a coded 400
+with nothing enqueued and nothing stored (the queue and the store are looked at, not only the answer)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.app import create_app
+from api.keys import SqliteKeyStore
+from api.limits import TokenBucketLimiter
+from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
+from tests.e2e.conftest import Stack, add_keys, assert_error, free_port, serve_app, start_stack
+from tests.fixtures.image_server import ImageServer, Route, serve_images
+from tests.fixtures.seaweed import SeaweedServer
+from tests.image_samples import bomb_png, data_uri, image_bytes
+from worker.core.catalog import load_catalog
+from worker.queue.factory import open_queue
+from worker.settings import Settings
+from worker.stores.s3 import S3Store
+
+OK = image_bytes(96, 64)
+OTHER = image_bytes(64, 64, color=(0, 200, 0))
+TALL = image_bytes(90, 160, "JPEG")
+MAX_BYTES = 300_000
+PNG_SIGNATURE = b"\x89PNG"
+INPUTS: dict[str, Any] = {
+    "allow_http_hosts": ["127.0.0.1", "localhost"],  # localhost: http allowed, its loopback address is not
+    "allow_private_hosts": ["127.0.0.1"],
+    "fetch_timeout_s": 1.0,
+    "max_image_bytes": MAX_BYTES,
+    "max_image_pixels": 1_000_000,
+    "max_redirects": 1,
+}
+
+
+def _routes(port_of: dict[str, int]) -> dict[str, Route]:
+    def to(location: str) -> Route:
+        return Route(status=302, headers={"Location": location})
+
+    return {
+        "/ok.png": Route(OK, headers={"Content-Type": "image/png"}),
+        "/other.png": Route(OTHER),
+        "/tall.jpg": Route(TALL),
+        "/text.png": Route(b"definitely not an image", headers={"Content-Type": "image/png"}),
+        "/truncated.png": Route(image_bytes(200, 150)[:300]),
+        "/big.png": Route(b"\x89PNG" + b"\x00" * (MAX_BYTES + 10)),
+        "/big-unsized.png": Route(b"\x89PNG" + b"\x00" * (MAX_BYTES + 10), sized=False),  # counted while read
+        "/bomb.png": Route(bomb_png(20_000, 20_000)),
+        "/stall.png": Route(OK, stall_s=3.0),
+        "/drip.png": Route(OK, drip_s=0.05),  # every read is quick, the whole body is not
+        "/redirect-ok": to("/ok.png"),
+        "/redirect-twice": to("/redirect-ok"),
+        "/redirect-metadata": to("https://169.254.169.254/latest/meta-data/"),
+        "/redirect-localhost": Route(status=302, headers={"Location": f"http://localhost:{port_of['self']}/ok.png"}),
+    }
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[ImageServer]:
+    port_of: dict[str, int] = {}
+    routes: dict[str, Route] = {}
+    with serve_images(routes) as server:
+        port_of["self"] = server.port
+        routes.update(_routes(port_of))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = start_stack(tmp_path_factory.mktemp("api-images"), api={"inputs": INPUTS})
+    add_keys(s)
+    yield s
+    s.stop()
+
+
+def i2v_body(mode: str = "image_to_video", ratio: str = "16:9", **inputs: str) -> dict[str, Any]:
+    return {
+        "model": "tiny-ltx2",
+        "mode": mode,
+        "variant": "standard",
+        "parameters": {"resolution": "144p", "duration_seconds": 1, "ratio": ratio},
+        "input": {"prompt": "the lighthouse comes alive", **inputs},
+    }
+
+
+def _state(stack: Stack) -> tuple[int, int]:
+    records, _ = stack.queue.list_jobs("alpha", limit=100)
+    return len(records), len(list(stack.store.list_objects("generations/")))
+
+
+def _refused(stack: Stack, body: dict[str, Any], code: str, param: str) -> str:
+    before = _state(stack)
+    with stack.client("alpha") as c:
+        error = assert_error(c.post("/v1/generations", json=body), 400, code, param)
+    assert _state(stack) == before, "a refused create left a record or an object behind"
+    return str(error["message"])
+
+
+@pytest.mark.parametrize(
+    ("path", "code", "says"),
+    [
+        ("/text.png", "invalid_image", "not a JPEG, PNG or WebP"),
+        ("/truncated.png", "invalid_image", ""),
+        ("/big.png", "image_too_large", "bytes"),
+        ("/big-unsized.png", "image_too_large", "bytes"),
+        ("/bomb.png", "image_too_large", "pixels"),
+        ("/missing.png", "image_fetch_failed", "HTTP 404"),
+        ("/stall.png", "image_fetch_failed", "timed out"),
+        ("/drip.png", "image_fetch_failed", "timed out"),
+        ("/redirect-twice", "image_fetch_failed", "redirects more than 1"),
+        ("/redirect-metadata", "image_url_not_allowed", "cloud metadata"),
+        ("/redirect-localhost", "image_url_not_allowed", "loopback"),
+    ],
+)
+def test_bad_image_urls_are_coded_400s_with_nothing_kept(
+    stack: Stack, images: ImageServer, path: str, code: str, says: str
+) -> None:
+    assert says in _refused(stack, i2v_body(image_url=images.url(path)), code, "input.image_url")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("https://127.0.0.1:{port}/ok.png", ""),  # allowed over http, but https: no TLS there -> fetch failed
+        ("http://127.0.0.1:{closed}/ok.png", "cannot connect"),
+    ],
+)
+def test_unreachable_urls_are_image_fetch_failed(stack: Stack, images: ImageServer, url: str, says: str) -> None:
+    url = url.format(port=images.port, closed=free_port())
+    assert says in _refused(stack, i2v_body(image_url=url), "image_fetch_failed", "input.image_url")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://localhost:{port}/ok.png", "loopback"),  # a name that resolves to loopback
+        ("https://127.0.0.2:{port}/ok.png", "loopback"),
+        ("https://169.254.169.254/latest/meta-data/", "cloud metadata"),
+        ("https://[fd00:ec2::254]/latest/meta-data/", "cloud metadata"),
+        ("https://10.0.0.8/a.png", "private"),
+        ("http://example.com/a.png", "https"),
+        ("file:///etc/passwd", "https"),
+    ],
+)
+def test_urls_to_refused_addresses_are_never_fetched(stack: Stack, images: ImageServer, url: str, says: str) -> None:
+    hits = len(images.hits)
+    message = _refused(
+        stack, i2v_body(image_url=url.format(port=images.port)), "image_url_not_allowed", "input.image_url"
+    )
+    assert says in message
+    assert len(images.hits) == hits
+
+
+@pytest.mark.parametrize(
+    ("image", "code"),
+    [
+        (data_uri(b"plain text, not an image"), "invalid_image"),
+        (data_uri(image_bytes(fmt="GIF"), "image/png"), "invalid_image"),  # the bytes decide, not the label
+        ("data:image/gif;base64," + data_uri(OK).split(",")[1], "invalid_image"),
+        ("data:image/png;base64,not base64!", "invalid_image"),
+        ("https://example.com/a.png", "invalid_image"),  # a URL in the data URI field
+        (data_uri(image_bytes(200, 150)[:300]), "invalid_image"),
+        (data_uri(bomb_png()), "image_too_large"),
+        (data_uri(b"\x89PNG" + b"\x00" * (MAX_BYTES + 10)), "image_too_large"),
+    ],
+)
+def test_bad_data_uris_are_coded_400s_with_nothing_kept(stack: Stack, image: str, code: str) -> None:
+    _refused(stack, i2v_body(image=image), code, "input.image")
+
+
+def test_inputs_must_fit_the_mode(stack: Stack, images: ImageServer) -> None:
+    hits = len(images.hits)
+    text = i2v_body("text_to_video", image_url=images.url("/ok.png"))
+    _refused(stack, text, "unsupported_parameter", "input.image_url")
+    _refused(stack, i2v_body(), "invalid_parameter", "input.image")
+    both = i2v_body(image_url=images.url("/ok.png"), image=data_uri(OK))
+    _refused(stack, both, "invalid_parameter", "input.image")
+    assert len(images.hits) == hits  # refused before any fetch
+
+
+def _created(stack: Stack, body: dict[str, Any], key: str | None = None) -> httpx.Response:
+    headers = {"Idempotency-Key": key} if key else {}
+    with stack.client("alpha") as c:
+        response = c.post("/v1/generations", json=body, headers=headers)
+    assert response.status_code == 202, response.text
+    return response
+
+
+def _check_stored(stack: Stack, generation: dict[str, Any], data: bytes, size: tuple[int, int]) -> None:
+    record = stack.queue.get(generation["id"])
+    assert record is not None and record.input.image is not None
+    stored = record.input.image
+    extension = "png" if data.startswith(PNG_SIGNATURE) else "jpg"
+    assert stored.key == f"generations/{record.id}/input/image.{extension}"
+    assert (stored.sha256, stored.bytes, (stored.width, stored.height)) == (
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        size,
+    )
+    assert stack.store.read_bytes(stored.key, max_bytes=len(data) + 1) == data
+    assert generation["input"]["image"]["sha256"] == stored.sha256
+
+
+def test_a_data_uri_and_a_url_are_stored_with_their_hash_and_size(stack: Stack, images: ImageServer) -> None:
+    by_uri = _created(stack, i2v_body(image=data_uri(OK))).json()
+    _check_stored(stack, by_uri, OK, (96, 64))
+    by_url = _created(stack, i2v_body(image_url=images.url("/redirect-ok"))).json()  # one redirect, checked again
+    _check_stored(stack, by_url, OK, (96, 64))
+    assert by_uri["price_hold"] == by_url["price_hold"] == {"currency": "USD", "amount": "0.02"}  # 1 s, 144p + audio
+    with stack.client("beta") as c:  # isolation: another project sees neither
+        assert c.get(f"/v1/generations/{by_uri['id']}").status_code == 404
+
+
+def test_ratio_auto_takes_the_offered_ratio_nearest_the_image(stack: Stack, images: ImageServer) -> None:
+    generation = _created(stack, i2v_body(ratio="auto", image_url=images.url("/tall.jpg"))).json()
+    assert generation["parameters"]["ratio"] == "9:16"
+    _check_stored(stack, generation, TALL, (90, 160))
+
+
+def test_idempotency_counts_the_image_by_content(stack: Stack, images: ImageServer) -> None:
+    first = _created(stack, i2v_body(image=data_uri(OK)), key="i2v-1")
+    before = _state(stack)
+    replay = _created(stack, i2v_body(image_url=images.url("/ok.png")), key="i2v-1")  # same image, by URL
+    assert replay.headers["Idempotent-Replayed"] == "true" and replay.json()["id"] == first.json()["id"]
+    with stack.client("alpha") as c:
+        conflict = c.post(
+            "/v1/generations", json=i2v_body(image_url=images.url("/other.png")), headers={"Idempotency-Key": "i2v-1"}
+        )
+    assert_error(conflict, 409, "idempotency_conflict", "Idempotency-Key")
+    assert _state(stack) == before  # neither the replay nor the conflict left an image behind
+
+
+def test_models_show_the_inputs_of_each_mode(stack: Stack) -> None:
+    with stack.client("alpha") as c:
+        models = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+    ltx = models["tiny-ltx2"]["modes"]
+    assert ltx["text_to_video"]["inputs"] == ["prompt"]
+    assert ltx["image_to_video"]["inputs"] == ["prompt", "image"]
+
+
+def test_redirects_are_not_followed_unless_allowed(images: ImageServer) -> None:
+    policy = OutboundPolicy(
+        allow_http_hosts=frozenset({"127.0.0.1", "localhost"}), allow_private_hosts=frozenset({"127.0.0.1"})
+    )
+    with pytest.raises(FetchFailed, match="redirects are not followed"):
+        fetch(images.url("/redirect-ok"), policy)
+    assert fetch(images.url("/ok.png"), policy).body == OK
+    with pytest.raises(UrlNotAllowed, match="loopback"):
+        fetch(images.url("/ok.png", host="localhost"), policy)
+    small = OutboundPolicy(
+        allow_http_hosts=policy.allow_http_hosts, allow_private_hosts=policy.allow_private_hosts, max_bytes=MAX_BYTES
+    )
+    with pytest.raises(FetchTooLarge, match="declares"):  # refused unread
+        fetch(images.url("/big.png"), small)
+    with pytest.raises(FetchTooLarge, match="larger than"):  # counted while streaming
+        fetch(images.url("/big-unsized.png"), small)
+
+
+# ------------------------------------------------------------------------ distributed: Redis and S3
+
+
+@pytest.fixture
+def fleet_stack(tmp_path: Path, redis_url: str, seaweed: SeaweedServer) -> Iterator[Stack]:
+    """The API of the distributed mode: Redis queue and keys, an S3 store (a bucket of its own)."""
+    port = free_port()
+    settings = Settings(
+        data_dir=str(tmp_path),
+        queue={"backend": "redis", "redis_url": redis_url, "max_attempts": 2},
+        store=seaweed.store_settings(s3_bucket=f"images-{uuid.uuid4().hex[:12]}").model_dump(),
+        api={"inputs": INPUTS, "unhosted_models": "accept"},
+    )
+    queue = open_queue(settings.queue)
+    store = S3Store(settings.store)
+    store.ensure_bucket()
+    keys = SqliteKeyStore(tmp_path / "keys.db")
+    app = create_app(
+        settings,
+        queue=queue,
+        store=store,
+        catalog=load_catalog(),
+        keys=keys,
+        limiter=TokenBucketLimiter(settings.api.rate_limit_per_s, settings.api.rate_limit_burst),
+    )
+    server, thread = serve_app(app, port)
+    stack = Stack(f"http://127.0.0.1:{port}", settings, queue, store, keys, load_catalog(), server, thread)
+    add_keys(stack)
+    yield stack
+    stack.stop()
+
+
+def test_the_distributed_api_stores_on_s3_and_refuses_the_same(fleet_stack: Stack, images: ImageServer) -> None:
+    by_uri = _created(fleet_stack, i2v_body(image=data_uri(OK))).json()
+    _check_stored(fleet_stack, by_uri, OK, (96, 64))
+    by_url = _created(fleet_stack, i2v_body(ratio="auto", image_url=images.url("/tall.jpg"))).json()
+    _check_stored(fleet_stack, by_url, TALL, (90, 160))
+    assert by_url["parameters"]["ratio"] == "9:16"
+    _refused(fleet_stack, i2v_body(image_url=images.url("/bomb.png")), "image_too_large", "input.image_url")
+    _refused(fleet_stack, i2v_body(image=data_uri(b"GIF89a not really")), "invalid_image", "input.image")

@@ -1,0 +1,193 @@
+"""The generic diffusers adapter (pipelines/generic.py) on its tiny families, and a model added by a catalog
+entry alone.
+
+Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered shape through
+``genworker generate``'s path with the MP4 decoded independently, seed determinism, cancel within one step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pipelines.cache import ModelCache
+from pipelines.config import ModelRuntimeSettings
+from pipelines.generic import DiffusersLatents, DiffusersTextToVideo
+from tests.pipelines.conftest import MakeJob
+from tests.pipelines.family_checks import (
+    check_cancel_within_one_step,
+    check_decode_repeats,
+    check_offered_outputs,
+    check_seed_determinism,
+    latents_of,
+    request,
+)
+from tests.pipelines.helpers import StepLog
+from worker.core.catalog import Catalog, CatalogError, default_catalog_path, load_catalog
+from worker.core.errors import ErrorCode, JobError
+from worker.core.resolve import resolve
+from worker.settings import Settings
+
+FAMILIES = ["tiny-hunyuan15", "tiny-skyreels-v2"]
+
+
+@pytest.fixture(scope="module")
+def settings(tiny_models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    runtime = ModelRuntimeSettings(device="cpu", tiny_models_dir=str(tiny_models_dir))
+    return Settings(data_dir=str(tmp_path_factory.mktemp("generic-data")), models=runtime)
+
+
+def _adapter(model_cache: ModelCache, catalog: Catalog, model: str) -> DiffusersTextToVideo:
+    adapter = model_cache.get(catalog.models[model])
+    assert isinstance(adapter, DiffusersTextToVideo)
+    return adapter
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_every_offered_shape_is_exact_through_generate(
+    model: str, settings: Settings, catalog: Catalog, tmp_path: Path
+) -> None:
+    check_offered_outputs(settings, catalog.models[model], tmp_path)
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_same_seed_same_frames(model: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
+    check_seed_determinism(_adapter(model_cache, catalog, model), make_job(model, variant="fast", seed=3))
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_cancel_stops_within_one_step(model: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
+    adapter = _adapter(model_cache, catalog, model)
+    job = make_job(model, variant="fast")  # no CFG: one pass per step, the cheapest job that can show it
+    check_cancel_within_one_step(adapter, job, adapter.pipe.transformer)
+
+
+def test_recipe_reaches_the_pipeline(model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
+    """Guidance (on HunyuanVideo 1.5's guider) and the shift each change the latents; progress counts
+    every step; decoding is a separate call that repeats."""
+    adapter = _adapter(model_cache, catalog, "tiny-hunyuan15")
+    job = make_job("tiny-hunyuan15", variant="standard", seed=5)
+    steps = StepLog()
+    latents = adapter.denoise(job, steps)
+    assert isinstance(latents, DiffusersLatents)
+    assert steps.calls == [(1, job.steps), (2, job.steps)]
+    assert adapter.pipe.guider.guidance_scale == job.guidance_scale
+    assert adapter.pipe.scheduler.config.shift == job.flow_shift
+    base = latents.video.numpy()
+    for change in ({"guidance_scale": 3.0}, {"flow_shift": 9.0}):
+        assert not np.array_equal(base, latents_of(adapter, job.model_copy(update=change))), change
+    check_decode_repeats(adapter, job)
+
+
+def test_off_rule_frames_are_refused(model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
+    adapter = _adapter(model_cache, catalog, "tiny-hunyuan15")
+    job = make_job("tiny-hunyuan15").model_copy(update={"num_frames": 6})
+    with pytest.raises(JobError) as raised:
+        adapter.denoise(job, StepLog())
+    assert raised.value.code == ErrorCode.invalid_parameter and "4k+1" in raised.value.message
+
+
+# ------------------------------------------------------------------------------------------ catalog entry alone
+
+
+def _entry(**changes: object) -> dict[str, object]:
+    """The shipped tiny HunyuanVideo 1.5 entry as YAML data (anchors resolved), with ``changes``."""
+    raw = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
+    entry = next(e for e in raw["models"] if e["id"] == "tiny-hunyuan15")
+    return {**entry, **changes}
+
+
+def test_a_new_model_of_a_served_class_by_catalog_entry_alone(
+    settings: Settings, tmp_path: Path, catalog: Catalog
+) -> None:
+    """A researcher's own checkpoint of HunyuanVideo15Pipeline with its own recipe: one YAML entry, no code."""
+    entry = _entry(
+        id="my-hunyuan15-finetune",
+        display_name="A fine-tune with its own recipe",
+        ratios=["1:1"],
+        defaults={"resolution": "144p", "ratio": "1:1", "duration_seconds": 1},
+        modes={"text_to_video": {"variants": {"fast": {"steps": 3, "guidance_scale": 1.0, "flow_shift": 7.0}}}},
+    )
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
+    custom = settings.model_copy(update={"catalog_path": str(path)})
+    spec = load_catalog(path).models["my-hunyuan15-finetune"]
+    check_offered_outputs(custom, spec, tmp_path)
+    job, _hold = resolve(request(spec.id), load_catalog(path))
+    assert (job.steps, job.flow_shift, job.width, job.height) == (3, 7.0, 144, 144)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"diffusers": None}, "needs a diffusers block"),
+        ({"diffusers": {"pipeline": "HunyuanVideo15Pipeline", "arguments": {"frames": "num_frames"}}}, "renames"),
+        ({"diffusers": {"pipeline": "HunyuanVideo15Pipeline", "options": ["num_frames"]}}, "set from the job"),
+        ({"runtime": {"dtypes": {"unet": "float32"}}}, "not components of family"),
+        ({"runtime": {"attention_backend": "flash"}}, "rejects attention masks"),
+        (
+            {
+                "modes": {
+                    "text_to_video": {
+                        "variants": {"x": {"steps": 2, "guidance_scale": 1, "pipeline_kwargs": {"eta": 1}}}
+                    }
+                }
+            },
+            "unknown key 'eta'",
+        ),
+        ({"prompt_extend": {"method": "text_encoder"}}, "no prompt extension"),
+        (
+            {"modes": {"image_to_video": {"variants": {"x": {"steps": 2, "guidance_scale": 1}}}}},
+            "text_to_video only",
+        ),
+    ],
+)
+def test_a_bad_generic_entry_fails_at_load(tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [_entry(**changes)]}), encoding="utf-8")
+    with pytest.raises(CatalogError, match=message):
+        load_catalog(path)
+
+
+def test_the_pipeline_class_and_argument_names_are_checked_when_used(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob, model_cache: ModelCache
+) -> None:
+    spec = catalog.models["tiny-hunyuan15"]
+    assert spec.diffusers is not None
+    missing = spec.model_copy(update={"diffusers": spec.diffusers.model_copy(update={"pipeline": "NoSuchPipeline"})})
+    with pytest.raises(JobError, match="no pipeline class 'NoSuchPipeline'"):
+        DiffusersTextToVideo.load(missing, tiny_runtime, device="cpu", dtype="float32")
+    adapter = _adapter(model_cache, catalog, "tiny-hunyuan15")
+    renamed = spec.diffusers.model_copy(update={"arguments": {"num_frames": "num_video_frames"}})
+    other = DiffusersTextToVideo(
+        spec.model_copy(update={"diffusers": renamed}), tiny_runtime, adapter.pipe, device="cpu", profile=spec.runtime
+    )
+    with pytest.raises(JobError, match="takes no 'num_video_frames'"):
+        other.denoise(make_job("tiny-hunyuan15"), StepLog())
+
+
+def test_each_generic_entry_matches_its_pipeline_class(catalog: Catalog) -> None:
+    """Every name a ``diffusers`` block uses exists on its class: call keywords (renamed arguments and variant
+    options), constructor components (profile dtypes and denoisers)."""
+    import inspect
+
+    from pipelines.generic import pipeline_class
+    from worker.core.catalog import GENERIC_ARGUMENTS
+
+    generic = [spec for spec in catalog.models.values() if spec.diffusers is not None]
+    served = {"hunyuanvideo-1.5-480p", "hunyuanvideo-1.5-720p", "skyreels-v2-t2v-14b-720p", *FAMILIES}
+    assert {spec.id for spec in generic} >= served
+    for spec in generic:
+        assert spec.diffusers is not None
+        cls = pipeline_class(spec.diffusers.pipeline)
+        keywords = set(inspect.signature(cls.__call__).parameters)
+        components = set(inspect.signature(cls.__init__).parameters)
+        called = {spec.diffusers.call_name(name) for name in GENERIC_ARGUMENTS} - {""}
+        if spec.diffusers.guidance == "guider":
+            called.discard("guidance_scale")
+            assert "guider" in components, spec.id
+        assert called | set(spec.diffusers.options) <= keywords, (spec.id, sorted(called - keywords))
+        assert set(spec.diffusers.components) | set(spec.diffusers.denoisers) <= components, spec.id

@@ -1,0 +1,168 @@
+"""The memory plan: real architecture configs counted on the meta device, the estimates, the verdicts per
+device, `genworker plan`, and the worker leaving out models its device cannot fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from genworker.cli import app
+from pipelines.memory_plan import (
+    OFFLOAD_MODES,
+    JobShape,
+    arch_dir,
+    decode_gb,
+    load_components,
+    plan_model,
+)
+from pipelines.registry import hub_revision
+from worker.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, load_catalog
+from worker.core.errors import FatalWorkerError
+from worker.daemon.memory import fitting_models
+from worker.settings import load_settings
+
+GIB = 2**30
+REAL = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "ltx-2")
+
+
+def test_every_arch_config_names_a_component_of_its_family(catalog: Catalog) -> None:
+    for folder in arch_dir().iterdir():
+        if not folder.is_dir():
+            continue
+        spec = catalog.get(folder.name)
+        assert spec is not None, f"configs/arch/{folder.name} is no catalog model"
+        for path in folder.glob("*.json"):
+            assert path.stem in FAMILY_COMPONENTS[spec.family] | {"prompt_llm"}, path
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            assert entry["source"] and entry["library"] in {"diffusers", "transformers"}, path
+
+
+def test_parameter_counts_match_the_published_sizes(catalog: Catalog) -> None:
+    """Meta-device counts of the shipped configs against the published sizes (research/gpu-recipes.md)."""
+    published = {  # (model, component): billions of parameters
+        ("wan2.1-t2v-1.3b", "transformer"): 1.42,
+        ("wan2.1-t2v-14b", "transformer"): 14.29,
+        ("wan2.2-t2v-a14b", "transformer_2"): 14.29,
+        ("wan2.1-t2v-14b", "text_encoder"): 5.68,  # UMT5-XXL encoder, 11.4 GB in bf16
+        ("wan2.1-t2v-14b", "vae"): 0.127,
+        ("wan2.1-t2v-14b", "prompt_llm"): 7.62,  # Qwen2.5-7B-Instruct
+        ("ltx-2", "transformer"): 18.88,
+        ("ltx-2", "vae"): 1.22,
+        ("ltx-2", "text_encoder"): 12.19,  # Gemma-3-12B with its vision tower
+    }
+    for (model, name), billions in published.items():
+        spec = catalog.models[model]
+        comps = {c.name: c for c in load_components(spec, spec.runtime) or []}
+        assert comps[name].params / 1e9 == pytest.approx(billions, rel=0.01), (model, name)
+
+
+def test_component_bytes_follow_the_profile_dtypes(catalog: Catalog) -> None:
+    """The production layout: bf16 weights, the Wan VAE in float32, the classes' float32-kept modules."""
+    spec = catalog.models["wan2.1-t2v-14b"]
+    comps = {c.name: c for c in load_components(spec, spec.runtime) or []}
+    assert comps["vae"].weight_bytes >= 4 * comps["vae"].params  # float32 per the profile
+    assert 2 * comps["text_encoder"].params <= comps["text_encoder"].weight_bytes < 2.01 * comps["text_encoder"].params
+    # WanTransformer3DModel keeps its norms, time embedder and modulation tables in float32.
+    assert 2 * comps["transformer"].params < comps["transformer"].weight_bytes < 2.01 * comps["transformer"].params
+    ltx = catalog.models["ltx-2"]
+    transformer = next(c for c in load_components(ltx, ltx.runtime) or [] if c.name == "transformer")
+    assert transformer.lora_params > 0  # the two-stage recipe's distilled LoRA is counted with it
+
+
+def test_the_ltx2_decode_estimate_reproduces_the_research_figures(catalog: Catalog) -> None:
+    """Untiled 1080p: 7.6 GiB (5 s) and 15.1 GiB (10 s) for one decoder module's input and output."""
+    spec = catalog.models["ltx-2"]
+    untiled = spec.runtime.model_copy(update={"vae_tiling": False})
+    comps = {c.name: c for c in load_components(spec, untiled) or []}
+    video_gib = {s: 3 * f * 1088 * 1920 * 2 / GIB for s, f in ((5, 121), (10, 241))}
+    five = decode_gb(spec, untiled, comps, JobShape(1920, 1088, 121, 5)) * 1e9 / GIB - video_gib[5]
+    ten = decode_gb(spec, untiled, comps, JobShape(1920, 1088, 241, 10)) * 1e9 / GIB - video_gib[10]
+    assert five == pytest.approx(7.6, abs=0.1)
+    assert ten == pytest.approx(15.1, abs=0.1)
+    tiled = decode_gb(spec, spec.runtime, comps, JobShape(1920, 1088, 241, 10)) * 1e9 / GIB - video_gib[10]
+    assert tiled < 1.0  # one 16-frame 512x512 tile
+
+
+def test_verdicts_follow_the_device_and_the_profile(catalog: Catalog) -> None:
+    ltx = catalog.models["ltx-2"]
+    on_80 = plan_model(ltx, ltx.runtime, 80)
+    assert [r.verdict for r in on_80.rows] == ["fits", "fits", "fits"]
+    for row in on_80.rows:
+        assert row.peak_gb["none"] > row.peak_gb["model"] > row.peak_gb["group"]
+    on_48 = plan_model(ltx, ltx.runtime, 48)
+    assert {r.verdict for r in on_48.rows} == {"needs offload (group)"}
+    assert not on_48.fits("1080p", 1)
+    resident = ltx.runtime.model_copy(update={"offload": "none"})
+    assert {r.verdict for r in plan_model(ltx, resident, 80).rows} == {"needs offload (model)"}
+    assert {r.verdict for r in plan_model(ltx, resident, 141).rows} == {"fits"}
+    assert {r.verdict for r in plan_model(ltx, ltx.runtime, 8).rows} == {"does not fit"}
+    # Longer clips need more: the longest duration that fits shrinks with the device.
+    wan = catalog.models["wan2.1-t2v-14b"]
+    rows_24 = {r.resolution: r for r in plan_model(wan, wan.runtime.model_copy(update={"offload": "model"}), 38).rows}
+    assert rows_24["480p"].max_seconds == 5 and 0 < rows_24["720p"].max_seconds < 5
+
+
+def test_a_model_without_arch_config_is_skipped_not_crashed(catalog: Catalog, tmp_path: Path) -> None:
+    spec = catalog.models["wan2.1-t2v-14b"]
+    plan = plan_model(spec, spec.runtime, 80, root=tmp_path)
+    assert plan.skipped.startswith("no arch config") and plan.fits("720p", 5)
+    assert plan_model(catalog.models["tiny-wan"], catalog.models["tiny-wan"].runtime, 1).fits("144p", 5)
+    # A config this diffusers cannot build: reported unplanned, never a crash.
+    (tmp_path / spec.id).mkdir()
+    entry = {"library": "diffusers", "class": "NoSuchTransformer3DModel", "source": "-", "config": {}}
+    (tmp_path / spec.id / "transformer.json").write_text(json.dumps(entry), encoding="utf-8")
+    broken = plan_model(spec, spec.runtime, 80, root=tmp_path)
+    assert broken.skipped.startswith("no plan: its arch config cannot be used here (AttributeError")
+    assert broken.fits("720p", 5)
+
+
+def test_genworker_plan_prints_the_table(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["plan", "--gpu-memory-gb", "48", "--model", "ltx-2", "--model", "wan2.1-t2v-1.3b", "--model", "tiny-wan"]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "### 48 GB device" in out
+    assert "| 1080p 1472x1472, 10 s | 241 |" in out and "needs offload (group)" in out
+    assert "| 480p 736x544, 5 s | 81 |" in out and "| fits | 5 s |" in out
+    assert "`tiny-wan`: tiny CPU model: not planned" in out
+    assert "Unpinned hub revisions" in out and "ltx-2" in out.split("Unpinned hub revisions")[1]
+    bad = CliRunner().invoke(app, ["plan", "--gpu-memory-gb", "48", "--model", "nope"])
+    assert bad.exit_code == 2 and "unknown model ids ['nope']" in bad.output
+
+
+def test_the_worker_leaves_out_models_its_device_cannot_fit(catalog: Catalog, tmp_path: Path) -> None:
+    settings = load_settings(None)
+    hosted = ["ltx-2", "wan2.1-t2v-1.3b", "tiny-wan"]
+    assert fitting_models(settings, catalog, hosted, 24) == ["wan2.1-t2v-1.3b", "tiny-wan"]
+    assert fitting_models(settings, catalog, hosted, 80) == hosted
+    # An override that fits: group offload brings LTX-2 onto a 24 GB card.
+    grouped = load_settings(None, models={"profile_overrides": {"ltx-2": {"offload": "group"}}})
+    assert fitting_models(grouped, catalog, ["ltx-2"], 24) == ["ltx-2"]
+    with pytest.raises(FatalWorkerError, match="no hosted model fits"):
+        fitting_models(settings, catalog, ["ltx-2"], 24)
+
+
+def test_revisions_are_commit_shas_passed_only_to_hub_loads(tmp_path: Path) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert hub_revision("Lightricks/LTX-2", "Lightricks/LTX-2", sha) == {"revision": sha}
+    assert hub_revision("Lightricks/LTX-2", "/weights/Lightricks/LTX-2", sha) == {}
+    assert hub_revision("Lightricks/LTX-2", "Lightricks/LTX-2", None) == {}
+    text = Path("configs/models.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "models.yaml"
+    path.write_text(text.replace("weights: Lightricks/LTX-2\n", "weights: Lightricks/LTX-2\n    revision: main\n"))
+    with pytest.raises(CatalogError, match="'revision'"):
+        load_catalog(path)
+    path.write_text(text.replace("weights: Lightricks/LTX-2\n", f"weights: Lightricks/LTX-2\n    revision: {sha}\n"))
+    assert load_catalog(path).models["ltx-2"].revision == sha
+
+
+@pytest.mark.parametrize("model", REAL)
+def test_every_shipped_real_model_has_a_plan(catalog: Catalog, model: str) -> None:
+    spec = catalog.models[model]
+    plan = plan_model(spec, spec.runtime, 80)
+    assert not plan.skipped and [r.resolution for r in plan.rows] == spec.resolutions
+    assert all(set(r.peak_gb) == set(OFFLOAD_MODES) for r in plan.rows)

@@ -1,0 +1,76 @@
+"""The outbound guard's address and URL rules (no network: address literals and ``localhost``)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from api.outbound import OutboundPolicy, UrlNotAllowed, address_refusal, check_url
+
+POLICY = OutboundPolicy()
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "cloud metadata"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("169.254.10.10", "link-local"),
+        ("fe80::1", "link-local"),
+        ("100.64.0.1", "non-public"),  # CGNAT
+        ("100.100.100.200", "non-public"),  # a metadata address inside CGNAT
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("fc00::1", "private"),
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", "cloud metadata"),  # NAT64 of 169.254.169.254
+        ("198.18.0.1", "private"),  # benchmarking
+    ],
+)
+def test_non_public_addresses_are_refused_with_their_reason(address: str, reason: str) -> None:
+    assert address_refusal(ipaddress.ip_address(address)) == reason
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "93.184.216.34"])
+def test_public_addresses_pass(address: str) -> None:
+    assert address_refusal(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("ftp://example.com/a.png", "https"),
+        ("file:///etc/passwd", "https"),
+        ("http://8.8.8.8/a.png", "https"),  # plain http to a host not allowed
+        ("https://user:pw@8.8.8.8/a.png", "credentials"),
+        ("https://127.0.0.1/a.png", "loopback"),
+        ("https://localhost/a.png", "loopback"),  # a name resolving to loopback
+        ("https://169.254.169.254/latest/meta-data/", "cloud metadata"),
+        ("https://[fd00:ec2::254]/latest/meta-data/", "cloud metadata"),
+        ("https://10.0.0.1/a.png", "private"),
+        ("https://[::1]:8443/a.png", "loopback"),
+        ("https://no-such-host.invalid/a.png", "does not resolve"),
+        ("https://8.8.8.8:99999/a.png", "valid URL"),
+    ],
+)
+def test_urls_the_rules_refuse(url: str, why: str) -> None:
+    with pytest.raises(UrlNotAllowed, match=why):
+        check_url(url, POLICY)
+
+
+def test_allow_lists_lift_their_rule_only() -> None:
+    http_only = OutboundPolicy(allow_http_hosts=frozenset({"127.0.0.1"}))
+    with pytest.raises(UrlNotAllowed, match="loopback"):
+        check_url("http://127.0.0.1:8000/a.png", http_only)
+    both = OutboundPolicy(allow_http_hosts=frozenset({"127.0.0.1"}), allow_private_hosts=frozenset({"127.0.0.1"}))
+    target = check_url("http://127.0.0.1:8000/a.png", both)
+    assert (target.host, target.port, target.addresses) == ("127.0.0.1", 8000, ("127.0.0.1",))
+    assert check_url("https://8.8.8.8/a.png", POLICY).addresses == ("8.8.8.8",)

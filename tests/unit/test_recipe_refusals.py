@@ -1,0 +1,47 @@
+"""A recipe value the family would accept and then ignore is refused when the catalog loads (issue 18):
+Wan's flow_shift and guidance_scale_2 on LTX-2, a distilled variant off its 8 steps or without the two-stage
+recipe, a revision that is not a commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from worker.core.catalog import CatalogError, default_catalog_path, load_catalog
+
+
+def _ltx2_catalog(tmp_path: Path, mutate: Any) -> Path:
+    data = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
+    entry = next(m for m in data["models"] if m["id"] == "ltx-2")
+    mutate(entry)
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _variants(entry: dict[str, Any]) -> dict[str, Any]:
+    return entry["modes"]["text_to_video"]["variants"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda e: _variants(e)["standard"].update(flow_shift=3.0), "LTX-2 would ignore them"),
+        (lambda e: _variants(e)["standard"].update(guidance_scale_2=3.0), "LTX-2 would ignore them"),
+        (lambda e: _variants(e)["fast"].update(steps=6), "distilled runs exactly 8 steps"),
+        (lambda e: e.pop("two_stage"), "distilled needs the model's two_stage"),
+        (lambda e: _variants(e)["standard"]["pipeline_kwargs"].update(flow_shift=3.0), "unknown key 'flow_shift'"),
+        (lambda e: e.update(revision="main"), "revision"),
+    ],
+)
+def test_ignored_recipe_values_are_refused_at_load(tmp_path: Path, mutate: Any, message: str) -> None:
+    with pytest.raises(CatalogError, match=message) as info:
+        load_catalog(_ltx2_catalog(tmp_path, mutate))
+    assert "model 'ltx-2'" in str(info.value)
+
+
+def test_the_shipped_ltx2_entry_loads(tmp_path: Path) -> None:
+    assert load_catalog(_ltx2_catalog(tmp_path, lambda e: None)).models["ltx-2"].two_stage is not None

@@ -1,0 +1,161 @@
+"""Webhook test parts: a real HTTP receiver on loopback, real queues (SQLite, redis-server) driven
+through their worker calls, and settings with short backoffs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.worker_harness import make_record
+from worker.core.catalog import Catalog, load_catalog
+from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Status, Usage
+from worker.core.errors import ErrorCode
+from worker.queue.base import JobQueue, Outcome
+from worker.settings import Settings
+
+HANG = -1  # a script entry: answer 500 only after 3 s
+
+FAST_HOOKS: dict[str, Any] = {
+    "allowed_hosts": ["127.0.0.1"],
+    "backoff_base_s": 0.2,
+    "backoff_cap_s": 0.4,
+    "poll_interval_s": 0.05,
+    "max_age_s": 60.0,
+    "lease_s": 5.0,
+    "timeout_s": 5.0,
+}
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def webhook_id(self) -> str:
+        return self.headers["webhook-id"]
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+
+@dataclass
+class Receiver:
+    """Records every request; answers each with the next status of ``script`` (then ``default``)."""
+
+    server: ThreadingHTTPServer
+    script: list[int] = field(default_factory=list)
+    default: int = 200
+    redirect_to: str | None = None
+    received: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def answer(self, request: Received) -> int:
+        with self.lock:
+            self.received.append(request)
+            return self.script.pop(0) if self.script else self.default
+
+    def accepted(self) -> dict[str, Received]:
+        """The logical deliveries (by webhook-id) whose last attempt was answered 2xx."""
+        with self.lock:
+            return {r.webhook_id: r for r in self.received}
+
+
+def start_receiver() -> Receiver:
+    holder: list[Receiver] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            receiver = holder[0]
+            status = receiver.answer(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            if status == HANG:  # hold the request open (a sender may be killed meanwhile), then fail it
+                time.sleep(3)
+                status = 500
+            try:
+                self.send_response(status)
+                if status in (301, 302, 307, 308) and receiver.redirect_to:
+                    self.send_header("location", receiver.redirect_to)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+            except OSError:  # the sender is gone
+                pass
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    holder.append(Receiver(server))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return holder[0]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = start_receiver()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+def hook_settings(data_dir: Path, *, redis_url: str | None = None, **hooks: Any) -> Settings:
+    return Settings(
+        data_dir=str(data_dir),
+        queue={
+            "backend": "redis" if redis_url else "sqlite",
+            "sqlite_path": str(data_dir / "queue.db"),
+            "redis_url": redis_url or "redis://127.0.0.1:1/0",
+        },
+        webhooks={**FAST_HOOKS, **hooks},
+    )
+
+
+def run_job(queue: JobQueue, catalog: Catalog, project: str, status: Status = Status.succeeded) -> GenerationRecord:
+    """Enqueue a job and take it through claim → finish on the real queue (its real events)."""
+    record = make_record(catalog, "tiny-wan", resolution="144p", duration_seconds=1)
+    record = record.model_copy(update={"project": project})
+    queue.enqueue(record)
+    claim = queue.claim(f"w-{uuid.uuid4().hex[:6]}", ["tiny-wan"])
+    assert claim is not None and claim.job_id == record.id
+    outcome = Outcome(status=status)
+    if status is Status.succeeded:
+        artifact = Artifact(
+            kind="video",
+            key=f"generations/{record.id}/1/video.mp4",
+            content_type="video/mp4",
+            bytes=1234,
+            sha256="0" * 64,
+            width=256,
+            height=144,
+            fps=16.0,
+            frames=16,
+            duration_seconds=1.0,
+        )
+        outcome = Outcome(status=status, artifacts=[artifact], usage=Usage(output_seconds=1.0, gpu_seconds=0.5))
+    elif status is Status.failed:
+        outcome = Outcome(status=status, error=ErrorInfo(code=ErrorCode.pipeline_error, message="boom"))
+    assert queue.finish(claim, outcome)
+    stored = queue.get(record.id)
+    assert stored is not None
+    return stored
