@@ -74,6 +74,7 @@ def embedded_settings(
     """``playground_key`` (the dev key) turns the browser playground on at ``/`` for the dev project."""
     playground = {"playground": True, "playground_api_key": playground_key} if playground_key else {}
     return load_settings(
+        worker={"hosted_models": embedded_hosted_models()},
         data_dir=str(paths.root),
         queue={"backend": "sqlite", "sqlite_path": str(paths.queue)},
         store={
@@ -84,6 +85,19 @@ def embedded_settings(
         models={"tiny_models_dir": str(models_dir)},
         api={"host": host, "port": port, "keys_backend": "sqlite", **playground},
     )
+
+
+def embedded_hosted_models() -> list[str]:
+    """What the embedded worker hosts: the ``worker.hosted_models`` the environment or the YAML file sets,
+    else every tiny model of the catalog (all built on first start), so that each model the playground and
+    ``GET /v1/models`` offer in the embedded mode is one its worker runs."""
+    from worker.core.catalog import load_catalog
+    from worker.settings import WorkerSettings
+
+    settings = load_settings()
+    if settings.worker.hosted_models != WorkerSettings().hosted_models:
+        return settings.worker.hosted_models
+    return [spec.id for spec in load_catalog(settings.catalog_path).models.values() if spec.tiny]
 
 
 def embedded_paths(data_dir: Path | None) -> EmbeddedPaths:
@@ -114,7 +128,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "queue": {"backend": "sqlite", "sqlite_path": settings.queue.sqlite_path},
         "store": {"backend": "local", "local_root": store.local_root, "public_base_url": store.public_base_url},
         "models": {"tiny_models_dir": settings.models.tiny_models_dir},
-        "worker": {"drain_grace_s": 10},
+        "worker": {"drain_grace_s": 10, "hosted_models": settings.worker.hosted_models},
     }
     return {**os.environ, "HF_HUB_OFFLINE": "1", **settings_env(shared)}
 
