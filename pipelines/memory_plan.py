@@ -17,8 +17,11 @@ docs/gpu.md):
   ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
   decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
   and 15.1 GiB (10 s) of research/gpu-recipes.md. Tiling bounds frames and size to one tile (LTX-2: 16
-  frames of 512x512; Wan: 256x256); Wan's causal decoder takes 4 frames at a time whatever the tiling. The
-  decoded video itself (3 channels) is added.
+  frames of 512x512; Wan: 256x256); Wan's causal decoder takes 4 frames at a time whatever the tiling.
+  HunyuanVideo 1.5's decoder (``AutoencoderKLHunyuanVideo15``) takes every frame at once and tiles only in
+  space (256x256). The decode rule follows the VAE's class, so the generic ``diffusers`` family (SkyReels-V2 on
+  the Wan VAE, HunyuanVideo 1.5) gets the rule of the VAE it loads. The decoded video itself (3 channels) is
+  added.
 - **reserve**: CUDA context, cuBLAS workspaces and allocator fragmentation: 1.5 GB + 5 % of the device.
 
 Phases: ``extend`` (the chat LLM, which visits the device only for its call), ``encode`` (text encoder and
@@ -68,12 +71,15 @@ OFFLOAD_MODES: tuple[Offload, ...] = ("none", "model", "group")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 ACT_BYTES = 2  # activations in bf16/fp16: the production dtype of every denoiser
 # Components that are not the denoiser, the text stack or the decoder, by phase.
-ENCODE = ("text_encoder", "image_encoder", "connectors")
+ENCODE = ("text_encoder", "text_encoder_2", "image_encoder", "connectors")
 DENOISE = ("transformer", "transformer_2")
 DECODE = ("vae", "audio_vae", "vocoder")
 PINNED = ("latent_upsampler",)  # resident whatever the offload (pipelines/ltx2.py)
-# Tiles of diffusers' tiled decoders (AutoencoderKLLTX2Video / AutoencoderKLWan defaults, diffusers 0.42.1).
-TILE = {"ltx2": (16, 512, 512), "wan": (4, 256, 256)}
+# The decode rule of each VAE class, whatever the family that loads it (the generic family reuses them).
+DECODER = {"AutoencoderKLWan": "wan", "AutoencoderKLLTX2Video": "ltx2", "AutoencoderKLHunyuanVideo15": "hunyuan15"}
+# Tiles of diffusers' tiled decoders (frames, height, width; the class defaults in diffusers 0.42.1). 0 frames:
+# the decoder tiles only in space and takes every frame at once (AutoencoderKLHunyuanVideo15.tiled_decode).
+TILE = {"ltx2": (16, 512, 512), "wan": (4, 256, 256), "hunyuan15": (0, 256, 256)}
 WAN_DECODE_FRAMES = 4  # Wan's causal decoder: one latent frame (4 output frames) per call
 LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
 
@@ -275,7 +281,9 @@ def activation_gb(spec: ModelSpec, comps: dict[str, Component], job: JobShape) -
     tokens = math.ceil(lat_frames / d["patch_t"]) * per_frame
     per_token = 2 * d["ffn"] + 6 * d["hidden"]
     cfg = any(vr.guidance_scale > 1.0 for mode in spec.modes.values() for vr in mode.variants.values())
-    batch = 2 if cfg and spec.family == "ltx2" else 1  # LTX2Pipeline batches CFG; WanPipeline runs it in turn
+    # LTX2Pipeline batches CFG; WanPipeline, SkyReelsV2Pipeline and HunyuanVideo15Pipeline (its guider's
+    # batches) run the two branches in turn.
+    batch = 2 if cfg and spec.family == "ltx2" else 1
     # Two stages: stage 1 at half the size (a quarter of the tokens) with CFG, stage 2 at full size without.
     work = max(batch * tokens / 4, tokens) if spec.two_stage is not None else batch * tokens
     audio = 0.0
@@ -291,11 +299,12 @@ def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Compone
     v = vae.dims
     size = DTYPE_BYTES[profile.dtypes.get("vae", spec.dtype)]
     frames, height, width = job.frames, job.height, job.width
-    if spec.family == "wan":
+    rule = DECODER.get(vae.cls, "")
+    if rule == "wan":
         frames = min(frames, WAN_DECODE_FRAMES)
-    if profile.vae_tiling and spec.family in TILE:
-        tile_f, tile_h, tile_w = TILE[spec.family]
-        frames, height, width = min(frames, tile_f), min(height, tile_h), min(width, tile_w)
+    if profile.vae_tiling and rule in TILE:
+        tile_f, tile_h, tile_w = TILE[rule]
+        frames, height, width = min(frames, tile_f or frames), min(height, tile_h), min(width, tile_w)
     module = 2 * frames * (height // v["out_patch"]) * (width // v["out_patch"]) * v["c_last"] * size
     video = job.frames * 3 * job.height * job.width * size
     return (module + video) / GB

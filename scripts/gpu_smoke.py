@@ -143,7 +143,8 @@ def _denoiser_inputs(spec: ModelSpec, module: Any, job: JobShape, vae_dims: dict
     lat_f = (job.frames - 1) // vae_dims["temporal"] + 1
     lat_h, lat_w = job.height // vae_dims["spatial"], job.width // vae_dims["spatial"]
     config = module.config
-    if spec.family == "wan":
+    # Wan's call shape; SkyReels-V2 (generic family) is the Wan 2.1 transformer and takes the same inputs.
+    if spec.family == "wan" or type(module).__name__ == "SkyReelsV2Transformer3DModel":
         inputs = {
             "hidden_states": torch.randn(1, config.in_channels, lat_f, lat_h, lat_w, device=device, dtype=dtype),
             "timestep": torch.tensor([500], device=device),

@@ -12,20 +12,30 @@ from typer.testing import CliRunner
 from genworker.cli import app
 from pipelines.memory_plan import (
     OFFLOAD_MODES,
+    Component,
     JobShape,
+    _measure,
     arch_dir,
     decode_gb,
     load_components,
     plan_model,
 )
 from pipelines.registry import hub_revision
-from worker.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, load_catalog
+from worker.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, ModelSpec, RuntimeProfile, load_catalog
 from worker.core.errors import FatalWorkerError
 from worker.daemon.memory import fitting_models
 from worker.settings import load_settings
 
 GIB = 2**30
-REAL = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "ltx-2")
+REAL = (
+    "wan2.1-t2v-1.3b",
+    "wan2.1-t2v-14b",
+    "wan2.2-t2v-a14b",
+    "wan2.2-i2v-a14b",
+    "wan2.2-ti2v-5b",
+    "skyreels-v2-t2v-14b-720p",
+    "ltx-2",
+)
 
 
 def test_every_arch_config_names_a_component_of_its_family(catalog: Catalog) -> None:
@@ -35,7 +45,9 @@ def test_every_arch_config_names_a_component_of_its_family(catalog: Catalog) -> 
         spec = catalog.get(folder.name)
         assert spec is not None, f"configs/arch/{folder.name} is no catalog model"
         for path in folder.glob("*.json"):
-            assert path.stem in FAMILY_COMPONENTS[spec.family] | {"prompt_llm"}, path
+            # The generic family names its components in the catalog entry's ``diffusers`` block.
+            named = set(spec.diffusers.components) if spec.diffusers is not None else set()
+            assert path.stem in FAMILY_COMPONENTS[spec.family] | named | {"prompt_llm"}, path
             entry = json.loads(path.read_text(encoding="utf-8"))
             assert entry["source"] and entry["library"] in {"diffusers", "transformers"}, path
 
@@ -52,6 +64,9 @@ def test_parameter_counts_match_the_published_sizes(catalog: Catalog) -> None:
         ("ltx-2", "transformer"): 18.88,
         ("ltx-2", "vae"): 1.22,
         ("ltx-2", "text_encoder"): 12.19,  # Gemma-3-12B with its vision tower
+        ("wan2.2-i2v-a14b", "transformer"): 14.29,  # "A14B": 14B active per step, the 14B shape per expert
+        ("wan2.2-ti2v-5b", "transformer"): 5.0,  # "5B"
+        ("skyreels-v2-t2v-14b-720p", "transformer"): 14.29,  # the Wan 2.1 14B T2V shape
     }
     for (model, name), billions in published.items():
         spec = catalog.models[model]
@@ -166,3 +181,41 @@ def test_every_shipped_real_model_has_a_plan(catalog: Catalog, model: str) -> No
     plan = plan_model(spec, spec.runtime, 80)
     assert not plan.skipped and [r.resolution for r in plan.rows] == spec.resolutions
     assert all(set(r.peak_gb) == set(OFFLOAD_MODES) for r in plan.rows)
+
+
+def test_the_decode_rule_follows_the_vae_class_for_the_generic_family(catalog: Catalog) -> None:
+    """SkyReels-V2 (family ``diffusers``) loads the Wan VAE: Wan's 4-frame causal decode, whatever the tiling;
+    HunyuanVideo 1.5's VAE decodes every frame at once and tiles only in space (256x256)."""
+
+    def module_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Component], frames: int) -> float:
+        """The decoder module alone: the estimate less the decoded 1280x720 video."""
+        size = 4 if profile.dtypes.get("vae") == "float32" else 2
+        return decode_gb(spec, profile, comps, JobShape(1280, 720, frames, 5)) - frames * 3 * 720 * 1280 * size / 1e9
+
+    sky = catalog.models["skyreels-v2-t2v-14b-720p"]
+    comps = {c.name: c for c in load_components(sky, sky.runtime) or []}
+    untiled = sky.runtime.model_copy(update={"vae_tiling": False})
+    long = module_gb(sky, untiled, comps, 121)
+    assert module_gb(sky, untiled, comps, 21) == pytest.approx(long) and long > 0  # 4 frames per call
+    assert 0 < module_gb(sky, sky.runtime, comps, 121) < long / 10  # one 256x256 tile instead of 1280x720
+    hy = catalog.models["hunyuanvideo-1.5-720p"]
+    entry = {"library": "diffusers", "class": "AutoencoderKLHunyuanVideo15", "source": "-", "config": {}}
+    vae = _measure("vae", json.dumps(entry), "bfloat16", lora=False)  # diffusers 0.42.1 class defaults
+    assert vae.dims["c_last"] == 128 and vae.dims["spatial"] == 16
+    one = {"vae": vae}
+    full = module_gb(hy, hy.runtime, one, 121)
+    assert full == pytest.approx(module_gb(hy, hy.runtime, one, 21) * 121 / 21)  # every frame in one call
+    assert full == pytest.approx(2 * 121 * 256 * 256 * 128 * 2 / 1e9)  # one 256x256 spatial tile, all frames
+
+
+def test_hunyuanvideo_15_transformer_matches_its_published_size() -> None:
+    """The transformer diffusers' convert_hunyuan_video1_5_to_diffusers.py builds (class defaults plus
+    target_size/task_type): 8.3 B. The model ships no arch folder yet (its text encoders are not read here)."""
+    entry = {
+        "library": "diffusers",
+        "class": "HunyuanVideo15Transformer3DModel",
+        "source": "-",
+        "config": {"target_size": 960, "task_type": "t2v"},
+    }
+    transformer = _measure("transformer", json.dumps(entry), "bfloat16", lora=False)
+    assert transformer.params / 1e9 == pytest.approx(8.3, rel=0.01)
