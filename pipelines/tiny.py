@@ -25,6 +25,7 @@ from filelock import FileLock
 from pipelines.runtime import quiet_progress_bars
 from pipelines.tiny_generic import GENERIC_BUILDERS
 from pipelines.tiny_i2v import I2V_BUILDERS
+from pipelines.tiny_parts import TINY_TEXT_DIM, seeded, tiny_umt5
 
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
@@ -78,48 +79,21 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
     return paths
 
 
-def _seeded(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)
-
-
 # ----------------------------------------------------------------------------------------------------- Wan
 
 
 def _build_wan(out: Path) -> None:
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
-    from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
 
-    # Byte-level tokenizer: no vocab files (256 bytes + 3 specials + 125 extra ids = 384 tokens).
-    tokenizer = ByT5Tokenizer()
-    tokenizer.model_max_length = 512
-    _seeded(0)
-    text_encoder = UMT5EncoderModel(
-        UMT5Config(
-            vocab_size=len(tokenizer),
-            d_model=32,  # = the transformer's text_dim
-            d_kv=8,
-            d_ff=64,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=32,
-            dropout_rate=0.0,
-            feed_forward_proj="gated-gelu",
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=0,
-        )
-    ).eval()
-    _seeded(1)
+    tokenizer, text_encoder = tiny_umt5(0)
+    seeded(1)
     transformer = WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=2,
         attention_head_dim=12,
         in_channels=16,
         out_channels=16,
-        text_dim=32,
+        text_dim=TINY_TEXT_DIM,
         freq_dim=256,
         ffn_dim=32,
         num_layers=2,
@@ -128,7 +102,7 @@ def _build_wan(out: Path) -> None:
         # The RoPE table caps H/16, W/16 and latent frames; its buffers are not saved, so 1024 is free.
         rope_max_seq_len=1024,
     )
-    _seeded(2)
+    seeded(2)
     # z_dim stays 16: the pipeline reshapes the (16-entry) latents_mean/std with view(1, z_dim, ...).
     vae = AutoencoderKLWan(
         base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
@@ -233,14 +207,14 @@ def _gemma3_encoder(tokenizer: Any) -> Any:
         eoi_token_index=tokenizer.convert_tokens_to_ids("<end_of_image>"),
         image_token_index=tokenizer.convert_tokens_to_ids("<image_soft_token>"),
     )
-    _seeded(10)
+    seeded(10)
     return Gemma3ForConditionalGeneration(config).eval()
 
 
 def _ltx2_video_vae() -> Any:
     from diffusers import AutoencoderKLLTX2Video
 
-    _seeded(13)
+    seeded(13)
     # The real LTX-2 block layout (32x spatial, 8x temporal) with tiny channel counts. The diffusers test
     # VAE (2x/2x) makes ~100x more tokens per frame and is far slower on CPU.
     vae = AutoencoderKLLTX2Video(
@@ -287,7 +261,7 @@ def _build_ltx2(out: Path) -> None:
     text_encoder = _gemma3_encoder(tokenizer)
     hidden = text_encoder.config.text_config.hidden_size
     layers = text_encoder.config.text_config.num_hidden_layers
-    _seeded(11)
+    seeded(11)
     transformer = LTX2VideoTransformer3DModel(
         in_channels=8,  # = the VAE's latent_channels
         out_channels=8,
@@ -307,7 +281,7 @@ def _build_ltx2(out: Path) -> None:
         rope_double_precision=False,
         rope_type="split",
     )
-    _seeded(12)
+    seeded(12)
     connectors = LTX2TextConnectors(
         caption_channels=hidden,
         text_proj_in_factor=layers + 1,  # the pipeline stacks every hidden state (layers + embeddings)
@@ -326,7 +300,7 @@ def _build_ltx2(out: Path) -> None:
         rope_type="split",
     )
     vae = _ltx2_video_vae()
-    _seeded(14)
+    seeded(14)
     audio_vae = AutoencoderKLLTX2Audio(
         base_channels=4,
         output_channels=2,
@@ -345,7 +319,7 @@ def _build_ltx2(out: Path) -> None:
         is_causal=True,
         mel_bins=8,
     )
-    _seeded(15)
+    seeded(15)
     # Production upsampling 6*5*2*2*2 = 240 = hop 160 * 24000/16000: the waveform has the video's length.
     vocoder = LTX2Vocoder(
         in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins,
@@ -390,13 +364,13 @@ def _ltx2_two_stage_parts(out: Path, transformer: Any, *, latent_channels: int) 
     from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
     from peft import LoraConfig, get_peft_model_state_dict
 
-    _seeded(16)
+    seeded(16)
     # The production layout (3D blocks, rational x2 spatial resampler), 32 channels instead of 1024.
     upsampler = LTX2LatentUpsamplerModel(
         in_channels=latent_channels, mid_channels=32, num_blocks_per_stage=1, dims=3, spatial_upsample=True
     )
     upsampler.save_pretrained(out / "latent_upsampler")
-    _seeded(17)
+    seeded(17)
     # Random non-zero B matrices (peft would start them at zero), so switching the LoRA on changes the output.
     transformer.add_adapter(
         LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
@@ -442,7 +416,7 @@ def _build_chat_llm(out: Path) -> None:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    _seeded(20)
+    seeded(20)
     model = Qwen3ForCausalLM(config).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id

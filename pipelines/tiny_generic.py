@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipelines.tiny_parts import seeded
+
 __all__ = ["GENERIC_BUILDERS", "byte_chat_tokenizer", "byte_t5"]
 
 # ChatML, what Qwen2.5-VL's tokenizer applies (system + user turns, then the assistant prompt).
@@ -30,12 +32,6 @@ _CHATML_TEMPLATE = (
     "{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
 )
-
-
-def _seeded(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)
 
 
 def byte_chat_tokenizer(max_length: int = 2048) -> Any:
@@ -61,7 +57,7 @@ def byte_t5(seed: int, *, d_model: int) -> tuple[Any, Any]:
 
     tokenizer = ByT5Tokenizer()
     tokenizer.model_max_length = 512
-    _seeded(seed)
+    seeded(seed)
     encoder = T5EncoderModel(
         T5Config(
             vocab_size=len(tokenizer),
@@ -95,7 +91,7 @@ def _build_hunyuan15(out: Path) -> None:
     from transformers import Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel
 
     tokenizer = byte_chat_tokenizer()
-    _seeded(40)
+    seeded(40)
     # diffusers' test config (hidden 16, mrope sections summing to head_dim / 2).
     text_encoder = Qwen2_5_VLTextModel(
         Qwen2_5_VLTextConfig(
@@ -114,7 +110,7 @@ def _build_hunyuan15(out: Path) -> None:
         )
     ).eval()
     tokenizer_2, text_encoder_2 = byte_t5(41, d_model=32)
-    _seeded(42)
+    seeded(42)
     transformer = HunyuanVideo15Transformer3DModel(
         in_channels=9,  # latents + condition latents + mask: 2 * latent_channels + 1
         out_channels=4,
@@ -132,7 +128,7 @@ def _build_hunyuan15(out: Path) -> None:
         target_size=16,
         task_type="t2v",
     ).eval()
-    _seeded(43)
+    seeded(43)
     # The real VAE's 16x spatial / 4x temporal compression (five blocks), with 4-8 channels (an upsampling
     # stage needs at least 8 channels at its input: it splits them over the 2x2x2 pixel shuffle).
     vae = AutoencoderKLHunyuanVideo15(
@@ -166,10 +162,10 @@ def _build_skyreels_v2(out: Path) -> None:
     from diffusers import AutoencoderKLWan, SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel
 
     tokenizer, text_encoder = byte_t5(44, d_model=32)
-    _seeded(45)
+    seeded(45)
     # diffusers' SkyReels-V2 test transformer (the Wan layout), text_dim = the T5 width.
     transformer = SkyReelsV2Transformer3DModel(**SHRUNK_COMPONENTS["SkyReelsV2Transformer3DModel"]).eval()
-    _seeded(46)
+    seeded(46)
     # The Wan 2.1 VAE layout SkyReels-V2 ships (8x spatial, 4x temporal), as tiny-wan's.
     vae = AutoencoderKLWan(**SHRUNK_COMPONENTS["AutoencoderKLWan"]).eval()
     pipe = SkyReelsV2Pipeline(

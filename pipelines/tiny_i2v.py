@@ -17,54 +17,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipelines.tiny_parts import TINY_TEXT_DIM, seeded, tiny_umt5
+
 __all__ = ["I2V_BUILDERS"]
-
-_TEXT_DIM = 32
-
-
-def _seeded(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)
-
-
-def _umt5(seed: int) -> tuple[Any, Any]:
-    from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
-
-    tokenizer = ByT5Tokenizer()
-    tokenizer.model_max_length = 512
-    _seeded(seed)
-    encoder = UMT5EncoderModel(
-        UMT5Config(
-            vocab_size=len(tokenizer),
-            d_model=_TEXT_DIM,
-            d_kv=8,
-            d_ff=64,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=32,
-            dropout_rate=0.0,
-            feed_forward_proj="gated-gelu",
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=0,
-        )
-    ).eval()
-    return tokenizer, encoder
 
 
 def _transformer(seed: int, *, channels_in: int, channels_out: int, image_dim: int | None = None) -> Any:
     from diffusers import WanTransformer3DModel
 
-    _seeded(seed)
+    seeded(seed)
     return WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=2,
         attention_head_dim=12,
         in_channels=channels_in,
         out_channels=channels_out,
-        text_dim=_TEXT_DIM,
+        text_dim=TINY_TEXT_DIM,
         freq_dim=256,
         ffn_dim=32,
         num_layers=2,
@@ -78,7 +46,7 @@ def _transformer(seed: int, *, channels_in: int, channels_out: int, image_dim: i
 def _wan21_vae(seed: int) -> Any:
     from diffusers import AutoencoderKLWan
 
-    _seeded(seed)
+    seeded(seed)
     return AutoencoderKLWan(
         base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     )
@@ -96,8 +64,8 @@ def _build_wan_i2v(out: Path) -> None:
     from diffusers import WanImageToVideoPipeline
     from transformers import CLIPImageProcessorPil, CLIPVisionConfig, CLIPVisionModel
 
-    tokenizer, text_encoder = _umt5(0)
-    _seeded(31)
+    tokenizer, text_encoder = tiny_umt5(0)
+    seeded(31)
     # The real encoder is CLIP ViT-H/14 (hidden 1280, 224 px); the pipeline feeds hidden_states[-2] to the
     # transformer's image projection, so image_dim = hidden_size.
     image_encoder = CLIPVisionModel(
@@ -126,7 +94,7 @@ def _build_wan_i2v(out: Path) -> None:
 def _build_wan_i2v_a14b(out: Path) -> None:
     from diffusers import WanImageToVideoPipeline
 
-    tokenizer, text_encoder = _umt5(0)
+    tokenizer, text_encoder = tiny_umt5(0)
     pipe = WanImageToVideoPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
@@ -142,8 +110,8 @@ def _build_wan_i2v_a14b(out: Path) -> None:
 def _build_wan_ti2v(out: Path) -> None:
     from diffusers import AutoencoderKLWan, WanPipeline
 
-    tokenizer, text_encoder = _umt5(0)
-    _seeded(35)
+    tokenizer, text_encoder = tiny_umt5(0)
+    seeded(35)
     # The Wan2.2-VAE layout (diffusers' conversion of Wan2.2_VAE.pth): residual blocks, 2x2 patchified RGB
     # (12 channels), z_dim 48, 16x spatial and 4x temporal compression; tiny channel counts.
     vae = AutoencoderKLWan(
