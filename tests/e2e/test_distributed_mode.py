@@ -76,7 +76,11 @@ def test_api_and_worker_processes_over_redis_and_s3(tiny_models_dir: Path, tmp_p
     try:
         wait_until_available(base_url, fleet, "tiny-wan")
         fleet_key = (tmp_path / "data" / "fleet-api-key").read_text().strip()
-        assert fleet_key in fleet_log.read_text()  # the banner shows the fleet's own key
+        # The banner shows the fleet's own key; it may reach the log a moment after the API answers.
+        deadline = time.monotonic() + 30
+        while fleet_key not in fleet_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fleet_key in fleet_log.read_text()
         _operator_flow(env, redis_url, s3_endpoint, base_url)
     finally:
         assert stop(fleet) == 0, fleet_log.read_text()[-3000:]
