@@ -81,6 +81,13 @@ class GenerationView(BaseModel):
         default=None,
         description="The used prompt against the text encoder's token limit; truncated: the rest was not seen.",
     )
+    resumed_from_step: int | None = Field(
+        default=None,
+        description=(
+            "The attempt that finished continued a denoising checkpoint taken after this step (its worker was "
+            "stopped or lost mid-job); null when it denoised from the first step."
+        ),
+    )
     price_hold: Money = Field(description="USD hold taken at create; the final price never exceeds it.")
     price: Money | None = None
     usage: Usage | None = None

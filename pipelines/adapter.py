@@ -8,12 +8,17 @@ An ``image_to_video`` job also hands ``denoise`` its input image (``image=``, a 
 from the artifact store, checked against its sha256 and fitted to the generation size); text-only
 adapters never receive the keyword.
 
+A ``resumable`` adapter (class attribute, true for Wan and LTX-2) also takes ``checkpoints=``
+(``pipelines.resume.Checkpoints``): it checkpoints its denoising loop through it and resumes from the
+stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on what it returns.
+
 ``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
 loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -27,8 +32,14 @@ if TYPE_CHECKING:
 __all__ = ["Adapter", "Latents", "generate"]
 
 
+@dataclass(frozen=True)
 class Latents:
-    """The denoised state of one job, opaque to the worker; each family subclasses it (``WanLatents``)."""
+    """The denoised state of one job, opaque to the worker; each family subclasses it (``WanLatents``).
+
+    ``resumed_from_step``: the step a resumable adapter restored from a checkpoint (None: ran from step 0).
+    """
+
+    resumed_from_step: int | None = field(default=None, kw_only=True)
 
 
 class Adapter(Protocol):

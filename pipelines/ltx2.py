@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pipelines.adapter import Latents
 from pipelines.prompt_extend import PromptExtendError, finish_extension, seeded_rng
 from pipelines.registry import hub_revision, resolve_weights
+from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
     IMAGE_MODE,
     apply_profile,
@@ -76,6 +77,20 @@ GUIDANCE_OFF: dict[str, float] = {
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
 DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
 LORA_ADAPTER = "distilled"
+
+
+def skipped_ltx2_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What the LTX-2 transformer returns, as zeros: video and audio tokens (B, S, C_out) like its packed
+    inputs (a step being replayed on resume computes nothing; ``pipelines.resume``)."""
+    from diffusers.models.transformers.transformer_ltx2 import AudioVisualModelOutput
+
+    video = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    audio = kwargs["audio_hidden_states"] if "audio_hidden_states" in kwargs else args[1]
+    out = video.new_zeros((*video.shape[:2], module.proj_out.out_features))
+    audio_out = audio.new_zeros((*audio.shape[:2], module.audio_proj_out.out_features))
+    if kwargs.get("return_dict", True) is False:
+        return (out, audio_out)
+    return AudioVisualModelOutput(sample=out, audio_sample=audio_out)
 
 
 @dataclass(frozen=True)
@@ -174,7 +189,17 @@ class LTX2TextToVideo:
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> LTX2Latents:
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.resume``), in either stage.
+    resumable: ClassVar[bool] = True
+
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> LTX2Latents:
         import torch
 
         pipe = self._pipe()
@@ -191,13 +216,30 @@ class LTX2TextToVideo:
         audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
         embeds = self._encode(job, max_sequence_length, cfg=max(job.guidance_scale, audio_guidance) > 1.0)
         stages = self._stages(job, distilled)
-        progress = _Progress(on_step, total=sum(stage.steps for stage in stages))
         generator = torch.Generator(self.device).manual_seed(job.seed)
+        # Steps count across both stages; checkpoints carry stage 1's output once it exists, so a resume in
+        # stage 2 skips stage 1 (the stage-2 loop state, generator included, comes from the checkpoint).
+        session = DenoiseSession(
+            on_step,
+            total=sum(stage.steps for stage in stages),
+            checkpoints=checkpoints,
+            fingerprint=job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
+            ),
+            generator=generator,
+            skip_output=skipped_ltx2_output,
+        )
         # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
         first = stages[0]
-        out = self._run(first, job, embeds, kwargs, generator=generator, progress=progress, **conditioning)
-        video, audio = out.frames, out.audio
+        carried = session.carried("stage1_video"), session.carried("stage1_audio")
+        if two_stage and session.resume_step > first.steps and carried[0] is not None and carried[1] is not None:
+            session.skip_steps(first.steps)
+            video, audio = carried[0].to(self.device), carried[1].to(self.device)
+        else:
+            out = self._run(first, job, embeds, kwargs, generator=generator, session=session, **conditioning)
+            video, audio = out.frames, out.audio
         if two_stage:
+            session.carry(stage1_video=video, stage1_audio=audio)
             # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
             video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
             if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
@@ -208,7 +250,7 @@ class LTX2TextToVideo:
                 embeds,
                 kwargs,
                 generator=generator,
-                progress=progress,
+                session=session,
                 latents=video,
                 audio_latents=audio,
             )
@@ -217,7 +259,12 @@ class LTX2TextToVideo:
                 audio = refine.audio  # distilled.py keeps stage 2's audio; ti2vid_two_stages.py stage 1's
         synchronize(self.device)
         # Decoding continues this generator (decode-time noise), as inside the pipeline: keep its state.
-        return LTX2Latents(video=video, audio=audio, generator_state=generator.get_state())
+        return LTX2Latents(
+            video=video,
+            audio=audio,
+            generator_state=generator.get_state(),
+            resumed_from_step=session.resume_step or None,
+        )
 
     def _stages(self, job: ResolvedJob, distilled: bool) -> list[_Stage]:
         from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
@@ -255,7 +302,7 @@ class LTX2TextToVideo:
         kwargs: dict[str, Any],
         *,
         generator: torch.Generator,
-        progress: _Progress,
+        session: DenoiseSession,
         **extra: Any,
     ) -> Any:
         """One pipeline call to latents; a refinement re-noises the given latents to its first sigma.
@@ -280,21 +327,22 @@ class LTX2TextToVideo:
         audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
         cfg = max(stage.guidance_scale, audio_guidance) > 1.0
         prompt = {k: v for k, v in embeds.items() if cfg or not k.startswith("negative")}
-        return pipe(
-            **prompt,
-            height=stage.height,
-            width=stage.width,
-            num_frames=job.num_frames,
-            frame_rate=float(job.fps),
-            num_inference_steps=stage.steps,
-            sigmas=stage.sigmas,
-            guidance_scale=stage.guidance_scale,
-            generator=generator,
-            output_type="latent",
-            callback_on_step_end=progress.callback(),
-            **kwargs,
-            **extra,
-        )
+        with session.running(pipe, denoisers=["transformer"]):
+            return pipe(
+                **prompt,
+                height=stage.height,
+                width=stage.width,
+                num_frames=job.num_frames,
+                frame_rate=float(job.fps),
+                num_inference_steps=stage.steps,
+                sigmas=stage.sigmas,
+                guidance_scale=stage.guidance_scale,
+                generator=generator,
+                output_type="latent",
+                callback_on_step_end=session.callback,
+                **kwargs,
+                **extra,
+            )
 
     def _image_as_first_frame(self, latents: torch.Tensor, image: Image) -> torch.Tensor:
         """``latents`` (raw VAE space, 1, C, F', H', W') with latent frame 0 replaced by the image's own latent,
@@ -442,22 +490,3 @@ def _call_default(pipe: Any, name: str) -> Any:
     import inspect
 
     return inspect.signature(type(pipe).__call__).parameters[name].default
-
-
-class _Progress:
-    """Step reports across the stages of one job: ``on_step(done, total)`` over all of their steps."""
-
-    def __init__(self, on_step: StepCallback, *, total: int) -> None:
-        self.on_step = on_step
-        self.total = total
-        self.done = 0
-
-    def callback(self) -> Any:
-        """A diffusers ``callback_on_step_end``; whatever ``on_step`` raises (a cancel) stops the loop at once."""
-
-        def step(pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
-            self.done += 1
-            self.on_step(self.done, self.total)
-            return tensors
-
-        return step

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pipelines.adapter import Latents
 from pipelines.prompt_extend import ChatLLM, PromptExtendError, finish_extension
 from pipelines.registry import hub_revision, resolve_weights
+from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
     apply_profile,
     check_job_shape,
@@ -32,7 +33,6 @@ from pipelines.runtime import (
     pipeline_options,
     quiet_progress_bars,
     runtime_profile,
-    step_reporter,
     synchronize,
 )
 from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
@@ -51,6 +51,27 @@ if TYPE_CHECKING:
 __all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+
+
+def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a Wan transformer returns, as zeros: (B, out_channels, F', H', W') like its latent input (a step
+    being replayed on resume computes nothing; ``pipelines.resume``)."""
+    from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+    hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    channels = module.config.out_channels or module.config.in_channels
+    out = hidden.new_zeros((hidden.shape[0], channels, *hidden.shape[2:]))
+    return (out,) if kwargs.get("return_dict", True) is False else Transformer2DModelOutput(sample=out)
+
+
+def wan_expert(pipe: Any, timestep: Any) -> str | None:
+    """Which expert ran the step at ``timestep``: Wan 2.2 A14B switches at ``boundary_ratio`` of the schedule
+    (as ``WanPipeline.__call__``); None for single-transformer checkpoints."""
+    ratio = pipe.config.boundary_ratio
+    if ratio is None:
+        return None
+    boundary = ratio * pipe.scheduler.config.num_train_timesteps
+    return "transformer" if timestep >= boundary else "transformer_2"
 
 
 @dataclass(frozen=True)
@@ -107,10 +128,20 @@ class WanTextToVideo:
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> WanLatents:
-        return self._denoise_with(self._pipe(), job, on_step)
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.resume``).
+    resumable: ClassVar[bool] = True
 
-    def _denoise_with(self, pipe: Any, job: ResolvedJob, on_step: StepCallback, **conditioning: Any) -> WanLatents:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, checkpoints: Checkpoints | None = None) -> WanLatents:
+        return self._denoise_with(self._pipe(), job, on_step, checkpoints)
+
+    def _denoise_with(
+        self,
+        pipe: Any,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        checkpoints: Checkpoints | None,
+        **conditioning: Any,
+    ) -> WanLatents:
         """The diffusion loop on ``pipe`` (this model's pipeline, or one sharing its components), with the
         family's conditioning keywords (``image=`` for image-to-video) passed through to its call."""
         import torch
@@ -131,25 +162,36 @@ class WanTextToVideo:
         negative = None
         if job.guidance_scale > 1.0:
             negative = self._negative_embeds(job.negative_prompt, max_sequence_length)
-        # 4. Denoise to latents; the step callback reports progress and may raise to cancel.
+        # 4. Denoise to latents; the step callback reports progress and may raise to cancel. With checkpoints,
+        # the session saves the loop's state now and then, and resumes from a stored one (``pipelines.resume``).
         generator = torch.Generator(self.device).manual_seed(job.seed)
-        latents = pipe(
-            prompt=job.prompt,
-            negative_prompt_embeds=negative,
-            height=job.gen_height,
-            width=job.gen_width,
-            num_frames=job.num_frames,
-            num_inference_steps=job.steps,
-            guidance_scale=job.guidance_scale,
+        session = DenoiseSession(
+            on_step,
+            total=job.steps,
+            checkpoints=checkpoints,
+            fingerprint=job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
             generator=generator,
-            output_type="latent",
-            callback_on_step_end=step_reporter(on_step),
-            max_sequence_length=max_sequence_length,
-            **conditioning,
-            **kwargs,
-        ).frames
+            skip_output=skipped_wan_output,
+            expert=wan_expert,
+        )
+        with session.running(pipe):
+            latents = pipe(
+                prompt=job.prompt,
+                negative_prompt_embeds=negative,
+                height=job.gen_height,
+                width=job.gen_width,
+                num_frames=job.num_frames,
+                num_inference_steps=job.steps,
+                guidance_scale=job.guidance_scale,
+                generator=generator,
+                output_type="latent",
+                callback_on_step_end=session.callback,
+                max_sequence_length=max_sequence_length,
+                **conditioning,
+                **kwargs,
+            ).frames
         synchronize(self.device)
-        return WanLatents(latents)
+        return WanLatents(latents, resumed_from_step=session.resume_step or None)
 
     def _check_inputs(self, job: ResolvedJob) -> None:
         pipe = self.pipe

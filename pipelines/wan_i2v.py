@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from pipelines.config import ModelRuntimeSettings
+    from pipelines.resume import Checkpoints
     from worker.core.catalog import ModelSpec
     from worker.core.media import StepCallback
     from worker.core.resolve import ResolvedJob
@@ -60,11 +61,18 @@ class WanImageToVideo(WanTextToVideo):
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> WanLatents:
+    def denoise(  # type: ignore[override]  # adds ``image=``, as the adapter contract allows
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> WanLatents:
         pipe = self._pipe()
         if check_image(self.spec.id, job, image) is None:
-            return self._denoise_with(self._text_pipeline(pipe), job, on_step)
-        return self._denoise_with(pipe, job, on_step, image=image)
+            return self._denoise_with(self._text_pipeline(pipe), job, on_step, checkpoints)
+        return self._denoise_with(pipe, job, on_step, checkpoints, image=image)
 
     def _text_pipeline(self, pipe: Any) -> Any:
         """``WanPipeline`` sharing every module (TI2V 5B's text_to_video): only a checkpoint whose transformer

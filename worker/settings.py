@@ -79,6 +79,28 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="SIGTERM: stop claiming, let running work finish within this grace, else release it.",
     )
+    checkpoints: bool = Field(
+        default=True,
+        description=(
+            "Checkpoint the denoising loop of resumable models to the artifact store (cadence: the catalog's "
+            "checkpoints), so a re-delivered job resumes from its last checkpoint instead of step 0."
+        ),
+    )
+    preempt_file: str | None = Field(
+        default=None,
+        description=(
+            "A path whose appearance is a preemption notice (as spot-instance notices can be scripted): the "
+            "worker drains as on SIGTERM, checkpointing a job that cannot finish within drain_grace_s."
+        ),
+    )
+    drain_finish_margin_s: float = Field(
+        default=30.0,
+        ge=0,
+        description=(
+            "While draining, a job finishes only if its remaining denoising (estimated from its steps so far) "
+            "plus this margin (decode, encode, upload) fits the grace left; else it checkpoints and is released."
+        ),
+    )
     overlap: bool = Field(
         default=True,
         description="Encode+upload of job N overlaps the denoising of job N+1 (at most one job behind the GPU).",

@@ -53,8 +53,8 @@ class _WrappedWan:
     def unload(self) -> None:
         self.inner.unload()
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
-        return self.inner.denoise(job, on_step)  # type: ignore[no-any-return]
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, **kwargs: Any) -> Latents:
+        return self.inner.denoise(job, on_step, **kwargs)  # type: ignore[no-any-return]
 
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         return self.inner.decode(latents, job)  # type: ignore[no-any-return]
@@ -99,23 +99,31 @@ class OomOnceWan(_WrappedWan):
 
 
 class SlowWan(_WrappedWan):
-    """Sleeps per step, by variant: long enough to cancel, signal or kill mid-denoise."""
+    """Sleeps per transformer forward, by variant: long enough to cancel, signal or kill mid-denoise.
 
+    The sleep is in the transformer's real forward (a hook on its output projection), so the steps a resume
+    replays without computing are as fast as on a GPU, and it is resumable like the Wan it wraps.
+    """
+
+    resumable: ClassVar[bool] = True
     # slow-wan ``long`` (40 steps, ~6 s) and ``short`` (10 steps, ~2 s); timeout-wan ``standard``.
     step_sleep_s: ClassVar[dict[str, float]] = {"long": 0.15, "short": 0.2, "standard": 0.1}
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, **kwargs: Any) -> Latents:
         pause_s = self.step_sleep_s[job.variant]
         log_path = os.environ.get("GENWORKER_TEST_STEP_LOG")
 
         def step(done: int, total: int) -> None:
-            time.sleep(pause_s)
             on_step(done, total)
             if log_path:
                 with open(log_path, "a", encoding="utf-8") as f:
                     f.write(f"{job.prompt}\t{done}\t{time.time():.6f}\n")
 
-        return super().denoise(job, step)
+        hook = self.inner.pipe.transformer.proj_out.register_forward_hook(lambda *_: time.sleep(pause_s))
+        try:
+            return super().denoise(job, step, **kwargs)
+        finally:
+            hook.remove()
 
 
 class HangingWan(_WrappedWan):

@@ -137,3 +137,24 @@ def test_input_images_live_as_long_as_their_record(tmp_path: Path) -> None:
     assert sweeper.sweep().objects == 1
     assert all(store.exists(key) for key in kept) and not store.exists(orphan)
     queue.close()
+
+
+def test_a_denoising_checkpoint_lives_while_its_generation_runs(tmp_path: Path) -> None:
+    """A checkpoint (``generations/<id>/checkpoint/denoise.ckpt``) is any attempt's to resume from: kept while
+    the record is queued or running, whatever its age; removed once the generation ended or is gone (what a
+    worker killed before deleting it leaves behind)."""
+    from worker.daemon.checkpoints import checkpoint_key
+
+    store = LocalStore(tmp_path / "artifacts", b"0123456789abcdef0123", "http://127.0.0.1:1", 60)
+    queue = SqliteQueue(tmp_path / "queue.db")
+    running = queue.enqueue(new_record()).record
+    assert queue.release(_claim(queue), reason="hung")  # back to queued at attempt 1: the checkpoint stays
+    done = queue.enqueue(new_record(model="tiny-ltx2")).record
+    assert queue.finish(_claim(queue, "tiny-ltx2"), Outcome(status=Status.succeeded))
+    kept = _put(store, checkpoint_key(running.id), tmp_path)
+    ended = _put(store, checkpoint_key(done.id), tmp_path)
+    gone = _put(store, checkpoint_key("gen_expired"), tmp_path)
+    sweeper = Sweeper(queue, store, tmp_path / "work", min_age_s=MIN_AGE_S, now=lambda: time.time() + AHEAD_S)
+    assert sweeper.sweep().objects == 2
+    assert store.exists(kept) and not store.exists(ended) and not store.exists(gone)
+    queue.close()

@@ -6,6 +6,7 @@ import io
 import urllib.request
 
 import av
+import numpy as np
 
 from worker.stores.base import ArtifactStore
 
@@ -36,3 +37,9 @@ def assert_playable_mp4(
         assert decoded == frames
         assert video.duration is not None and video.time_base is not None
         assert abs(float(video.duration * video.time_base) - duration_s) < 1e-3
+
+
+def decoded_frames(data: bytes) -> np.ndarray:
+    """Every video frame of an MP4 as one (F, H, W, 3) uint8 array."""
+    with av.open(io.BytesIO(data)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipelines.resume import DenoiseCheckpoint
 from worker.core.media import Media
 
 
@@ -29,3 +30,32 @@ class StepLog:
         self.calls.append((done, total))
         if self.stop_at is not None and done == self.stop_at and self.error is not None:
             raise self.error
+
+
+class MemoryCheckpoints:
+    """The checkpoint side of a worker, in memory: every checkpoint saved after ``every`` steps is kept as
+    bytes (``to_bytes``, as a store holds them) and ``resume_at`` picks the one ``load`` hands back."""
+
+    def __init__(self, *, every: int = 1, resume_at: int | None = None, stored: dict[int, bytes] | None = None) -> None:
+        self.every = every
+        self.resume_at = resume_at
+        self.stored: dict[int, bytes] = stored if stored is not None else {}
+        self.refusals: list[str] = []
+        self.resumes: list[tuple[int, int]] = []
+
+    def load(self) -> DenoiseCheckpoint | None:
+        if self.resume_at is None:
+            return None
+        return DenoiseCheckpoint.from_bytes(self.stored[self.resume_at])
+
+    def refused(self, reason: str) -> None:
+        self.refusals.append(reason)
+
+    def resumed(self, step: int, total: int) -> None:
+        self.resumes.append((step, total))
+
+    def due(self, step: int, total: int) -> bool:
+        return step % self.every == 0
+
+    def save(self, checkpoint: DenoiseCheckpoint) -> None:
+        self.stored[checkpoint.step] = checkpoint.to_bytes()

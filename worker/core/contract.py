@@ -291,6 +291,8 @@ class GenerationRecord(BaseModel):
     actual_prompt: str | None = None
     prompt_extension: PromptExtension | None = None
     prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
+    # The finished attempt continued a denoising checkpoint taken after this step (None: it ran from step 0).
+    resumed_from_step: Annotated[int, Field(ge=1)] | None = None
     price_hold: Money
     price: Money | None = None
     usage: Usage | None = None

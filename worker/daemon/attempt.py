@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from worker.core.contract import ErrorInfo, Status
 from worker.core.errors import BackendUnavailable, ErrorCode, public_message
+from worker.daemon.checkpoints import delete_checkpoint
 from worker.daemon.faults import LocalFaults
 from worker.daemon.lease import Lease, LeaseKeeper
 from worker.daemon.logs import JobLogger
@@ -30,6 +31,7 @@ from worker.queue.base import Claim, Outcome, WorkerQueue
 
 if TYPE_CHECKING:
     from worker.daemon.pipeline_run import Rendered
+    from worker.stores.base import ArtifactStore
 
 __all__ = ["Attempt", "HandOff", "Settler"]
 
@@ -71,8 +73,10 @@ class Settler:
         *,
         backoff_base_s: float,
         backoff_cap_s: float,
+        store: ArtifactStore | None = None,
     ) -> None:
         self._queue = queue
+        self._store = store  # where the generation's denoising checkpoint is deleted when it ends
         self._leases = leases
         self._metrics = metrics
         self._faults = faults
@@ -103,6 +107,8 @@ class Settler:
             accepted = False
         if accepted:
             self._count(model, verdict)
+            if verdict.action in ("failed", "canceled") and self._store is not None:
+                delete_checkpoint(self._store, attempt.job_id, log)  # over: nothing will resume it
         else:
             log.info("queue refused the outcome: the claim was stale", extra=extra)
             self._metrics.abandoned.labels(model).inc()

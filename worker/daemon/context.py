@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from worker.core.catalog import Catalog, CatalogError, load_catalog
 from worker.core.errors import FatalWorkerError
 from worker.daemon.attempt import Settler
+from worker.daemon.checkpoints import CheckpointSetup, DrainClock
 from worker.daemon.faults import LocalFaults
 from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lease import Heartbeat, LeaseKeeper
@@ -228,8 +229,23 @@ def _job_path(
     """The GPU side and the post-processing side of a job, sharing one settler."""
     ws = settings.worker
     settler = Settler(
-        queue, leases, metrics, faults, backoff_base_s=settings.queue.retry_backoff_s, backoff_cap_s=ws.max_backoff_s
+        queue,
+        leases,
+        metrics,
+        faults,
+        backoff_base_s=settings.queue.retry_backoff_s,
+        backoff_cap_s=ws.max_backoff_s,
+        store=store,  # a generation that ends deletes its denoising checkpoint
     )
+    checkpointing = None
+    if ws.checkpoints:
+
+        def grace_end() -> float | None:
+            started = shutdown.drain_started
+            return None if started is None else started + ws.drain_grace_s
+
+        drain = DrainClock(shutdown.draining, shutdown.stop_now, grace_end)
+        checkpointing = CheckpointSetup(store, drain, ws.drain_finish_margin_s, work_root(settings))
     runner = JobRunner(
         catalog=catalog,
         queue=queue,
@@ -242,6 +258,7 @@ def _job_path(
         progress_interval_s=ws.progress_interval_s,
         work_root=work_root(settings),
         store=store,  # input images of image_to_video jobs
+        checkpointing=checkpointing,
     )
     processor = PostProcessor(
         catalog=catalog,

@@ -108,8 +108,11 @@ class Worker:
     # ------------------------------------------------------------------------------------ main thread
     def supervise(self, gpu: threading.Thread) -> None:
         """Wait for the GPU thread; on drain give it the grace, then interrupt, then force."""
+        preempt_file = self.ctx.settings.worker.preempt_file
         while gpu.is_alive() and not self.shutdown.draining.is_set():
             gpu.join(0.2)
+            if preempt_file and os.path.exists(preempt_file):  # a spot notice: drain as on SIGTERM
+                self.shutdown.request_drain("preemption notice")
         self.ctx.health.set_ready(False, "draining")
         grace_end = (self.shutdown.drain_started or time.monotonic()) + self.ctx.settings.worker.drain_grace_s
         while gpu.is_alive() and not self.shutdown.stop_now.is_set() and time.monotonic() < grace_end:

@@ -83,6 +83,33 @@ class WorkerMetrics:
         self._hosted: tuple[str, ...] = ()
         self._ready_flag = False
         self._fault_free: tuple[str, ...] | None = None  # None: no fault recorded, every hosted model
+        # Denoising checkpoints (worker.daemon.checkpoints): written, refused on resume, and what resumes saved.
+        self.checkpoints = Counter(
+            "genworker_checkpoints", "Denoising checkpoints written to the store.", ["model"], registry=r
+        )
+        self.checkpoint_bytes = Counter(
+            "genworker_checkpoint_bytes", "Bytes of denoising checkpoints written.", ["model"], registry=r
+        )
+        self.checkpoint_seconds = Histogram(
+            "genworker_checkpoint_write_seconds",
+            "Time to write one checkpoint (serialize + upload, off the GPU thread).",
+            ["model"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.checkpoints_refused = Counter(
+            "genworker_checkpoints_refused",
+            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable); the job restarted.",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.resumes = Counter("genworker_resumes", "Attempts resumed from a checkpoint.", ["model"], registry=r)
+        self.resume_saved_seconds = Counter(
+            "genworker_resume_saved_seconds",
+            "Denoising seconds resumes did not redo (resumed steps x this attempt's mean step time).",
+            ["model"],
+            registry=r,
+        )
         self._fault_series: set[tuple[str, str]] = set()
         self._ready_lock = threading.Lock()  # readiness and faults are set from different threads
         self.healthy = Gauge("genworker_healthy", "0 once the worker needs a restart.", registry=r)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from worker.core.contract import PromptExtension, PromptTokens, Stage
 from worker.core.errors import is_out_of_memory
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from pipelines.adapter import Adapter, Latents
     from pipelines.cache import ModelCache
+    from pipelines.resume import Checkpoints
     from worker.core.catalog import ModelSpec
     from worker.core.media import Media
     from worker.core.resolve import ResolvedJob
@@ -53,6 +54,13 @@ class RunHooks:
     def out_of_memory(self, stage: Stage) -> None:
         """``stage`` ran out of memory; the cache is about to be cleared and the stage tried once more."""
 
+    def checkpoints(self) -> Checkpoints | None:
+        """Where a resumable adapter keeps denoising checkpoints and finds one to resume; None: no checkpoints."""
+        return None
+
+    def denoised(self) -> None:
+        """The denoising stage ended (done or raised): its checkpoints may stop."""
+
 
 @contextmanager
 def _no_stage() -> Iterator[None]:
@@ -68,6 +76,7 @@ class Rendered:
     extension: PromptExtension | None
     gpu_seconds: float  # denoise and decode, retries included
     prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
+    resumed_from_step: int | None = None  # the denoising continued from a checkpoint taken after this step
 
 
 def run_pipeline(
@@ -77,6 +86,7 @@ def run_pipeline(
 
     ``image`` is the job's input image, checked and fitted (``worker.daemon.input_image``); it reaches the
     adapter's ``denoise`` as ``image=`` and only when there is one, so text-only adapters never see it.
+    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
     """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
@@ -85,14 +95,19 @@ def run_pipeline(
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
     with hooks.stage(Stage.denoising):
-        conditioning = {"image": image} if image is not None else {}
-        latents: Latents = run.with_oom_retry(
-            Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
-        )
+        conditioning: dict[str, Any] = {"image": image} if image is not None else {}
+        if getattr(type(adapter), "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
+            conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
+        try:
+            latents: Latents = run.with_oom_retry(
+                Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
+            )
+        finally:
+            hooks.denoised()
     with hooks.stage(Stage.decoding):
         # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
         media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
-    return Rendered(job, media, extension, time.perf_counter() - started, tokens)
+    return Rendered(job, media, extension, time.perf_counter() - started, tokens, latents.resumed_from_step)
 
 
 def _prompt_tokens(adapter: Adapter, job: ResolvedJob, hooks: RunHooks) -> PromptTokens | None:

@@ -23,6 +23,7 @@ from worker.core.contract import Artifact, Money, Stage, Status, Usage
 from worker.core.errors import JobError, TransientError
 from worker.core.resolve import ResolvedJob, compute_price
 from worker.daemon.attempt import HandOff, Settler
+from worker.daemon.checkpoints import delete_checkpoint
 from worker.daemon.faults import LocalFaults
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.runner import stage
@@ -120,11 +121,13 @@ class PostProcessor:
             actual_prompt=job.prompt,
             prompt_extension=rendered.extension,
             prompt_tokens=rendered.prompt_tokens,
+            resumed_from_step=rendered.resumed_from_step,
         )
         if self._queue.finish(attempt.claim, outcome):
             elapsed_ms = round((time.monotonic() - attempt.started) * 1000, 1)
             attempt.log.info("succeeded", extra={"stage": "done", "elapsed_ms": elapsed_ms})
             self._metrics.jobs.labels(job.model, "succeeded", "").inc()
+            delete_checkpoint(self._store, attempt.job_id, attempt.log)
         else:
             attempt.log.info("queue refused the success: the claim was stale", extra={"stage": "done"})
             self._metrics.abandoned.labels(job.model).inc()

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from worker.core.catalog import Catalog, ModelSpec, mode_inputs
 from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request, utcnow
-from worker.core.errors import ErrorCode, JobError
+from worker.core.errors import ErrorCode, JobError, JobInterrupted
 from worker.core.resolve import ResolvedJob, resolve
 from worker.daemon.attempt import Attempt, HandOff, Settler
+from worker.daemon.checkpoints import CheckpointSetup, JobCheckpoints
 from worker.daemon.faults import LocalFaults
 from worker.daemon.lease import LeaseKeeper
 from worker.daemon.logs import job_logger, log_stage
@@ -85,6 +86,7 @@ class JobRunner:
         progress_interval_s: float,
         work_root: Path,
         store: ArtifactStore | None = None,
+        checkpointing: CheckpointSetup | None = None,
     ) -> None:
         self._catalog = catalog
         self._queue = queue
@@ -97,6 +99,7 @@ class JobRunner:
         self._progress_interval_s = progress_interval_s
         self._work_root = work_root
         self._store = store
+        self._checkpointing = checkpointing  # None: no denoising checkpoints (settings, or no store)
 
     def begin(self, claim: Claim) -> Attempt:
         """Hold the lease (renewed from now on) and bind the job to a logger."""
@@ -115,7 +118,8 @@ class JobRunner:
         try:
             job, spec = self.validate(attempt)
             image = self._input_image(job)
-            rendered = run_pipeline(self._cache, spec, job, _AttemptHooks(attempt, self._metrics), image=image)
+            hooks = _AttemptHooks(attempt, self._metrics, spec, self._checkpointing, self._stop_now)
+            rendered = run_pipeline(self._cache, spec, job, hooks, image=image)
             # The model loaded and the device ran it: faults of either are over.
             self._faults.clear(spec.id, FaultKind.model_load, FaultKind.device)
             work_dir = Path(tempfile.mkdtemp(prefix=f"{attempt.job_id}-{attempt.claim.attempt}-", dir=self._work_root))
@@ -152,18 +156,48 @@ class JobRunner:
 
 
 class _AttemptHooks(RunHooks):
-    """A claimed attempt's side of a run: record, checkpoints, job log and worker metrics."""
+    """A claimed attempt's side of a run: record, progress checks, denoising checkpoints, job log, metrics."""
 
-    def __init__(self, attempt: Attempt, metrics: WorkerMetrics) -> None:
+    def __init__(
+        self,
+        attempt: Attempt,
+        metrics: WorkerMetrics,
+        spec: ModelSpec,
+        checkpointing: CheckpointSetup | None,
+        stop_now: threading.Event,
+    ) -> None:
         self._attempt = attempt
         self._metrics = metrics
+        self._spec = spec
+        self._checkpointing = checkpointing
+        self._stop_now = stop_now
+        self._checkpoints: JobCheckpoints | None = None
         self.log = attempt.log
 
     def stage(self, name: Stage) -> AbstractContextManager[None]:
         return stage(self._attempt, self._metrics, name)
 
     def on_step(self, done: int, total: int) -> None:
-        self._attempt.progress.on_step(done, total)
+        checkpoints = self._checkpoints
+        if checkpoints is not None and (checkpoints.stop_requested or self._stop_now.is_set()):
+            checkpoints.flush()  # the checkpoint of this step is what the next attempt resumes from
+        self._attempt.progress.on_step(done, total)  # raises JobInterrupted once the worker stops now
+        if checkpoints is not None and checkpoints.stop_requested:
+            raise JobInterrupted(f"draining: cannot finish within the grace; checkpointed at step {done} of {total}")
+
+    def checkpoints(self) -> JobCheckpoints | None:
+        if self._checkpointing is None:
+            return None
+        if self._checkpoints is None:
+            claim = self._attempt.claim
+            self._checkpoints = self._checkpointing.for_attempt(
+                claim.job_id, claim.model, self._spec.checkpoints, self._metrics, self._attempt.log
+            )
+        return self._checkpoints
+
+    def denoised(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
 
     def model_loaded(self, model_id: str, seconds: float) -> None:
         self._metrics.model_load_seconds.labels(model_id).observe(seconds)

@@ -7,8 +7,9 @@ Each pass (``Sweeper.sweep``), in its own thread so it never delays a claim:
 2. **Work dirs** under ``<data_dir>/work`` (``<job id>-<attempt>-<random>``, one per attempt being
    encoded) older than ``min_age_s`` whose attempt is no longer running: its worker was killed.
 3. **Artifact objects** (``generations/<id>/<attempt>-<claim>/<file>``, the local store's unfinished
-   ``.part`` files among them) older than ``min_age_s`` that no record will point at, and input images
-   (``generations/<id>/input/<file>``, stored by the API at create) whose record is gone.
+   ``.part`` files among them) older than ``min_age_s`` that no record will point at, input images
+   (``generations/<id>/input/<file>``, stored by the API at create) whose record is gone, and denoising
+   checkpoints (``generations/<id>/checkpoint/<file>``) of generations that ended or are gone.
 
 What is never removed, whatever its age: anything the record lists in ``artifacts``, and every
 object and work dir of the attempt a non-terminal record is at (the claim tag is not on the record, so
@@ -75,6 +76,9 @@ class _Tag:
 # The attempt of an input image's tag (``generations/<id>/input/<file>``): it belongs to every attempt, so it
 # stays as long as its record does (retries read it) and goes with it (expired, or a create never enqueued).
 _INPUT_ATTEMPT = -1
+# The attempt of a denoising checkpoint's tag: any attempt may resume from it, so it stays while the record
+# is not terminal (the worker deletes it when the generation ends; this catches what a killed one left).
+_CHECKPOINT_ATTEMPT = -2
 
 
 def _object_tag(key: str) -> _Tag | None:
@@ -85,6 +89,8 @@ def _object_tag(key: str) -> _Tag | None:
         return None
     if parts[-2] == "input":
         return _Tag("/".join(parts[:-2]), _INPUT_ATTEMPT)
+    if parts[-2] == "checkpoint":
+        return _Tag("/".join(parts[:-2]), _CHECKPOINT_ATTEMPT)
     attempt, sep, claim = parts[-2].partition("-")
     if not sep or not attempt.isdigit() or not claim:
         return None
@@ -105,6 +111,8 @@ def _keeps(record: GenerationRecord | None, tag: _Tag, key: str | None = None) -
         return False
     if tag.attempt == _INPUT_ATTEMPT:
         return True
+    if tag.attempt == _CHECKPOINT_ATTEMPT:
+        return not record.terminal
     if record.terminal:
         return key is not None and any(a.key == key for a in record.artifacts)
     if key is None and record.status is not Status.running:

@@ -94,6 +94,7 @@ class Outcome(BaseModel):
     actual_prompt: str | None = None
     prompt_extension: PromptExtension | None = None
     prompt_tokens: PromptTokens | None = None
+    resumed_from_step: int | None = None  # the attempt resumed a denoising checkpoint (pipelines.resume)
     error: ErrorInfo | None = None
 
 

@@ -109,6 +109,7 @@ def finished(record: GenerationRecord, outcome: Outcome, now: datetime | None = 
         "actual_prompt": outcome.actual_prompt or record.actual_prompt,
         "prompt_extension": outcome.prompt_extension or record.prompt_extension,
         "prompt_tokens": outcome.prompt_tokens or record.prompt_tokens,
+        "resumed_from_step": outcome.resumed_from_step,
         "error": outcome.error,
     }
     if outcome.status is Status.succeeded:

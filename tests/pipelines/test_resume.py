@@ -1,0 +1,153 @@
+"""Resume mid-denoise, exactly: for each family (Wan 2.1, Wan 2.2 two experts, LTX-2 with audio, one and two
+stages) a run that resumes from a checkpoint taken at step k gives the latents and media of the
+uninterrupted run bit for bit, while its denoisers run only the steps after k.
+
+Checkpoints go through their bytes (``to_bytes`` / ``from_bytes``) as they do through a store. The kill -9
+and SIGTERM versions, with a real worker and store, are in tests/integration/test_worker_crash.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.adapter import Adapter, Latents
+from pipelines.cache import ModelCache
+from pipelines.resume import CheckpointCorrupt, DenoiseCheckpoint
+from tests.pipelines.conftest import MakeJob
+from tests.pipelines.helpers import MemoryCheckpoints, StepLog, frames_of
+from tests.pipelines.i2v_support import fitted, i2v_job
+from worker.core.catalog import Catalog
+from worker.core.resolve import ResolvedJob
+
+
+class _Forwards:
+    """Counts the denoisers' real forwards: a hook on their output projection, which a skipped forward never
+    reaches (a hook on the transformer itself fires on every call, skipped or not)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.count = 0
+        self._handles = [
+            module.proj_out.register_forward_hook(self._seen)
+            for name in ("transformer", "transformer_2")
+            if (module := getattr(pipe, name, None)) is not None
+        ]
+
+    def _seen(self, *_: Any) -> None:
+        self.count += 1
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _tensors(latents: Latents) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in vars(latents).items() if isinstance(v, torch.Tensor)}
+
+
+def _run(
+    adapter: Adapter, job: ResolvedJob, checkpoints: MemoryCheckpoints | None, **conditioning: Any
+) -> tuple[Latents, int, StepLog]:
+    pipe = adapter.pipe  # type: ignore[attr-defined]
+    forwards = _Forwards(pipe)
+    steps = StepLog()
+    try:
+        latents = adapter.denoise(job, steps, checkpoints=checkpoints, **conditioning)  # type: ignore[call-arg]
+    finally:
+        forwards.close()
+    return latents, forwards.count, steps
+
+
+def _check_resumes(
+    adapter: Adapter, job: ResolvedJob, resume_steps: list[int], **conditioning: Any
+) -> MemoryCheckpoints:
+    """Run ``job`` once with a checkpoint after every step, then resume from each of ``resume_steps``:
+    identical latents (every tensor, the generator state included) and frames, and fewer forwards."""
+    stored = MemoryCheckpoints(every=1)
+    full, full_forwards, full_steps = _run(adapter, job, stored, **conditioning)
+    total = len(full_steps.calls)
+    assert sorted(stored.stored) == list(range(1, total + 1))
+    assert full.resumed_from_step is None
+    reference = adapter.decode(full, job)
+    reference_frames = frames_of(reference)
+    per_step = full_forwards / total
+    for k in resume_steps:
+        resume = MemoryCheckpoints(every=10**6, resume_at=k, stored=stored.stored)
+        latents, forwards, steps = _run(adapter, job, resume, **conditioning)
+        assert resume.refusals == [] and resume.resumes == [(k, total)]
+        assert latents.resumed_from_step == k
+        for name, tensor in _tensors(full).items():
+            assert torch.equal(_tensors(latents)[name], tensor), (k, name)
+        media = adapter.decode(latents, job)
+        np.testing.assert_array_equal(frames_of(media), reference_frames)
+        if reference.audio is not None:
+            assert media.audio is not None
+            np.testing.assert_array_equal(media.audio.samples, reference.audio.samples)
+        assert forwards == per_step * (total - k), (k, forwards, full_forwards)
+        assert steps.calls == [(i, total) for i in range(1, total + 1)]  # progress still counts every step
+    return stored
+
+
+def test_wan21_resumes_exactly(model_cache: ModelCache, catalog: Catalog, make_job: MakeJob) -> None:
+    adapter = model_cache.get(catalog.models["tiny-wan"])
+    job = make_job("tiny-wan", ratio="1:1", duration_seconds=1).model_copy(update={"steps": 6})
+    assert job.guidance_scale > 1.0  # CFG on: two forwards a step, both skipped while replaying
+    _check_resumes(adapter, job, [1, 3, 5, 6])
+
+
+def test_wan22_two_experts_resume_on_either_side_of_the_switch(model_cache: ModelCache, catalog: Catalog) -> None:
+    adapter = model_cache.get(catalog.models["tiny-wan-i2v-a14b"])
+    job = i2v_job(catalog, "tiny-wan-i2v-a14b", variant="standard").model_copy(update={"steps": 6})
+    stored = _check_resumes(adapter, job, [1, 2, 4], image=fitted(job, 3))
+    experts = {k: DenoiseCheckpoint.from_bytes(stored.stored[k]).expert for k in (1, 2, 4)}
+    # Resumed on the high-noise expert and on the low-noise one (boundary 0.9 with shift 5.0 switches early).
+    assert experts[1] == "transformer" and experts[4] == "transformer_2", experts
+
+
+@pytest.mark.parametrize("model", ["tiny-ltx2", "tiny-ltx2-two-stage"])
+def test_ltx2_with_audio_resumes_exactly(
+    model: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob
+) -> None:
+    adapter = model_cache.get(catalog.models[model])
+    job = make_job(model, audio=True)
+    total = job.steps + (len(catalog.models[model].two_stage.refine_sigmas) if catalog.models[model].two_stage else 0)
+    # One stage: early and last step. Two stages: in stage 1, at its end, and in stage 2 (stage 1 skipped).
+    steps = [1, total] if total == job.steps else [1, job.steps, job.steps + 1, total]
+    stored = _check_resumes(adapter, job, steps)
+    if total != job.steps:
+        assert set(DenoiseCheckpoint.from_bytes(stored.stored[total]).carried) == {"stage1_video", "stage1_audio"}
+
+
+def test_a_checkpoint_of_another_recipe_is_refused_and_the_job_starts_over(
+    model_cache: ModelCache, catalog: Catalog, make_job: MakeJob
+) -> None:
+    adapter = model_cache.get(catalog.models["tiny-wan"])
+    job = make_job("tiny-wan", ratio="1:1", duration_seconds=1)
+    stored = MemoryCheckpoints(every=1)
+    _, full_forwards, _ = _run(adapter, job, stored)
+    other_seed = job.model_copy(update={"seed": job.seed + 1})
+    other_catalog = adapter.spec.model_copy(update={"negative_prompt": "another catalog version"})
+    for changed_job, spec in ((other_seed, adapter.spec), (job, other_catalog)):
+        original, adapter.spec = adapter.spec, spec  # type: ignore[misc]
+        try:
+            resume = MemoryCheckpoints(every=10**6, resume_at=2, stored=stored.stored)
+            latents, forwards, _ = _run(adapter, changed_job, resume)
+            fresh, _, _ = _run(adapter, changed_job, None)
+        finally:
+            adapter.spec = original  # type: ignore[misc]
+        assert resume.refusals == ["fingerprint"] and resume.resumes == []
+        assert latents.resumed_from_step is None and forwards == full_forwards  # started over: every step ran
+        assert torch.equal(latents.video, fresh.video)  # type: ignore[attr-defined]  # and correctly
+
+
+def test_corrupt_checkpoints_do_not_parse() -> None:
+    good = DenoiseCheckpoint(
+        fingerprint="f", step=1, total=2, samples=[torch.zeros(2)], schedulers=[{"_step_index": 1}]
+    ).to_bytes()
+    assert DenoiseCheckpoint.from_bytes(good).step == 1
+    for bad in (b"", b"not a checkpoint", good[:-10], good[:12] + b"\x00" * 40):
+        with pytest.raises(CheckpointCorrupt):
+            DenoiseCheckpoint.from_bytes(bad)

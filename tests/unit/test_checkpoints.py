@@ -1,0 +1,130 @@
+"""The worker's side of denoising checkpoints (``worker.daemon.checkpoints``) on a real local store: cadence,
+the drain decision, the writer thread, refusals and deletion. The adapters' side (exact resume) is in
+tests/pipelines/test_resume.py; the whole path with real workers in tests/integration/test_worker_crash.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from pipelines.resume import DenoiseCheckpoint
+from worker.core.catalog import CheckpointPolicy
+from worker.daemon.checkpoints import DrainClock, JobCheckpoints, checkpoint_key, delete_checkpoint
+from worker.daemon.logs import job_logger
+from worker.daemon.metrics import WorkerMetrics
+from worker.stores.local import LocalStore
+
+JOB = "gen_checkpoints"
+
+
+class _Drain:
+    def __init__(self) -> None:
+        self.draining = threading.Event()
+        self.stop_now = threading.Event()
+        self.deadline: float | None = None
+
+    def clock(self) -> DrainClock:
+        return DrainClock(self.draining, self.stop_now, lambda: self.deadline)
+
+
+def _checkpoints(
+    tmp_path: Path, policy: CheckpointPolicy, drain: _Drain, metrics: WorkerMetrics
+) -> tuple[JobCheckpoints, LocalStore]:
+    store = LocalStore(tmp_path / "artifacts", b"0123456789abcdef0123", "http://127.0.0.1:1", 60)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    log = job_logger(JOB, "tiny-wan", 1)
+    checkpoints = JobCheckpoints(
+        store,
+        JOB,
+        "tiny-wan",
+        policy,
+        metrics=metrics,
+        log=log,
+        drain=drain.clock(),
+        finish_margin_s=1.0,
+        work_root=tmp_path / "work",
+    )
+    return checkpoints, store
+
+
+def _checkpoint(step: int) -> DenoiseCheckpoint:
+    return DenoiseCheckpoint(
+        fingerprint="f",
+        step=step,
+        total=10,
+        samples=[torch.full((4,), float(step))],
+        schedulers=[{"_step_index": step}],
+    )
+
+
+def _value(metrics: WorkerMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_cadence_by_steps_and_the_latest_checkpoint_wins(tmp_path: Path) -> None:
+    metrics = WorkerMetrics()
+    checkpoints, store = _checkpoints(tmp_path, CheckpointPolicy(every_steps=3, every_s=None), _Drain(), metrics)
+    assert checkpoints.load() is None  # nothing stored yet: a fresh start, not a refusal
+    due = []
+    for step in range(1, 10):
+        if checkpoints.due(step, 10):
+            due.append(step)
+            checkpoints.save(_checkpoint(step))
+    assert due == [3, 6, 9]
+    checkpoints.close()  # waits for the writer
+    stored = checkpoints.load()
+    assert stored is not None and stored.step == 9 and torch.equal(stored.samples[0], torch.full((4,), 9.0))
+    assert _value(metrics, "genworker_checkpoints_total", model="tiny-wan") >= 1
+    assert _value(metrics, "genworker_checkpoint_bytes_total", model="tiny-wan") > 0
+    assert not checkpoints.stop_requested
+    delete_checkpoint(store, JOB, job_logger(JOB, "tiny-wan", 1))
+    assert not store.exists(checkpoint_key(JOB))
+
+
+def test_cadence_by_time(tmp_path: Path) -> None:
+    checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=0.2), _Drain(), WorkerMetrics())
+    assert not checkpoints.due(1, 10)
+    time.sleep(0.25)
+    assert checkpoints.due(2, 10)
+    checkpoints.save(_checkpoint(2))
+    assert not checkpoints.due(3, 10)  # the clock restarts at each save
+    checkpoints.close()
+
+
+def test_a_drain_stops_a_job_that_cannot_finish_in_the_grace_and_not_one_that_can(tmp_path: Path) -> None:
+    drain = _Drain()
+    checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=3600), drain, WorkerMetrics())
+    checkpoints.due(1, 100)
+    time.sleep(0.02)
+    assert not checkpoints.due(2, 100)  # ~20 ms a step; no drain: nothing due
+    drain.draining.set()
+    drain.deadline = time.monotonic() + 60.0  # 98 steps x ~20 ms + 1 s margin fits 60 s
+    assert not checkpoints.due(3, 100) and not checkpoints.stop_requested
+    drain.deadline = time.monotonic() + 1.5  # ~2 s + 1 s margin does not fit 1.5 s: checkpoint now and stop
+    assert checkpoints.due(4, 100) and checkpoints.stop_requested
+    checkpoints.close()
+
+
+def test_stop_now_checkpoints_the_step_in_flight(tmp_path: Path) -> None:
+    drain = _Drain()
+    checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=3600), drain, WorkerMetrics())
+    assert not checkpoints.due(1, 10)
+    drain.stop_now.set()
+    assert checkpoints.due(2, 10)
+    checkpoints.close()
+
+
+def test_a_corrupt_checkpoint_is_refused_and_counted(tmp_path: Path) -> None:
+    metrics = WorkerMetrics()
+    checkpoints, store = _checkpoints(tmp_path, CheckpointPolicy(), _Drain(), metrics)
+    planted = tmp_path / "planted"
+    planted.write_bytes(b"GWDENOISE1\nnot zlib at all")
+    store.put_file(checkpoint_key(JOB), planted, content_type="application/octet-stream")
+    assert checkpoints.load() is None
+    assert _value(metrics, "genworker_checkpoints_refused_total", model="tiny-wan", reason="corrupt") == 1
+    checkpoints.refused("fingerprint")
+    assert _value(metrics, "genworker_checkpoints_refused_total", model="tiny-wan", reason="fingerprint") == 1
