@@ -223,7 +223,7 @@ class LTX2TextToVideo:
             on_step,
             total=sum(stage.steps for stage in stages),
             checkpoints=checkpoints,
-            fingerprint=job_fingerprint(
+            fingerprint=lambda: job_fingerprint(
                 self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
             ),
             generator=generator,

@@ -46,6 +46,7 @@ __all__ = [
     "SkipOutput",
     "fingerprint",
     "job_fingerprint",
+    "weights_signature",
 ]
 
 log = logging.getLogger("genworker.pipelines.resume")
@@ -173,9 +174,10 @@ def job_fingerprint(
     spec: Any, job: Any, pipe: Any, *, profile: Any, device: str, scheduler: Any = None, **extra: Any
 ) -> str:
     """The fingerprint of one job on one pipeline: the model's whole catalog entry (recipes, weights and
-    their revision: a catalog change refuses older checkpoints), the resolved job (prompt as used, seed,
-    size, steps, guidance, input image digest), the pipeline and scheduler classes and configuration, the
-    runtime profile (dtypes, attention backend), the device type, and the torch and diffusers versions.
+    their revision: a catalog change refuses older checkpoints), the weights as loaded
+    (``weights_signature``), the resolved job (prompt as used, seed, size, steps, guidance, input image
+    digest), the pipeline and scheduler classes and configuration, the runtime profile (dtypes, attention
+    backend), the device type, and the torch and diffusers versions.
     ``scheduler``: the one the job starts from when it is not ``pipe.scheduler`` (an adapter that swaps
     schedulers between stages names its base one, so the fingerprint does not depend on the last job)."""
     import diffusers
@@ -192,15 +194,36 @@ def job_fingerprint(
         device=torch.device(device).type,
         torch=torch.__version__,
         diffusers=diffusers.__version__,
+        weights=weights_signature(pipe),
         **extra,
     )
+
+
+def weights_signature(pipe: Any, *, per_end: int = 4, values: int = 1024) -> str:
+    """A digest of the denoisers' weights as loaded: the first ``values`` numbers of their first and last
+    ``per_end`` parameters (names, shapes, dtypes and values). Cheap at any model size, and it tells a
+    re-uploaded or differently quantized checkpoint behind the same hub id or path from the one a
+    checkpoint was taken with, where the catalog's weights id and revision alone would not."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in ("transformer", "transformer_2"):
+        module = getattr(pipe, name, None)
+        if module is None:
+            continue
+        params = list(module.named_parameters())
+        for param_name, param in params[:per_end] + params[-per_end:]:
+            digest.update(f"{name}.{param_name}:{tuple(param.shape)}:{param.dtype}".encode())
+            if not param.is_meta:  # sequential offload keeps weights off the module: shapes only then
+                digest.update(param.detach().flatten()[:values].to("cpu", torch.float32).numpy().tobytes())
+    return digest.hexdigest()
 
 
 class DenoiseSession:
     """One job's denoising, across its pipeline calls (stages): step counting, checkpoints and resume.
 
     Use: ``callback`` as every call's ``callback_on_step_end``, each call inside ``running(pipe)``. Without
-    ``checkpoints`` it only reports steps.
+    ``checkpoints`` it only reports steps. ``fingerprint`` computes ``job_fingerprint`` for this job.
     """
 
     def __init__(
@@ -209,7 +232,7 @@ class DenoiseSession:
         *,
         total: int,
         checkpoints: Checkpoints | None = None,
-        fingerprint: str = "",
+        fingerprint: Callable[[], str] = lambda: "",
         generator: torch.Generator | None = None,
         skip_output: SkipOutput | None = None,
         expert: Callable[[Any, Any], str | None] | None = None,
@@ -218,7 +241,8 @@ class DenoiseSession:
         self.total = total
         self.done = 0
         self._checkpoints = checkpoints
-        self._fingerprint = fingerprint
+        # Computed only with checkpoints (it reads a few weights back from the device).
+        self._fingerprint = fingerprint() if checkpoints is not None else ""
         self._generator = generator
         self._skip_output = skip_output
         self._expert = expert

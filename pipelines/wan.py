@@ -169,7 +169,7 @@ class WanTextToVideo:
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
             generator=generator,
             skip_output=skipped_wan_output,
             expert=wan_expert,

@@ -121,7 +121,7 @@ def test_ltx2_with_audio_resumes_exactly(
         assert set(DenoiseCheckpoint.from_bytes(stored.stored[total]).carried) == {"stage1_video", "stage1_audio"}
 
 
-def test_a_checkpoint_of_another_recipe_is_refused_and_the_job_starts_over(
+def test_a_checkpoint_of_another_job_catalog_entry_or_weights_is_refused_and_the_job_starts_over(
     model_cache: ModelCache, catalog: Catalog, make_job: MakeJob
 ) -> None:
     adapter = model_cache.get(catalog.models["tiny-wan"])
@@ -130,14 +130,24 @@ def test_a_checkpoint_of_another_recipe_is_refused_and_the_job_starts_over(
     _, full_forwards, _ = _run(adapter, job, stored)
     other_seed = job.model_copy(update={"seed": job.seed + 1})
     other_catalog = adapter.spec.model_copy(update={"negative_prompt": "another catalog version"})
-    for changed_job, spec in ((other_seed, adapter.spec), (job, other_catalog)):
+    first_weight = next(adapter.pipe.transformer.parameters())  # type: ignore[attr-defined]
+    for changed_job, spec, nudge in (
+        (other_seed, adapter.spec, 0.0),
+        (job, other_catalog, 0.0),
+        (job, adapter.spec, 1e-3),
+    ):
         original, adapter.spec = adapter.spec, spec  # type: ignore[misc]
+        saved = first_weight.detach().view(-1)[0].clone()
+        with torch.no_grad():
+            first_weight.view(-1)[0] += nudge  # other weights behind the same catalog entry
         try:
             resume = MemoryCheckpoints(every=10**6, resume_at=2, stored=stored.stored)
             latents, forwards, _ = _run(adapter, changed_job, resume)
             fresh, _, _ = _run(adapter, changed_job, None)
         finally:
             adapter.spec = original  # type: ignore[misc]
+            with torch.no_grad():
+                first_weight.view(-1)[0] = saved  # exactly as loaded: the model is the session's
         assert resume.refusals == ["fingerprint"] and resume.resumes == []
         assert latents.resumed_from_step is None and forwards == full_forwards  # started over: every step ran
         assert torch.equal(latents.video, fresh.video)  # type: ignore[attr-defined]  # and correctly
