@@ -8,7 +8,8 @@ An ``image_to_video`` job also hands ``denoise`` its input image (``image=``, a 
 from the artifact store, checked against its sha256 and fitted to the generation size); text-only
 adapters never receive the keyword.
 
-A ``resumable`` adapter (class attribute, true for Wan and LTX-2) also takes ``checkpoints=``
+A ``resumable`` adapter (attribute: Wan, LTX-2, and the generic adapter on a pipeline with a step callback)
+also takes ``checkpoints=``
 (``pipelines.resume.Checkpoints``): it checkpoints its denoising loop through it and resumes from the
 stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on what it returns.
 

@@ -13,7 +13,8 @@ diffusion loop to latents) and ``decode`` (the VAE, as the catalog says). Facts 
   call, because pipelines round other values silently;
 - progress and cancel: through ``callback_on_step_end`` when the pipeline takes it, else by wrapping its
   scheduler's ``step`` for the call (HunyuanVideo 1.5 has no step callback); either way ``on_step`` runs after
-  every step and whatever it raises leaves the loop at once;
+  every step and whatever it raises leaves the loop at once; with the callback the job is also resumable
+  from denoising checkpoints (``pipelines.resume``), without it not;
 - the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (``shift`` or ``flow_shift``).
 """
 
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pipelines.adapter import Latents
 from pipelines.prompt_extend import PromptExtendError
 from pipelines.registry import ModelLoadError, hub_revision, resolve_weights
+from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
     apply_profile,
     check_image,
@@ -39,7 +41,6 @@ from pipelines.runtime import (
     pipeline_options,
     quiet_progress_bars,
     runtime_profile,
-    step_reporter,
     synchronize,
 )
 from worker.core.catalog import FAMILY_OPTIONS
@@ -95,6 +96,9 @@ class DiffusersTextToVideo:
         self.device = device
         self.allowed = frozenset(self.generic.options)
         self._call_keywords = frozenset(inspect.signature(type(pipe).__call__).parameters)
+        # Resumable (``checkpoints=``, ``pipelines.resume``) when the pipeline has a step callback to hang the
+        # session on; the denoisers' output shape is learned by one real forward on a resume.
+        self.resumable = "callback_on_step_end" in self._call_keywords
         self._base_scheduler_config = dict(pipe.scheduler.config)
         self._shift: float | None = None
         self._guiders: dict[float, Any] = {}
@@ -115,7 +119,14 @@ class DiffusersTextToVideo:
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> DiffusersLatents:
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> DiffusersLatents:
         import torch
 
         pipe = self._pipe()
@@ -126,12 +137,27 @@ class DiffusersTextToVideo:
         # 2. The variant's scheduler shift and guidance.
         self._set_shift(job.flow_shift)
         call = self._job_arguments(job)
-        # 3. Denoise to latents; progress after every step, and whatever on_step raises stops the loop.
+        # 3. Denoise to latents; progress after every step, and whatever on_step raises stops the loop. With a
+        # step callback the session also checkpoints and resumes (``pipelines.resume``).
         generator = torch.Generator(self.device).manual_seed(job.seed)
-        with self._progress(pipe, on_step, job.steps) as progress, torch.no_grad():
-            latents = pipe(**call, generator=generator, output_type="latent", **progress, **kwargs).frames
+        if not self.resumable:
+            with self._progress(pipe, on_step, job.steps), torch.no_grad():
+                latents = pipe(**call, generator=generator, output_type="latent", **kwargs).frames
+            synchronize(self.device)
+            return DiffusersLatents(latents)
+        session = DenoiseSession(
+            on_step,
+            total=job.steps,
+            checkpoints=checkpoints,
+            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            generator=generator,
+        )
+        with session.running(pipe, denoisers=self.generic.denoisers), torch.no_grad():
+            latents = pipe(
+                **call, generator=generator, output_type="latent", callback_on_step_end=session.callback, **kwargs
+            ).frames
         synchronize(self.device)
-        return DiffusersLatents(latents)
+        return DiffusersLatents(latents, resumed_from_step=session.resume_step or None)
 
     def _job_arguments(self, job: ResolvedJob) -> dict[str, Any]:
         """The call's job-driven keywords under the pipeline's names (guidance on the guider when it has one)."""
@@ -170,12 +196,9 @@ class DiffusersTextToVideo:
         check_job_shape(self.spec.id, job, spatial=spatial * patch, temporal=temporal)
 
     @contextlib.contextmanager
-    def _progress(self, pipe: Any, on_step: StepCallback, steps: int) -> Iterator[dict[str, Any]]:
-        """The call's progress keywords: ``callback_on_step_end`` if the pipeline takes it, else none while its
-        scheduler's ``step`` reports each step (the wrapper lives on the instance for this call only)."""
-        if "callback_on_step_end" in self._call_keywords:
-            yield {"callback_on_step_end": step_reporter(on_step)}
-            return
+    def _progress(self, pipe: Any, on_step: StepCallback, steps: int) -> Iterator[None]:
+        """Progress for a pipeline without a step callback: its scheduler's ``step`` reports each step (the
+        wrapper lives on the instance for this call only)."""
         scheduler = pipe.scheduler
         original = scheduler.step
         done = 0
@@ -189,7 +212,7 @@ class DiffusersTextToVideo:
 
         scheduler.step = step
         try:
-            yield {}
+            yield
         finally:
             del scheduler.step
 

@@ -72,8 +72,9 @@ class UnsupportedState(TypeError):
 class DenoiseCheckpoint:
     """What the loop needs to continue after ``step`` of ``total`` steps (1-based, across all stages).
 
-    ``samples[i]``/``schedulers[i]``: the ``i``-th scheduler ``step`` call of that step (its returned
-    sample and the scheduler's state after it); ``generator``: the seeded generator's state after the step;
+    ``samples[i]``/``schedulers[i]``: the ``i``-th scheduler ``step`` call of that step (everything it
+    returned, in order: the sample, and e.g. the predicted clean sample a DPM solver's caller carries to
+    the next step; and the scheduler's state after it); ``generator``: the seeded generator's state after the step;
     ``carried``: tensors an adapter keeps across stages (LTX-2's stage-1 output); ``expert``: which expert
     ran the step (Wan 2.2), checked again on resume.
     """
@@ -81,7 +82,7 @@ class DenoiseCheckpoint:
     fingerprint: str
     step: int
     total: int
-    samples: list[torch.Tensor]
+    samples: list[list[torch.Tensor | None]]
     schedulers: list[dict[str, Any]]
     generator: torch.Tensor | None = None
     carried: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -127,7 +128,7 @@ class DenoiseCheckpoint:
                 fingerprint=str(payload["fingerprint"]),
                 step=int(payload["step"]),
                 total=int(payload["total"]),
-                samples=list(payload["samples"]),
+                samples=[list(outputs) for outputs in payload["samples"]],
                 schedulers=list(payload["schedulers"]),
                 generator=payload["generator"],
                 carried=dict(payload["carried"]),
@@ -262,8 +263,6 @@ class DenoiseSession:
             reason = "fingerprint"  # another recipe, catalog entry, prompt, seed, library version...
         elif checkpoint.total != self.total:
             reason = "steps"
-        elif self._skip_output is None:
-            reason = "not_resumable"
         if reason is not None:
             self._checkpoints.refused(reason)
             return None
@@ -326,16 +325,24 @@ class DenoiseSession:
                 undo()
 
     def _skip_while_replaying(self, module: Any) -> Callable[[], None]:
-        """Wrap ``module.forward``: zeros shaped like its output while replaying, the real forward after."""
+        """Wrap ``module.forward``: zeros shaped like its output while replaying, the real forward after.
+
+        Without a ``skip_output`` the first replayed call of each input shape runs the real forward once to
+        learn the output's structure (one step's compute, for a family that did not spell its shape out)."""
         had_own = "forward" in module.__dict__
         previous = module.forward
         skip_output = self._skip_output
-        assert skip_output is not None
+        learned: dict[tuple[Any, ...], Any] = {}
 
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if self.replaying:
+            if not self.replaying:
+                return previous(*args, **kwargs)
+            if skip_output is not None:
                 return skip_output(module, args, kwargs)
-            return previous(*args, **kwargs)
+            key = _shapes(args, kwargs)
+            if key not in learned:
+                learned[key] = previous(*args, **kwargs)
+            return _zeros_like(learned[key])
 
         module.forward = forward
 
@@ -348,20 +355,25 @@ class DenoiseSession:
         return undo
 
     def _after_step(self, scheduler: Any, result: Any) -> Any:
-        """After a scheduler ``step``: restore the checkpoint at the resume step, else remember the sample."""
+        """After a scheduler ``step``: restore the checkpoint at the resume step, else remember its outputs."""
         index = len(self._calls)
-        sample = result[0] if isinstance(result, tuple) else result.prev_sample
+        outputs = list(result) if isinstance(result, tuple) else list(result.values())
         checkpoint = self.resume_from
         if checkpoint is not None and self.done + 1 == checkpoint.step:
-            if index >= len(checkpoint.samples):
-                raise RuntimeError(f"the checkpoint has {len(checkpoint.samples)} samples per step; this loop more")
+            if index >= len(checkpoint.samples) or len(checkpoint.samples[index]) != len(outputs):
+                raise RuntimeError(f"step {self.done + 1}: this loop's scheduler steps do not match the checkpoint's")
+            sample = outputs[0]
             _restore_state(scheduler, checkpoint.schedulers[index], device=sample.device)
-            sample = checkpoint.samples[index].to(sample.device, sample.dtype)
+            outputs = [
+                saved.to(now.device, now.dtype) if saved is not None and now is not None else now
+                for saved, now in zip(checkpoint.samples[index], outputs, strict=True)
+            ]
             if isinstance(result, tuple):
-                result = (sample, *result[1:])
+                result = tuple(outputs)
             else:
-                result.prev_sample = sample
-        self._calls.append((scheduler, sample))
+                for key, value in zip(list(result.keys()), outputs, strict=True):
+                    result[key] = value
+        self._calls.append((scheduler, outputs))
         return result
 
     def callback(self, pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
@@ -395,7 +407,7 @@ class DenoiseSession:
                 fingerprint=self._fingerprint,
                 step=self.done,
                 total=self.total,
-                samples=[_detached(sample) for _, sample in calls],
+                samples=[[_detached(t) if _is_tensor(t) else None for t in outputs] for _, outputs in calls],
                 schedulers=[_scheduler_state(scheduler) for scheduler, _ in calls],
                 generator=self._generator.get_state() if self._generator is not None else None,
                 carried=dict(self._carried),
@@ -409,6 +421,31 @@ class DenoiseSession:
 
 
 # ---------------------------------------------------------------------------------------- state copies
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The input tensors' shapes, as the key of an output structure learned once per shape."""
+    named = [*enumerate(args), *sorted(kwargs.items())]
+    return tuple((name, tuple(v.shape)) for name, v in named if _is_tensor(v))
+
+
+def _zeros_like(value: Any) -> Any:
+    """Fresh zeros in ``value``'s structure (tensors, tuples and lists of them, diffusers' output classes)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return torch.zeros_like(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_zeros_like(v) for v in value)
+    if isinstance(value, dict):  # BaseOutput is an OrderedDict dataclass
+        return type(value)(**{k: _zeros_like(v) for k, v in value.items()})
+    return value
 
 
 def _detached(tensor: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,7 @@ def _checkpoint(step: int) -> DenoiseCheckpoint:
         fingerprint="f",
         step=step,
         total=10,
-        samples=[torch.full((4,), float(step))],
+        samples=[[torch.full((4,), float(step))]],
         schedulers=[{"_step_index": step}],
     )
 
@@ -77,7 +77,7 @@ def test_cadence_by_steps_and_the_latest_checkpoint_wins(tmp_path: Path) -> None
     assert due == [3, 6, 9]
     checkpoints.close()  # waits for the writer
     stored = checkpoints.load()
-    assert stored is not None and stored.step == 9 and torch.equal(stored.samples[0], torch.full((4,), 9.0))
+    assert stored is not None and stored.step == 9 and torch.equal(stored.samples[0][0], torch.full((4,), 9.0))
     assert _value(metrics, "genworker_checkpoints_total", model="tiny-wan") >= 1
     assert _value(metrics, "genworker_checkpoint_bytes_total", model="tiny-wan") > 0
     assert not checkpoints.stop_requested

@@ -96,7 +96,7 @@ def run_pipeline(
     started = time.perf_counter()
     with hooks.stage(Stage.denoising):
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
-        if getattr(type(adapter), "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
+        if getattr(adapter, "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
         try:
             latents: Latents = run.with_oom_retry(
