@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-browser up lint format bench bench-quick soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv deps test test-browser up lint format bench bench-quick bench-resume soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -94,6 +94,12 @@ bench: venv deps
 bench-quick: venv deps
 	@$(WRK_CHECK)
 	$(PY) scripts/bench.py --quick
+
+# Denoising checkpoints (issue 20): cost per checkpoint vs a step, real-model sizes, and steps redone after
+# a kill -9 with and without resume (docs/benchmarks.md, "resume").
+bench-resume: venv deps
+	@mkdir -p var/bench
+	$(PY) scripts/bench_resume.py --crashes 5 --out var/bench/resume.json
 
 # The fault soak (docs/reliability.md): 3 workers + 2 APIs on Redis Sentinel and SeaweedFS, a worker
 # kill -9, a Redis stall, a failover or a store restart every 15 s; exits 1 unless nothing was lost,
