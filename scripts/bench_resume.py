@@ -259,8 +259,11 @@ def _crash_loss(crashes: int, *, resume: bool, work: Path, seed: int) -> dict[st
             record = make_record(catalog, "slow-wan", variant="long")
             queue.enqueue(record)
             kill_at = rng.randint(6, 34)
-            prompt = record.input.prompt
-            wait_for(queue, record.id, lambda _, p=prompt, k=kill_at: _steps_done(step_log, p) >= k, timeout_s=120)
+
+            def reached(_: Any, prompt: str = record.input.prompt, step: int = kill_at) -> bool:
+                return _steps_done(step_log, prompt) >= step
+
+            wait_for(queue, record.id, reached, timeout_s=120)
             worker.signal(signal.SIGKILL)
             worker.wait_exit()
             killed_at = _steps_done(step_log, record.input.prompt)
