@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-browser up lint format bench bench-quick bench-resume soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-resume soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -49,6 +49,10 @@ test: venv deps
 # The playground in a real Chromium alone (make test runs it too); screenshots in var/test-artifacts/browser.
 test-browser: venv deps
 	$(PY) -m pytest tests/browser
+
+# Longer runs kept out of make test (tests/long): kill -9 mid-denoise for LTX-2 with audio and Wan 2.2.
+test-long: venv deps
+	GENWORKER_LONG_TESTS=1 $(PY) -m pytest tests/long
 
 # On a machine with a CUDA GPU: the real architectures at reduced depth in bf16, peak memory and s/step
 # against the memory plan (docs/gpu.md). GPU_SMOKE_ARGS="--weights /weights" adds one real clip per model.

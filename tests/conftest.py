@@ -14,3 +14,7 @@ pytest_plugins = [
     "tests.fixtures.seaweed",
     "tests.fixtures.tiny_models",
 ]
+
+# tests/long: runs of a minute or more that `make test` leaves to `make test-long` (CI stays under 20 minutes);
+# the short versions of what they show are in make test (see each module's docstring).
+collect_ignore_glob = [] if os.environ.get("GENWORKER_LONG_TESTS") == "1" else ["long/*"]

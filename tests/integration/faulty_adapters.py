@@ -23,12 +23,14 @@ import torch
 
 from pipelines.adapter import Latents
 from pipelines.config import ModelRuntimeSettings
+from pipelines.ltx2 import LTX2TextToVideo
 from pipelines.wan import WanTextToVideo
+from pipelines.wan_i2v import WanImageToVideo
 from worker.core.catalog import ModelSpec
 from worker.core.media import Media, StepCallback
 from worker.core.resolve import ResolvedJob
 
-__all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowWan"]
+__all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowLtx2", "SlowWan", "SlowWanI2V"]
 
 
 class _WrappedWan:
@@ -40,9 +42,11 @@ class _WrappedWan:
         self.spec = spec
         self.inner = inner
 
+    inner_class: ClassVar[Any] = WanTextToVideo
+
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> _WrappedWan:
-        return cls(spec, WanTextToVideo.load(spec, runtime, device=device, dtype=dtype))
+        return cls(spec, cls.inner_class.load(spec, runtime, device=device, dtype=dtype))
 
     def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
         return str(self.inner.extend_prompt(prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed))
@@ -124,6 +128,40 @@ class SlowWan(_WrappedWan):
             return super().denoise(job, step, **kwargs)
         finally:
             hook.remove()
+
+
+class _SlowForwards(_WrappedWan):
+    """Another real adapter (``inner_class``) with ``pause_s`` of sleep per real transformer forward (hooks on
+    each expert's output projection: steps a resume replays stay fast). Resumable like the adapter it wraps."""
+
+    resumable: ClassVar[bool] = True
+    pause_s: ClassVar[float] = 0.1
+
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, **kwargs: Any) -> Latents:
+        pipe = self.inner.pipe
+        hooks = [
+            module.proj_out.register_forward_hook(lambda *_: time.sleep(self.pause_s))
+            for name in ("transformer", "transformer_2")
+            if (module := getattr(pipe, name, None)) is not None
+        ]
+        try:
+            return super().denoise(job, on_step, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+
+class SlowLtx2(_SlowForwards):
+    """Tiny LTX-2 (video and audio) with slow steps."""
+
+    options: ClassVar[frozenset[str]] = LTX2TextToVideo.options
+    inner_class: ClassVar[Any] = LTX2TextToVideo
+
+
+class SlowWanI2V(_SlowForwards):
+    """Tiny Wan image-to-video (Wan 2.2 A14B: two experts) with slow steps."""
+
+    inner_class: ClassVar[Any] = WanImageToVideo
 
 
 class HangingWan(_WrappedWan):
