@@ -209,6 +209,13 @@ def test_heartbeat_logs_and_metrics_add_up(stack: dict[str, Any]) -> None:
         for m in {r.model for r in records if r}
     )
     assert decodes >= succeeded  # every succeeded job decoded (a failed one may have decoded too)
+    # Every succeeded job of a diffusers adapter (the test-only wrappers expose no pipeline): its denoising
+    # FLOPs counted and its TFLOP/s observed; no MFU on a CPU.
+    tiny = [r for r in records if r and r.status is Status.succeeded and r.model.startswith("tiny-")]
+    models = {r.model for r in tiny}
+    assert tiny and sum(worker.metric("genworker_denoise_tflops_count", model=m) for m in models) == len(tiny)
+    assert all(worker.metric("genworker_denoise_flops_total", model=m) > 0 for m in models)
+    assert worker.metric("genworker_denoise_mfu_count") == 0
     assert worker.metric("genworker_model_load_seconds_count", model="tiny-wan") >= 1
     assert worker.metric("genworker_queue_depth", model="tiny-wan") == 0
     assert worker.get("/healthz")[0] == 200 and worker.get("/readyz")[0] == 200

@@ -110,6 +110,24 @@ class WorkerMetrics:
             ["model"],
             registry=r,
         )
+        # Denoising throughput per succeeded job (pipelines.flops: the denoisers' FLOPs counted on meta copies).
+        self.denoise_flops = Counter(
+            "genworker_denoise_flops", "FLOPs of the denoising of succeeded jobs.", ["model"], registry=r
+        )
+        self.denoise_tflops = Histogram(
+            "genworker_denoise_tflops",
+            "Achieved TFLOP/s of one job's denoising stage.",
+            ["model"],
+            buckets=(0.01, 0.1, 1, 10, 50, 100, 200, 300, 400, 500, 600, 700, 800, 1000, 1500, 2000),
+            registry=r,
+        )
+        self.denoise_mfu = Histogram(
+            "genworker_denoise_mfu",
+            "Model FLOPs utilization of one job's denoising (achieved / the GPU's dense bf16 peak); GPUs we know.",
+            ["model"],
+            buckets=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 1.0),
+            registry=r,
+        )
         self._fault_series: set[tuple[str, str]] = set()
         self._ready_lock = threading.Lock()  # readiness and faults are set from different threads
         self.healthy = Gauge("genworker_healthy", "0 once the worker needs a restart.", registry=r)

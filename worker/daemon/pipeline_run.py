@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipelines.flops import DenoiseFlops
 from worker.core.contract import PromptExtension, PromptTokens, Stage
 from worker.core.errors import is_out_of_memory
 
@@ -77,6 +78,9 @@ class Rendered:
     gpu_seconds: float  # denoise and decode, retries included
     prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
     resumed_from_step: int | None = None  # the denoising continued from a checkpoint taken after this step
+    denoise_seconds: float = 0.0  # the denoising stage (retries included)
+    flops: DenoiseFlops | None = None  # the denoisers' calls, counted after the job (``pipelines.flops``)
+    device: str = "cpu"  # where the model ran (the peak MFU is taken against)
 
 
 def run_pipeline(
@@ -94,20 +98,34 @@ def run_pipeline(
     job, extension = run.extend_prompt(adapter, job)
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
+    pipe = getattr(adapter, "pipe", None)  # diffusers adapters: their denoisers' FLOPs are counted
+    flops = DenoiseFlops() if pipe is not None else None
     with hooks.stage(Stage.denoising):
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
         if getattr(adapter, "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
         try:
-            latents: Latents = run.with_oom_retry(
-                Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
-            )
+            with flops.recording(pipe) if flops is not None else nullcontext():
+                latents: Latents = run.with_oom_retry(
+                    Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
+                )
         finally:
             hooks.denoised()
+    denoise_seconds = time.perf_counter() - started
     with hooks.stage(Stage.decoding):
         # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
         media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
-    return Rendered(job, media, extension, time.perf_counter() - started, tokens, latents.resumed_from_step)
+    return Rendered(
+        job,
+        media,
+        extension,
+        time.perf_counter() - started,
+        tokens,
+        latents.resumed_from_step,
+        denoise_seconds=denoise_seconds,
+        flops=flops,
+        device=str(getattr(adapter, "device", "cpu")),
+    )
 
 
 def _prompt_tokens(adapter: Adapter, job: ResolvedJob, hooks: RunHooks) -> PromptTokens | None:

@@ -18,11 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.flops import achieved
 from worker.core.catalog import Catalog
 from worker.core.contract import Artifact, Money, Stage, Status, Usage
 from worker.core.errors import JobError, TransientError
 from worker.core.resolve import ResolvedJob, compute_price
-from worker.daemon.attempt import HandOff, Settler
+from worker.daemon.attempt import Attempt, HandOff, Settler
 from worker.daemon.checkpoints import delete_checkpoint
 from worker.daemon.faults import LocalFaults
 from worker.daemon.metrics import WorkerMetrics
@@ -32,6 +33,7 @@ from worker.queue.base import Claim, Outcome, WorkerQueue
 from worker.stores.base import ArtifactStore, artifact_key, claim_tag
 
 if TYPE_CHECKING:
+    from worker.daemon.pipeline_run import Rendered
     from worker.media.encoder import EncoderSettings
 
 __all__ = ["PostProcessingLane", "PostProcessor", "discard_objects", "final_price", "upload_artifacts"]
@@ -128,10 +130,29 @@ class PostProcessor:
             attempt.log.info("succeeded", extra={"stage": "done", "elapsed_ms": elapsed_ms})
             self._metrics.jobs.labels(job.model, "succeeded", "").inc()
             delete_checkpoint(self._store, attempt.job_id, attempt.log)
+            self.observe_flops(rendered, attempt)
         else:
             attempt.log.info("queue refused the success: the claim was stale", extra={"stage": "done"})
             self._metrics.abandoned.labels(job.model).inc()
             discard_objects(self._store, artifacts)
+
+    def observe_flops(self, rendered: Rendered, attempt: Attempt) -> None:
+        """Achieved TFLOP/s and MFU of the job's denoising (off the GPU thread: counting may take a second)."""
+        flops = rendered.flops
+        if flops is None or flops.calls == 0 or rendered.denoise_seconds <= 0:
+            return
+        try:
+            total = flops.total()
+        except Exception as e:  # kept broad: a metric must never fail a job that succeeded
+            attempt.log.warning("could not count the denoising FLOPs: %s", e)
+            return
+        tflops, mfu = achieved(total, rendered.denoise_seconds, rendered.device)
+        model = rendered.job.model
+        self._metrics.denoise_flops.labels(model).inc(total)
+        self._metrics.denoise_tflops.labels(model).observe(tflops)
+        if mfu is not None:
+            self._metrics.denoise_mfu.labels(model).observe(mfu)
+        attempt.log.info("denoising throughput", extra={"tflops": round(tflops, 3), "mfu": mfu})
 
 
 def upload_artifacts(store: ArtifactStore, claim: Claim, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
