@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_FRAMES",
     "IMAGE_MODE",
+    "apply_fp8",
     "apply_profile",
     "check_image",
     "check_job_shape",
@@ -99,7 +100,7 @@ def load_dtypes(profile: RuntimeProfile, dtype: str) -> dict[str, Any]:
 
 
 def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers: list[str]) -> None:
-    """Place ``pipe`` on ``device`` with its runtime profile (attention backend, compile, tiling, offload).
+    """Place ``pipe`` on ``device`` with its runtime profile (attention backend, FP8, compile, tiling, offload).
 
     ``denoisers`` names the repeated-block transformers (``transformer``, ``transformer_2``): they get the
     attention backend and regional compilation. Offloading needs an accelerator; on CPU it is skipped.
@@ -109,6 +110,8 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
     if profile.attention_backend:
         for model in models:
             model.set_attention_backend(profile.attention_backend)
+    if profile.fp8 != "none":  # before compile: the compiled blocks then include the casts
+        apply_fp8(models, profile.fp8, device)
     if profile.compile:
         for model in models:
             # Regional compilation: one compiled block reused N times; far shorter cold start than whole-model.
@@ -132,6 +135,34 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
         )
     else:
         pipe.to(device)
+
+
+# float8 matmuls need the FP8 tensor cores of compute capability 8.9 (Ada) or 9.0 (Hopper) and newer.
+FP8_COMPUTE_CAPABILITY = (8, 9)
+
+
+def apply_fp8(models: list[Any], mode: str, device: str) -> None:
+    """FP8 for the denoisers: ``storage`` (layerwise casting: float8_e4m3fn weights, each layer cast up to its
+    compute dtype as it runs; norms and embeddings stay as they are) or ``compute`` (torchao's dynamic float8
+    matmuls). ``compute`` is refused with ``ModelLoadError`` where it cannot run, so the worker does not host
+    the model there instead of failing its jobs."""
+    import torch
+
+    if mode == "storage":
+        for model in models:
+            model.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=model.dtype)
+        return
+    if not device.startswith("cuda") or torch.cuda.get_device_capability(torch.device(device)) < FP8_COMPUTE_CAPABILITY:
+        raise ModelLoadError(
+            f"fp8 compute needs a CUDA device of compute capability 8.9 or newer (Ada, Hopper); this one is {device}"
+            "; use fp8: storage (layerwise casting) here"
+        )
+    try:
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, quantize_
+    except ImportError as e:
+        raise ModelLoadError("fp8 compute needs torchao installed on the worker (pip install torchao)") from e
+    for model in models:
+        quantize_(model, Float8DynamicActivationFloat8WeightConfig())
 
 
 def step_reporter(on_step: Callable[[int, int], None]) -> Any:

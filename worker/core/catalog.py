@@ -202,6 +202,10 @@ class RuntimeProfile(BaseModel):
     offload: Literal["none", "model", "group"] = "none"
     vae_tiling: bool = False  # decode in tiles: bounded decode memory at 720p and above
     compile: bool = False  # regional torch.compile of the repeated transformer blocks
+    # FP8 for the denoising transformers. storage: weights kept in float8_e4m3fn and cast per layer to the
+    # compute dtype as each layer runs (diffusers layerwise casting; any device; ~half the bf16 weight
+    # memory). compute: float8 matmuls (torchao dynamic float8), Ada/Hopper and newer only, refused elsewhere.
+    fp8: Literal["none", "storage", "compute"] = "none"
     notes: str = ""  # why this profile, with its sources (docs/gpu.md)
 
 
