@@ -31,6 +31,7 @@ from pipelines.prompt_extend import PromptExtendError
 from pipelines.registry import ModelLoadError, hub_revision, resolve_weights
 from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
+    apply_cache,
     apply_profile,
     check_image,
     check_job_shape,
@@ -133,6 +134,7 @@ class DiffusersTextToVideo:
         check_image(self.spec.id, job, image)  # text-to-video only: an image (or an image mode) is refused
         # 1. Check inputs against the pipeline's own compression (a mismatch is a catalog bug).
         self._check_inputs(job)
+        apply_cache([m for n in self.generic.denoisers if (m := getattr(pipe, n, None)) is not None], job.cache)
         kwargs = pipeline_options(self.spec.id, job, self.allowed)
         # 2. The variant's scheduler shift and guidance.
         self._set_shift(job.flow_shift)

@@ -37,6 +37,7 @@ from pipelines.registry import hub_revision, resolve_weights
 from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
     IMAGE_MODE,
+    apply_cache,
     apply_profile,
     check_image,
     check_job_shape,
@@ -208,6 +209,7 @@ class LTX2TextToVideo:
         temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
         two_stage = self.spec.two_stage is not None
         check_job_shape(self.spec.id, job, spatial=spatial * (2 if two_stage else 1), temporal=temporal)
+        apply_cache([pipe.transformer], job.cache)  # both stages: the variant's cache recipe, or none
         # 2. Guidance: one pass per step unless the variant asks for more.
         kwargs: dict[str, Any] = {**GUIDANCE_OFF, **pipeline_options(self.spec.id, job, self.options)}
         distilled = bool(kwargs.pop("distilled", False))

@@ -27,12 +27,13 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from pipelines.config import ModelRuntimeSettings
-    from worker.core.catalog import ModelSpec
+    from worker.core.catalog import CacheSpec, ModelSpec
     from worker.core.resolve import ResolvedJob
 
 __all__ = [
     "CHUNK_FRAMES",
     "IMAGE_MODE",
+    "apply_cache",
     "apply_fp8",
     "apply_profile",
     "check_image",
@@ -135,6 +136,35 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
         )
     else:
         pipe.to(device)
+
+
+def apply_cache(models: list[Any], cache: CacheSpec | None) -> None:
+    """Put the job's cache recipe on the denoisers (diffusers' hooks), or take it off: one loaded model serves
+    every variant, so the hooks follow the job. The cache's state is reset for each job either way."""
+    wanted = cache.model_dump_json() if cache is not None else None
+    for model in models:
+        current = getattr(model, "_genworker_cache", None)
+        if current != wanted:
+            if model.is_cache_enabled:
+                model.disable_cache()
+            if cache is not None:
+                model.enable_cache(_cache_config(cache))
+            model._genworker_cache = wanted
+        if cache is not None:
+            model._reset_stateful_cache()
+
+
+def _cache_config(cache: CacheSpec) -> Any:
+    from diffusers.hooks import FirstBlockCacheConfig, TaylorSeerCacheConfig
+
+    if cache.kind == "taylorseer":
+        # Lite mode: whole blocks are skipped on predicted steps and the output projection is predicted. Its block
+        # pattern matches every family here (``blocks.N``, ``transformer_blocks.N``); the default attention
+        # patterns match only modules named ``...attn`` exactly, not Wan's or LTX-2's ``attn1``/``attn2``.
+        return TaylorSeerCacheConfig(
+            cache_interval=cache.interval, disable_cache_before_step=cache.warmup_steps, use_lite_mode=True
+        )
+    return FirstBlockCacheConfig(threshold=cache.threshold)
 
 
 # float8 matmuls need the FP8 tensor cores of compute capability 8.9 (Ada) or 9.0 (Hopper) and newer.

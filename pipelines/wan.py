@@ -23,6 +23,7 @@ from pipelines.prompt_extend import ChatLLM, PromptExtendError, finish_extension
 from pipelines.registry import hub_revision, resolve_weights
 from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
+    apply_cache,
     apply_profile,
     check_job_shape,
     count_prompt_tokens,
@@ -148,6 +149,7 @@ class WanTextToVideo:
 
         # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
         self._check_inputs(job)
+        apply_cache([m for m in (pipe.transformer, pipe.transformer_2) if m is not None], job.cache)
         kwargs = pipeline_options(self.spec.id, job, self.options)
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
         # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.

@@ -137,6 +137,24 @@ class FrameRule(BaseModel):
     offset: Annotated[int, Field(ge=0, le=64)] = 1
 
 
+class CacheSpec(BaseModel):
+    """A cache-accelerated recipe (diffusers' own hooks on the denoising transformers, ``pipelines.runtime``).
+
+    ``taylorseer`` (TaylorSeer's lite mode): the transformer blocks run on the first ``warmup_steps`` steps and
+    then every ``interval``-th one; on the others they are skipped and the output projection is predicted by
+    a Taylor expansion (a fixed schedule: the saved compute is known in advance). ``first_block``: the first block always runs; the rest are skipped
+    while its output changed by less than ``threshold`` (relative) since the step that last ran them.
+    Not bit-exact against the uncached recipe; a resumed job's cache restarts at the resumed step.
+    """
+
+    model_config = _Forbid
+
+    kind: Literal["taylorseer", "first_block"]
+    interval: Annotated[int, Field(ge=2, le=50)] = 5  # taylorseer: diffusers' default
+    warmup_steps: Annotated[int, Field(ge=1, le=50)] = 3  # taylorseer: diffusers' default
+    threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05  # first_block: diffusers' default
+
+
 class VariantSpec(BaseModel):
     """A recipe: steps and guidance, plus family-specific pipeline knobs in ``pipeline_kwargs``."""
 
@@ -151,6 +169,7 @@ class VariantSpec(BaseModel):
     # Family-specific options for the pipeline call (e.g. LTX-2's stg_scale): keys of FAMILY_OPTIONS[family],
     # checked by ModelSpec, which knows the family.
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
+    cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
 
 
 class ModeSpec(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from worker.core.catalog import Catalog, ModelSpec, VariantSpec, mode_inputs
+from worker.core.catalog import CacheSpec, Catalog, ModelSpec, VariantSpec, mode_inputs
 from worker.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.sizes import target_size
@@ -55,6 +55,7 @@ class ResolvedJob(BaseModel):
     guidance_scale_2: float | None = None
     flow_shift: float | None = None
     pipeline_kwargs: dict[str, Any] = {}
+    cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.apply_cache)
     max_job_seconds: float
     # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
     # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
@@ -225,6 +226,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         guidance_scale_2=variant.guidance_scale_2,
         flow_shift=variant.flow_shift,
         pipeline_kwargs=dict(variant.pipeline_kwargs),
+        cache=variant.cache,
         max_job_seconds=spec.max_job_seconds,
         image=image,
     )
