@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from pipelines.registry import ModelLoadError
+from pipelines.registry import ModelLoadError, hub_revision, resolve_weights
 from worker.core.catalog import RuntimeProfile, check_profile
 from worker.core.contract import PromptTokens
 from worker.core.errors import ErrorCode, JobError
@@ -35,6 +35,7 @@ __all__ = [
     "IMAGE_MODE",
     "apply_cache",
     "apply_fp8",
+    "apply_lora",
     "apply_profile",
     "check_image",
     "check_job_shape",
@@ -42,6 +43,8 @@ __all__ = [
     "fit_audio",
     "free_device_memory",
     "load_dtypes",
+    "load_variant_loras",
+    "lora_adapter_name",
     "media_from_video",
     "module_bytes",
     "pipeline_options",
@@ -165,6 +168,41 @@ def _cache_config(cache: CacheSpec) -> Any:
             cache_interval=cache.interval, disable_cache_before_step=cache.warmup_steps, use_lite_mode=True
         )
     return FirstBlockCacheConfig(threshold=cache.threshold)
+
+
+def lora_adapter_name(mode: str, variant: str) -> str:
+    """The adapter name a variant's LoRA is loaded under (peft names are module keys: no dots)."""
+    return f"{mode}__{variant}"
+
+
+def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings) -> None:
+    """Load every variant's LoRA under its variant's name, all switched off (``apply_lora`` turns one on)."""
+    loaded = False
+    for mode, mode_spec in spec.modes.items():
+        for name, variant in mode_spec.variants.items():
+            lora = variant.lora
+            if lora is None:
+                continue
+            path = resolve_weights(lora.weights, runtime, tiny=spec.tiny)
+            pipe.load_lora_weights(
+                path,
+                weight_name=lora.weight_name,
+                adapter_name=lora_adapter_name(mode, name),
+                **hub_revision(lora.weights, path, lora.revision),
+            )
+            loaded = True
+    if loaded:
+        pipe.disable_lora()
+
+
+def apply_lora(pipe: Any, job: ResolvedJob) -> None:
+    """The job's variant LoRA on at its scale (the others off), or every LoRA off for a variant without one.
+    Unfused: switching between variants is exact, at the cost of the LoRA's own small matmuls per layer."""
+    if job.lora is not None:
+        pipe.enable_lora()
+        pipe.set_adapters([lora_adapter_name(job.mode, job.variant)], [job.lora.scale])
+    elif getattr(pipe, "get_list_adapters", None) is not None and any(pipe.get_list_adapters().values()):
+        pipe.disable_lora()
 
 
 # float8 matmuls need the FP8 tensor cores of compute capability 8.9 (Ada) or 9.0 (Hopper) and newer.

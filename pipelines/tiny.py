@@ -115,6 +115,25 @@ def _build_wan(out: Path) -> None:
         tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler, transformer=transformer
     )
     pipe.save_pretrained(out)
+    _wan_step_lora(out, transformer)
+
+
+# A step-distillation-style LoRA for the tiny Wan (random, like the LTX-2 one), for variants with a ``lora``.
+TINY_WAN_LORA = "tiny-step-lora.safetensors"
+
+
+def _wan_step_lora(out: Path, transformer: Any) -> None:
+    from diffusers import WanPipeline
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    seeded(18)
+    # Random non-zero B matrices (peft would start them at zero), so switching the LoRA on changes the output.
+    transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+    )
+    WanPipeline.save_lora_weights(
+        out, transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name=TINY_WAN_LORA
+    )
 
 
 # ----------------------------------------------------------------------------------------------------- LTX-2

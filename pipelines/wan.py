@@ -24,11 +24,13 @@ from pipelines.registry import hub_revision, resolve_weights
 from pipelines.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime import (
     apply_cache,
+    apply_lora,
     apply_profile,
     check_job_shape,
     count_prompt_tokens,
     free_device_memory,
     load_dtypes,
+    load_variant_loras,
     media_from_video,
     module_bytes,
     pipeline_options,
@@ -124,6 +126,7 @@ class WanTextToVideo:
         pipe = WanPipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
+        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
@@ -150,6 +153,7 @@ class WanTextToVideo:
         # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
         self._check_inputs(job)
         apply_cache([m for m in (pipe.transformer, pipe.transformer_2) if m is not None], job.cache)
+        apply_lora(self.pipe, job)  # the variant's LoRA on, or every LoRA off (the modules are shared)
         kwargs = pipeline_options(self.spec.id, job, self.options)
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
         # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.

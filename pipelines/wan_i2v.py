@@ -20,7 +20,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipelines.registry import hub_revision, resolve_weights
-from pipelines.runtime import apply_profile, check_image, load_dtypes, quiet_progress_bars, runtime_profile
+from pipelines.runtime import (
+    apply_profile,
+    check_image,
+    load_dtypes,
+    load_variant_loras,
+    quiet_progress_bars,
+    runtime_profile,
+)
 from pipelines.wan import WanLatents, WanTextToVideo
 from worker.core.catalog import FAMILY_OPTIONS
 from worker.core.errors import ErrorCode, JobError
@@ -58,6 +65,7 @@ class WanImageToVideo(WanTextToVideo):
         pipe = WanImageToVideoPipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
+        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 

@@ -142,8 +142,9 @@ class CacheSpec(BaseModel):
 
     ``taylorseer`` (TaylorSeer's lite mode): the transformer blocks run on the first ``warmup_steps`` steps and
     then every ``interval``-th one; on the others they are skipped and the output projection is predicted by
-    a Taylor expansion (a fixed schedule: the saved compute is known in advance). ``first_block``: the first block always runs; the rest are skipped
-    while its output changed by less than ``threshold`` (relative) since the step that last ran them.
+    a Taylor expansion (a fixed schedule: the saved compute is known in advance). ``first_block``: the first
+    block always runs; the rest are skipped while its output changed by less than ``threshold`` (relative)
+    since the step that last ran them.
     Not bit-exact against the uncached recipe; a resumed job's cache restarts at the resumed step.
     """
 
@@ -153,6 +154,18 @@ class CacheSpec(BaseModel):
     interval: Annotated[int, Field(ge=2, le=50)] = 5  # taylorseer: diffusers' default
     warmup_steps: Annotated[int, Field(ge=1, le=50)] = 3  # taylorseer: diffusers' default
     threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05  # first_block: diffusers' default
+
+
+class LoraSpec(BaseModel):
+    """A LoRA a variant runs with (a step-distillation LoRA: few steps, no CFG). Loaded with the model, under
+    the variant's name, switched off; on for that variant's jobs only (``pipelines.runtime.apply_lora``)."""
+
+    model_config = _Forbid
+
+    weights: str  # hub repo id or local directory (a tiny model's directory name for tiny models)
+    weight_name: str  # the .safetensors file in it
+    revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit; None = unpinned
+    scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
 
 
 class VariantSpec(BaseModel):
@@ -170,6 +183,7 @@ class VariantSpec(BaseModel):
     # checked by ModelSpec, which knows the family.
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
     cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
+    lora: LoraSpec | None = None  # a LoRA recipe (Wan family), e.g. a 4-step distillation LoRA
 
 
 class ModeSpec(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from worker.core.catalog import CacheSpec, Catalog, ModelSpec, VariantSpec, mode_inputs
+from worker.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, VariantSpec, mode_inputs
 from worker.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.sizes import target_size
@@ -56,6 +56,7 @@ class ResolvedJob(BaseModel):
     flow_shift: float | None = None
     pipeline_kwargs: dict[str, Any] = {}
     cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.apply_cache)
+    lora: LoraSpec | None = None  # the variant's LoRA (pipelines.runtime.apply_lora)
     max_job_seconds: float
     # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
     # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
@@ -227,6 +228,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         flow_shift=variant.flow_shift,
         pipeline_kwargs=dict(variant.pipeline_kwargs),
         cache=variant.cache,
+        lora=variant.lora,
         max_job_seconds=spec.max_job_seconds,
         image=image,
     )
