@@ -176,20 +176,28 @@ def lora_adapter_name(mode: str, variant: str) -> str:
 
 
 def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings) -> None:
-    """Load every variant's LoRA under its variant's name, all switched off (``apply_lora`` turns one on)."""
+    """Load every variant's LoRA under its variant's name, all switched off (``apply_lora`` turns one on).
+
+    A LoRA that does not load (not downloaded on this node, a bad file) is logged and left out: the model
+    and its other variants still serve, and a job of that variant is released for another worker
+    (``apply_lora`` raises ``ModelLoadError``)."""
     loaded = False
     for mode, mode_spec in spec.modes.items():
         for name, variant in mode_spec.variants.items():
             lora = variant.lora
             if lora is None:
                 continue
-            path = resolve_weights(lora.weights, runtime, tiny=spec.tiny)
-            pipe.load_lora_weights(
-                path,
-                weight_name=lora.weight_name,
-                adapter_name=lora_adapter_name(mode, name),
-                **hub_revision(lora.weights, path, lora.revision),
-            )
+            try:
+                path = resolve_weights(lora.weights, runtime, tiny=spec.tiny)
+                pipe.load_lora_weights(
+                    path,
+                    weight_name=lora.weight_name,
+                    adapter_name=lora_adapter_name(mode, name),
+                    **hub_revision(lora.weights, path, lora.revision),
+                )
+            except Exception as e:  # kept broad: whatever the loader raises, only this variant is lost
+                log.warning("%s: LoRA of variant %s not loaded: %s", spec.id, name, e)
+                continue
             loaded = True
     if loaded:
         pipe.disable_lora()
@@ -198,10 +206,15 @@ def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings
 def apply_lora(pipe: Any, job: ResolvedJob) -> None:
     """The job's variant LoRA on at its scale (the others off), or every LoRA off for a variant without one.
     Unfused: switching between variants is exact, at the cost of the LoRA's own small matmuls per layer."""
+    adapters = pipe.get_list_adapters() if getattr(pipe, "get_list_adapters", None) is not None else {}
+    loaded = {name for names in adapters.values() for name in names}
     if job.lora is not None:
+        name = lora_adapter_name(job.mode, job.variant)
+        if name not in loaded:
+            raise ModelLoadError(f"{job.model}: the LoRA of variant {job.variant!r} is not loaded on this worker")
         pipe.enable_lora()
-        pipe.set_adapters([lora_adapter_name(job.mode, job.variant)], [job.lora.scale])
-    elif getattr(pipe, "get_list_adapters", None) is not None and any(pipe.get_list_adapters().values()):
+        pipe.set_adapters([name], [job.lora.scale])
+    elif loaded:
         pipe.disable_lora()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import numpy as np
+import pytest
 
 from pipelines.adapter import generate
 from pipelines.cache import ModelCache
@@ -65,3 +66,25 @@ def test_the_shipped_lora_variant_is_a_few_step_recipe_priced_below_standard(cat
     assert distilled.lora is not None and distilled.lora.weight_name.endswith(".safetensors")
     assert distilled.steps <= 8 and distilled.guidance_scale == 1.0  # few steps, no CFG
     assert distilled.rate_multiplier < variants["fast"].rate_multiplier
+
+
+def test_a_lora_that_does_not_load_leaves_the_model_serving_and_releases_its_jobs(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
+) -> None:
+    from pipelines.registry import ModelLoadError
+
+    base = catalog.models["tiny-wan"]
+    missing = LoraSpec(weights="tiny-wan", weight_name="not-downloaded.safetensors")
+    broken = VariantSpec(steps=2, guidance_scale=1.0, flow_shift=3.0, lora=missing)
+    t2v = base.modes["text_to_video"]
+    spec = base.model_copy(
+        update={"modes": {"text_to_video": t2v.model_copy(update={"variants": {**t2v.variants, "distilled": broken}})}}
+    )
+    adapter = load_adapter(spec, tiny_runtime)  # the model loads; only the variant is lost
+    try:
+        standard = make_job("tiny-wan", variant="fast", **SMALL)
+        assert frames_of(generate(adapter, standard, StepLog())).std() > 0
+        with pytest.raises(ModelLoadError, match="LoRA of variant 'distilled' is not loaded"):
+            adapter.denoise(standard.model_copy(update={"variant": "distilled", "lora": missing}), StepLog())
+    finally:
+        adapter.unload()
