@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-resume soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-gpu bench-resume soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -98,6 +98,12 @@ bench: venv deps
 bench-quick: venv deps
 	@$(WRK_CHECK)
 	$(PY) scripts/bench.py --quick
+
+# On a GPU node with weights: s/step, peak memory and MFU per model x variant x profile against the floor
+# (docs/gpu.md). ARGS: e.g. --models wan2.1-t2v-14b --profiles default fp8; --dry-run without a GPU.
+bench-gpu: venv
+	@mkdir -p var/bench
+	$(PY) scripts/bench_gpu.py --out var/bench/gpu.json $(ARGS)
 
 # Denoising checkpoints (issue 20): cost per checkpoint vs a step, real-model sizes, and steps redone after
 # a kill -9 with and without resume (docs/benchmarks.md, "resume").
