@@ -183,6 +183,16 @@ def test_every_shipped_real_model_has_a_plan(catalog: Catalog, model: str) -> No
     assert all(set(r.peak_gb) == set(OFFLOAD_MODES) for r in plan.rows)
 
 
+@pytest.mark.parametrize("model", REAL)
+def test_the_catalogs_gpu_memory_covers_the_plan(catalog: Catalog, model: str) -> None:
+    """``gpu_memory_gb`` (what the model cache budgets on CUDA) is at least the plan's peak under the shipped
+    profile at the largest job, and while the chat LLM extends a prompt: it cannot drift below the plan."""
+    spec = catalog.models[model]
+    plan = plan_model(spec, spec.runtime, 1000)
+    needed = max([*(r.peak_gb[spec.runtime.offload] for r in plan.rows), plan.extend_gb])
+    assert spec.gpu_memory_gb >= needed, (model, spec.gpu_memory_gb, round(needed, 1))
+
+
 def test_the_decode_rule_follows_the_vae_class_for_the_generic_family(catalog: Catalog) -> None:
     """SkyReels-V2 (family ``diffusers``) loads the Wan VAE: Wan's 4-frame causal decode, whatever the tiling;
     HunyuanVideo 1.5's VAE decodes every frame at once and tiles only in space (256x256)."""
