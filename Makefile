@@ -50,7 +50,8 @@ test: venv deps
 test-browser: venv deps
 	$(PY) -m pytest tests/browser
 
-# Longer runs kept out of make test (tests/long): kill -9 mid-denoise for LTX-2 with audio and Wan 2.2.
+# Longer runs kept out of make test (tests/long): kill -9 mid-denoise for LTX-2 with audio and Wan 2.2, and a
+# compiled model serving every advertised size without recompiling (inductor compiles on CPU).
 test-long: venv deps
 	GENWORKER_LONG_TESTS=1 $(PY) -m pytest tests/long
 

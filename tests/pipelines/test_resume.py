@@ -1,6 +1,6 @@
 """Resume mid-denoise, exactly: for each family (Wan 2.1, Wan 2.2 two experts, LTX-2 with audio, one and two
-stages, and the generic adapter on SkyReels-V2) a run that resumes from a checkpoint taken at step k gives the latents and media of the
-uninterrupted run bit for bit, while its denoisers run only the steps after k.
+stages, and the generic adapter on SkyReels-V2) a run that resumes from a checkpoint taken at step k gives
+the latents and media of the uninterrupted run bit for bit, while its denoisers run only the steps after k.
 
 Checkpoints go through their bytes (``to_bytes`` / ``from_bytes``) as they do through a store. The kill -9
 and SIGTERM versions, with a real worker and store, are in tests/integration/test_worker_crash.py.

@@ -119,15 +119,25 @@ def work_root(settings: Settings) -> Path:
 
 
 def preload(ctx: WorkerContext) -> None:
+    """Load the preloaded models before the worker reports ready; a compiled one is also warmed for the
+    shapes it advertises (``pipelines.compile``), so its jobs do not compile."""
     for model in ctx.settings.worker.preload:
         started = time.perf_counter()
+        spec = ctx.catalog.models[model]
         try:
-            ctx.cache.get(ctx.catalog.models[model])
+            adapter = ctx.cache.get(spec)
         except Exception as e:  # a worker that cannot host its preloaded model must not report ready
             raise FatalWorkerError(f"preloading {model} failed: {e}") from e
         seconds = time.perf_counter() - started
         ctx.metrics.model_load_seconds.labels(model).observe(seconds)
         log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
+        if getattr(getattr(adapter, "profile", None), "compile", False):
+            from pipelines.compile import warm_up, warmup_jobs
+
+            started = time.perf_counter()
+            graphs = warm_up(adapter, warmup_jobs(spec, ctx.catalog))
+            elapsed_ms = round((time.perf_counter() - started) * 1000)
+            log.info("compile warm-up done", extra={"model": model, "graphs": graphs, "elapsed_ms": elapsed_ms})
 
 
 def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContext:

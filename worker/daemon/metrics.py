@@ -110,6 +110,12 @@ class WorkerMetrics:
             ["model"],
             registry=r,
         )
+        self.compiles_in_jobs = Counter(
+            "genworker_compiles_in_jobs",
+            "Graphs a compiled model compiled during a job (its load-time warm-up missed that shape).",
+            ["model"],
+            registry=r,
+        )
         # Denoising throughput per succeeded job (pipelines.flops: the denoisers' FLOPs counted on meta copies).
         self.denoise_flops = Counter(
             "genworker_denoise_flops", "FLOPs of the denoising of succeeded jobs.", ["model"], registry=r

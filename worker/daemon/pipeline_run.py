@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipelines.compile import compiled_graphs
 from pipelines.flops import DenoiseFlops
 from worker.core.contract import PromptExtension, PromptTokens, Stage
 from worker.core.errors import is_out_of_memory
@@ -62,6 +63,9 @@ class RunHooks:
     def denoised(self) -> None:
         """The denoising stage ended (done or raised): its checkpoints may stop."""
 
+    def compiled(self, model_id: str, graphs: int) -> None:
+        """A compiled model compiled ``graphs`` new graphs during this job (its warm-up missed a shape)."""
+
 
 @contextmanager
 def _no_stage() -> Iterator[None]:
@@ -100,6 +104,8 @@ def run_pipeline(
     started = time.perf_counter()
     pipe = getattr(adapter, "pipe", None)  # diffusers adapters: their denoisers' FLOPs are counted
     flops = DenoiseFlops() if pipe is not None else None
+    watch_compiles = bool(getattr(getattr(adapter, "profile", None), "compile", False))
+    graphs_before = compiled_graphs() if watch_compiles else 0
     with hooks.stage(Stage.denoising):
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
         if getattr(adapter, "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
@@ -112,6 +118,8 @@ def run_pipeline(
         finally:
             hooks.denoised()
     denoise_seconds = time.perf_counter() - started
+    if watch_compiles and (graphs := compiled_graphs() - graphs_before) > 0:
+        hooks.compiled(spec.id, graphs)
     with hooks.stage(Stage.decoding):
         # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
         media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))

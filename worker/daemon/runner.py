@@ -202,5 +202,9 @@ class _AttemptHooks(RunHooks):
     def model_loaded(self, model_id: str, seconds: float) -> None:
         self._metrics.model_load_seconds.labels(model_id).observe(seconds)
 
+    def compiled(self, model_id: str, graphs: int) -> None:
+        self._metrics.compiles_in_jobs.labels(model_id).inc(graphs)
+        self.log.warning("compiled during the job: a shape the warm-up did not cover", extra={"graphs": graphs})
+
     def out_of_memory(self, stage: Stage) -> None:
         self._metrics.retries.labels(self._attempt.claim.model, "out_of_memory").inc()
