@@ -35,6 +35,8 @@ REAL = (
     "wan2.2-ti2v-5b",
     "skyreels-v2-t2v-14b-720p",
     "ltx-2",
+    "hunyuanvideo-1.5-480p",
+    "hunyuanvideo-1.5-720p",
 )
 
 
@@ -220,7 +222,8 @@ def test_the_decode_rule_follows_the_vae_class_for_the_generic_family(catalog: C
 
 def test_hunyuanvideo_15_transformer_matches_its_published_size() -> None:
     """The transformer diffusers' convert_hunyuan_video1_5_to_diffusers.py builds (class defaults plus
-    target_size/task_type): 8.3 B. The model ships no arch folder yet (its text encoders are not read here)."""
+    target_size/task_type): 8.3 B; and the shipped text encoders: Qwen2.5-VL-7B's language model is its 7.61 B
+    less the 152064 x 3584 output head the text model does not have, byT5-small's encoder ~0.22 B."""
     entry = {
         "library": "diffusers",
         "class": "HunyuanVideo15Transformer3DModel",
@@ -229,3 +232,8 @@ def test_hunyuanvideo_15_transformer_matches_its_published_size() -> None:
     }
     transformer = _measure("transformer", json.dumps(entry), "bfloat16", lora=False)
     assert transformer.params / 1e9 == pytest.approx(8.3, rel=0.01)
+    folder = Path(__file__).resolve().parents[2] / "configs" / "arch" / "hunyuanvideo-1.5-720p"
+    text = _measure("text_encoder", (folder / "text_encoder.json").read_text(), "bfloat16", lora=False)
+    assert text.params == pytest.approx(7.61e9 - 152064 * 3584, rel=0.01)
+    byt5 = _measure("text_encoder_2", (folder / "text_encoder_2.json").read_text(), "bfloat16", lora=False)
+    assert byt5.params / 1e9 == pytest.approx(0.22, rel=0.05)
