@@ -247,7 +247,7 @@ class DenoiseSession:
         self._generator = generator
         self._skip_output = skip_output
         self._expert = expert
-        self._calls: list[tuple[Any, Any]] = []  # (scheduler, sample) of each step() call of the step
+        self._calls: list[tuple[Any, Any]] = []  # (scheduler, its outputs) of each step() call of the step
         self._carried: dict[str, torch.Tensor] = {}
         self.resume_from: DenoiseCheckpoint | None = None
         if checkpoints is not None:
