@@ -7,8 +7,9 @@ with unread request bytes makes the kernel send a reset, which can destroy the 4
 has read it (clients such as httpx send the whole body before they read the answer).
 
 Rate limits are per API key, one rule on every backend (``rate_item``): at most ``burst`` requests in
-any ``burst / rate_per_s`` seconds, a moving window kept by the ``limits`` library. ``MemoryLimiter``
-keeps it in the process (the embedded mode runs one API process); ``RedisLimiter`` shares it across API
+any ``burst / rate_per_s`` seconds, a moving window (the ``limits`` library's on Redis). ``MemoryLimiter``
+keeps it in the process (the embedded mode runs one API process) with the same decisions and figures,
+in a deque per key: no expiry thread, no list that grows with the window; ``RedisLimiter`` shares it across API
 replicas and raises ``BackendUnavailable`` when that Redis cannot answer; ``AsyncRedisLimiter`` is the
 same window (same keys) over an asyncio client, for the routes that run on the event loop. Every
 decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (``RateDecision.headers``);
@@ -19,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.storage import MemoryStorage, RedisStorage
+from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from limits.util import WindowStats
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -251,17 +255,55 @@ def _decision(allowed: bool, stats: WindowStats, item: RateLimitItem, now: float
     )
 
 
-class MemoryLimiter:
-    """The limit in this process (the embedded mode runs one API process): ``limits``' in-memory
-    storage, the same moving window as the Redis limiters."""
+# Keys the in-process limiter holds before it drops those with no hit left in their window.
+_MEMORY_KEYS_MAX = 10_000
 
-    def __init__(self, rate_per_s: float, burst: int) -> None:
+
+class MemoryLimiter:
+    """The limit in this process (the embedded mode runs one API process): the moving window of the
+    Redis limiters, decided alike (``acquire_moving_window.lua``, ``moving_window.lua``).
+
+    Per key, the times of its newest ``burst`` hits, oldest first: a hit is refused while the oldest of
+    them is still in the window (``>= now - window``), else it is recorded; the figures count the hits
+    in the window (``> now - window``) and reset when the oldest of those leaves it. Times that left the
+    window are dropped as hits come, so a key holds at most ``burst`` of them, and thread-safe (the sync
+    routes call it from the threadpool)."""
+
+    def __init__(self, rate_per_s: float, burst: int, *, clock: Callable[[], float] = time.time) -> None:
         self.item = rate_item(rate_per_s, burst)
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._amount = self.item.amount
+        self._window_s = float(self.item.get_expiry())
+        self._clock = clock
+        self._hits: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
 
     def hit(self, key_id: str) -> RateDecision:
-        allowed = self._limiter.hit(self.item, key_id)
-        return _decision(allowed, self._limiter.get_window_stats(self.item, key_id), self.item, time.time())
+        with self._lock:
+            now = self._clock()
+            floor = now - self._window_s
+            hits = self._hits.get(key_id)
+            if hits is None:
+                if len(self._hits) >= _MEMORY_KEYS_MAX:
+                    self._forget_idle(floor)
+                hits = self._hits[key_id] = deque(maxlen=self._amount)
+            while hits and hits[0] < floor:  # out of the window for good: neither blocks nor counts
+                hits.popleft()
+            allowed = not (len(hits) >= self._amount and hits[0] >= floor)
+            if allowed:
+                hits.append(now)
+            in_window = len(hits)
+            for at in hits:  # a hit exactly on the window's edge blocks but is no longer counted
+                if at > floor:
+                    break
+                in_window -= 1
+            start = hits[len(hits) - in_window] if in_window else now
+        stats = WindowStats(start + self._window_s, self._amount - in_window)
+        return _decision(allowed, stats, self.item, now)
+
+    def _forget_idle(self, floor: float) -> None:
+        idle = [key for key, hits in self._hits.items() if not hits or hits[-1] < floor]
+        for key in idle:
+            del self._hits[key]
 
 
 class RedisLimiter:

@@ -53,3 +53,40 @@ def test_redis_window_on_an_unreachable_redis_is_backend_unavailable() -> None:
         RedisLimiter(client, rate_per_s=1, burst=1).hit("key_a")
     assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
     client.close()
+
+
+def test_memory_limiter_window_moves_with_the_clock_and_holds_at_most_burst_times() -> None:
+    now = [1000.0]
+    limiter = MemoryLimiter(rate_per_s=1.0, burst=3, clock=lambda: now[0])  # 3 in any 3 s
+    assert [(d.allowed, d.remaining, d.reset_s) for d in (limiter.hit("k") for _ in range(3))] == [
+        (True, 2, 3),
+        (True, 1, 3),
+        (True, 0, 3),
+    ]
+    now[0] += 2.5
+    refused = limiter.hit("k")
+    assert (refused.allowed, refused.remaining, refused.retry_after_s) == (False, 0, 1)
+    now[0] += 0.5  # the first three hits sit on the window's edge: they still block, no longer count
+    edge = limiter.hit("k")
+    assert (edge.allowed, edge.remaining) == (False, 3)
+    now[0] += 0.001
+    after = limiter.hit("k")
+    assert (after.allowed, after.remaining, after.reset_s) == (True, 2, 3)
+    for _ in range(1000):
+        now[0] += 10.0
+        assert limiter.hit("k").allowed
+    assert len(limiter._hits["k"]) <= 3  # no list that grows with the requests served
+
+
+def test_memory_limiter_forgets_idle_keys_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    import api.limits
+
+    monkeypatch.setattr(api.limits, "_MEMORY_KEYS_MAX", 10)
+    now = [0.0]
+    limiter = MemoryLimiter(rate_per_s=1.0, burst=1, clock=lambda: now[0])
+    for i in range(10):
+        limiter.hit(f"idle-{i}")
+    now[0] += 5.0
+    limiter.hit("busy")
+    assert set(limiter._hits) == {"busy"}
+    assert not limiter.hit("busy").allowed  # the busy key's window survived the sweep
