@@ -187,20 +187,28 @@ def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings
             lora = variant.lora
             if lora is None:
                 continue
+            adapter = lora_adapter_name(mode, name)
             try:
                 path = resolve_weights(lora.weights, runtime, tiny=spec.tiny)
-                pipe.load_lora_weights(
-                    path,
-                    weight_name=lora.weight_name,
-                    adapter_name=lora_adapter_name(mode, name),
-                    **hub_revision(lora.weights, path, lora.revision),
-                )
+                pinned = hub_revision(lora.weights, path, lora.revision)
+                pipe.load_lora_weights(path, weight_name=lora.weight_name, adapter_name=adapter, **pinned)
+                if lora.weight_name_2 is not None:  # the second expert's own LoRA, under the same adapter name
+                    second = {"weight_name": lora.weight_name_2, "load_into_transformer_2": True, **pinned}
+                    pipe.load_lora_weights(path, adapter_name=adapter, **second)
             except Exception as e:  # kept broad: whatever the loader raises, only this variant is lost
                 log.warning("%s: LoRA of variant %s not loaded: %s", spec.id, name, e)
+                _drop_adapter(pipe, adapter)  # never half a recipe: the first expert's LoRA goes too
                 continue
             loaded = True
     if loaded:
         pipe.disable_lora()
+
+
+def _drop_adapter(pipe: Any, adapter: str) -> None:
+    """Delete ``adapter`` from every denoiser that holds it (a variant whose second LoRA failed to load)."""
+    for model in (getattr(pipe, "transformer", None), getattr(pipe, "transformer_2", None)):
+        if model is not None and adapter in (getattr(model, "peft_config", None) or {}):
+            model.delete_adapters([adapter])
 
 
 def apply_lora(pipe: Any, job: ResolvedJob) -> None:

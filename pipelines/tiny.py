@@ -30,7 +30,7 @@ from pipelines.tiny_parts import TINY_TEXT_DIM, seeded, tiny_umt5
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3  # 3: tiny-wan-i2v-a14b ships one LoRA per expert
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny_i2v.py)

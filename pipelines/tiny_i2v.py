@@ -17,9 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipelines.tiny_parts import TINY_TEXT_DIM, seeded, tiny_umt5
+from pipelines.tiny_parts import TINY_TEXT_DIM, save_tiny_wan_lora, seeded, tiny_umt5
 
-__all__ = ["I2V_BUILDERS"]
+__all__ = ["I2V_BUILDERS", "TINY_EXPERT_LORAS"]
+
+# tiny-wan-i2v-a14b's LoRA files: (high-noise ``transformer``, low-noise ``transformer_2``).
+TINY_EXPERT_LORAS = ("tiny-step-lora-high.safetensors", "tiny-step-lora-low.safetensors")
 
 
 def _transformer(seed: int, *, channels_in: int, channels_out: int, image_dim: int | None = None) -> Any:
@@ -105,6 +108,9 @@ def _build_wan_i2v_a14b(out: Path) -> None:
         boundary_ratio=0.9,  # Wan2.2-I2V-A14B's boundary (wan/configs/wan_i2v_A14B.py)
     )
     pipe.save_pretrained(out)
+    # One step-distillation-style LoRA per expert, as lightx2v ships Wan 2.2's (a catalog ``lora.weight_name_2``).
+    save_tiny_wan_lora(out, pipe.transformer, TINY_EXPERT_LORAS[0], seed=35)
+    save_tiny_wan_lora(out, pipe.transformer_2, TINY_EXPERT_LORAS[1], seed=36)
 
 
 def _build_wan_ti2v(out: Path) -> None:

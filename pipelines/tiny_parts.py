@@ -1,11 +1,13 @@
 """Pieces every tiny-model builder shares (``pipelines.tiny``, ``tiny_i2v``, ``tiny_generic``): the seeding
-that makes a build repeatable, and the Wan text side (a byte-level tokenizer and a two-layer UMT5)."""
+that makes a build repeatable, the Wan text side (a byte-level tokenizer and a two-layer UMT5) and random
+Wan LoRA files in diffusers' format."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_TEXT_DIM", "seeded", "tiny_umt5"]
+__all__ = ["TINY_TEXT_DIM", "save_tiny_wan_lora", "seeded", "tiny_umt5"]
 
 # Width of the tiny UMT5's output: the tiny Wan transformers' ``text_dim``.
 TINY_TEXT_DIM = 32
@@ -44,3 +46,17 @@ def tiny_umt5(seed: int) -> tuple[Any, Any]:
         )
     ).eval()
     return tokenizer, encoder
+
+
+def save_tiny_wan_lora(out: Path, transformer: Any, weight_name: str, seed: int) -> None:
+    """Save a random rank-4 LoRA for a tiny Wan ``transformer`` as ``out/weight_name`` (diffusers' Wan LoRA
+    format, what ``load_lora_weights`` reads). B is random too (peft would start it at zero), so switching the
+    LoRA on changes the output. Adds the adapter to ``transformer``: call after the model is saved."""
+    from diffusers import WanPipeline
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    seeded(seed)
+    targets = ["to_q", "to_k", "to_v", "to_out.0"]
+    transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=targets))
+    layers = get_peft_model_state_dict(transformer)
+    WanPipeline.save_lora_weights(out, transformer_lora_layers=layers, weight_name=weight_name)

@@ -158,12 +158,16 @@ class CacheSpec(BaseModel):
 
 class LoraSpec(BaseModel):
     """A LoRA a variant runs with (a step-distillation LoRA: few steps, no CFG). Loaded with the model, under
-    the variant's name, switched off; on for that variant's jobs only (``pipelines.runtime.apply_lora``)."""
+    the variant's name, switched off; on for that variant's jobs only (``pipelines.runtime.apply_lora``).
+
+    A two-expert model (Wan 2.2 A14B) takes one LoRA per expert: ``weight_name`` goes into the high-noise
+    ``transformer`` and ``weight_name_2`` into the low-noise ``transformer_2``, under the same adapter name."""
 
     model_config = _Forbid
 
     weights: str  # hub repo id or local directory (a tiny model's directory name for tiny models)
     weight_name: str  # the .safetensors file in it
+    weight_name_2: str | None = None  # two experts: the file for ``transformer_2`` (Wan 2.2's low-noise expert)
     revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit; None = unpinned
     scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
 
@@ -462,6 +466,8 @@ class ModelSpec(BaseModel):
                     raise ValueError(f"{where}: flow_shift and guidance_scale_2 are Wan's; LTX-2 would ignore them")
                 if self.family == "diffusers" and variant.guidance_scale_2 is not None:
                     raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
+                if variant.lora is not None:
+                    _check_lora(where, self.family, variant)
                 if variant.pipeline_kwargs.get("distilled"):
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
@@ -506,6 +512,17 @@ class Catalog(BaseModel):
 
     def get(self, model_id: str) -> ModelSpec | None:
         return self.models.get(model_id)
+
+
+def _check_lora(where: str, family: str, variant: VariantSpec) -> None:
+    """A variant LoRA is loaded by the Wan adapters only, and a second expert's file needs a second expert."""
+    if family != "wan":
+        raise ValueError(f"{where}: lora is loaded by the Wan adapters only; family {family!r} would ignore it")
+    lora = variant.lora
+    if lora is not None and lora.weight_name_2 is not None and "boundary_ratio" not in variant.pipeline_kwargs:
+        raise ValueError(
+            f"{where}: lora.weight_name_2 is the second expert's LoRA; a variant without boundary_ratio runs one"
+        )
 
 
 def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
