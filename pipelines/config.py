@@ -26,6 +26,14 @@ class ModelRuntimeSettings(BaseModel):
         default=None, description="optional local root for real weights (hub ids map under it)"
     )
     cache_budget_gb: float = Field(default=0.0, ge=0, description="0 = no budget beyond one model at a time")
+    gpus_per_job: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "GPUs that run each job together (diffusers context parallel, Ulysses attention): > 1 needs the worker "
+            "started by `torchrun --nproc-per-node N genworker worker`, N equal to this (docs/gpu.md)."
+        ),
+    )
     profile_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description=(

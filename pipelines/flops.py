@@ -186,7 +186,10 @@ def _signature(args: Any, kwargs: Any) -> str:
 
 
 def achieved(flops: float, seconds: float, device: str) -> tuple[float, float | None]:
-    """(TFLOP/s achieved, MFU or None when the device's peak is unknown)."""
+    """(TFLOP/s achieved, MFU or None when the device's peak is unknown). A job that runs across the GPUs of
+    a job group (``models.gpus_per_job``) is measured against all of them."""
+    from pipelines.context_parallel import job_gpus
+
     tflops = flops / seconds / 1e12 if seconds > 0 else 0.0
     peak = peak_tflops(device)
-    return tflops, (tflops / peak if peak else None)
+    return tflops, (tflops / (peak * job_gpus()) if peak else None)

@@ -116,6 +116,10 @@ def load_adapter(spec: ModelSpec, runtime: ModelRuntimeSettings) -> Adapter:
     started = time.perf_counter()
     try:
         adapter = cls.load(spec, runtime, device=device, dtype=dtype)
+        if runtime.gpus_per_job > 1:  # one job across the node's GPUs (pipelines.context_parallel)
+            from pipelines.context_parallel import parallelize
+
+            adapter = parallelize(adapter, spec)
     except JobError:
         raise
     except Exception as e:

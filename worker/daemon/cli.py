@@ -40,6 +40,21 @@ def worker_command(config: _ConfigOption = None) -> None:
     settings = load_settings(config)
     configure_logging(settings.log_level)
     logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
+    if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
+        from pipelines import context_parallel
+        from worker.core.catalog import load_catalog
+
+        try:
+            group = context_parallel.join(settings.models.gpus_per_job)
+        except context_parallel.ParallelSetupError as e:
+            typer.echo(f"invalid configuration: {e}", err=True)
+            raise typer.Exit(2) from None
+        if group.rank > 0:
+            raise typer.Exit(context_parallel.follow(load_catalog(settings.catalog_path), settings.models))
+        try:
+            raise typer.Exit(run_worker(settings))
+        finally:
+            context_parallel.leave()
     raise typer.Exit(run_worker(settings))
 
 
