@@ -29,6 +29,8 @@ def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
         parts.append(f"attention {profile.attention_backend}")
     if profile.compile:
         parts.append("compile")
+    if profile.fp8 != "none":
+        parts.append(f"fp8 {profile.fp8}")
     return ", ".join(parts)
 
 

@@ -155,7 +155,8 @@ def load_components(spec: ModelSpec, profile: RuntimeProfile, root: Path | None 
             continue
         dtype = profile.dtypes.get(name, spec.dtype)
         lora = name == "transformer" and spec.two_stage is not None
-        out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora=lora))
+        fp8 = profile.fp8 if name in DENOISE else "none"  # pipelines.runtime.apply_fp8 casts the denoisers only
+        out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora=lora, fp8=fp8))
     return out
 
 
@@ -193,14 +194,31 @@ def _fp32_kept(module: torch.nn.Module, dtype: str, library: str) -> tuple[str, 
 
 
 @functools.lru_cache(maxsize=64)
-def _measure(name: str, text: str, dtype: str, *, lora: bool) -> Component:
-    """Build the component on the meta device and count it (cached: models share components)."""
+def _measure(name: str, text: str, dtype: str, *, lora: bool, fp8: str = "none") -> Component:
+    """Build the component on the meta device and count it (cached: models share components).
+
+    ``fp8``: the profile's FP8 on this component. ``storage`` applies diffusers' own layerwise casting to the
+    meta module, so exactly the layers it casts (not norms, embeddings, patch embeddings or float32-kept
+    modules) count at 1 byte; ``compute`` counts every ``Linear`` weight at 1 byte, as torchao's float8
+    quantization (its default filter: every Linear) stores them."""
     import torch
 
     entry = json.loads(text)
     module = _build_on_meta(entry)
     keep = _fp32_kept(module, dtype, entry["library"])
     size = DTYPE_BYTES[dtype]
+    if fp8 == "storage":
+        module.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    quantized = (
+        {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear)} if fp8 == "compute" else set()
+    )
+
+    def nbytes(tensor_name: str, tensor: torch.Tensor) -> int:
+        if tensor.dtype == torch.float8_e4m3fn or id(tensor) in quantized:
+            return tensor.numel()
+        kept = any(k in tensor_name.split(".") for k in keep)
+        return tensor.numel() * (4 if kept or not tensor.is_floating_point() else size)
+
     params = 0
     weight = 0
     seen: set[int] = set()
@@ -208,13 +226,15 @@ def _measure(name: str, text: str, dtype: str, *, lora: bool) -> Component:
         if id(tensor) in seen:  # tied weights count once
             continue
         seen.add(id(tensor))
-        kept = any(k in tensor_name.split(".") for k in keep)
-        floating = tensor.is_floating_point()
-        weight += tensor.numel() * (4 if kept or not floating else size)
+        weight += nbytes(tensor_name, tensor)
         if isinstance(tensor, torch.nn.Parameter):
             params += tensor.numel()
-    leaf = max(
-        (sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules() if not list(m.children())),
+    leaf_bytes = max(
+        (
+            sum(nbytes(n, p) for n, p in m.named_parameters(recurse=False))
+            for m in module.modules()
+            if not list(m.children())
+        ),
         default=0,
     )
     if lora:  # the distilled LoRA, rank 384 on every Linear of the blocks (an upper bound on its targets)
@@ -226,7 +246,7 @@ def _measure(name: str, text: str, dtype: str, *, lora: bool) -> Component:
         weight += extra * size
     else:
         extra = 0
-    return Component(name, entry["class"], params, extra, weight, leaf * size, _dims(module))
+    return Component(name, entry["class"], params, extra, weight, leaf_bytes, _dims(module))
 
 
 def _dims(module: Any) -> dict[str, int]:
