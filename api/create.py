@@ -132,22 +132,39 @@ def build_record(
     )
 
 
-def check_hosted(model: str, settings: Settings, live_workers: Callable[[], Iterable[WorkerHeartbeat]]) -> None:
-    """Refuse (400 ``invalid_parameter``, param ``model``) a catalog model no worker hosts, where
-    ``api.unhosted_models`` says so: by default in embedded mode, whose one worker is all there is; a
-    fleet on Redis accepts it, since a worker for it may be started on demand (scale from zero)."""
+def check_hosted(
+    record: GenerationRecord,
+    catalog: Catalog,
+    settings: Settings,
+    live_workers: Callable[[], Iterable[WorkerHeartbeat]],
+) -> None:
+    """Refuse (400 ``invalid_parameter``) a job no worker of this service could run, where
+    ``api.unhosted_models`` says so (by default in embedded mode, whose one worker is all there is; a fleet
+    on Redis accepts it, since a worker for it may be started on demand: scale from zero): a catalog model
+    no worker hosts (param ``model``), or a variant whose weights (its LoRA) no live worker hosting the model
+    has (param ``variant``; workers leave such variants out of their heartbeat)."""
     policy = settings.api.unhosted_models
     if policy == "accept" or (policy == "auto" and settings.queue.backend != "sqlite"):
         return
-    if model in settings.worker.hosted_models:
+    model = record.model
+    needs_weights = catalog.models[model].modes[record.mode].variants[record.variant].lora is not None
+    if model in settings.worker.hosted_models and not needs_weights:  # the common case reads no heartbeat
         return
-    if any(model in beat.hosted_models for beat in live_workers()):
-        return
-    hosted = ", ".join(settings.worker.hosted_models)
-    raise ApiError(
-        400,
-        ErrorCode.invalid_parameter,
-        f"model {model!r} is in the catalog but no worker of this service hosts it (hosted: {hosted}); "
-        "it would wait for ever. Add it to worker.hosted_models (GENWORKER_WORKER__HOSTED_MODELS)",
-        "model",
-    )
+    hosting = [beat for beat in live_workers() if model in beat.hosted_models]
+    if model not in settings.worker.hosted_models and not hosting:
+        hosted = ", ".join(settings.worker.hosted_models)
+        raise ApiError(
+            400,
+            ErrorCode.invalid_parameter,
+            f"model {model!r} is in the catalog but no worker of this service hosts it (hosted: {hosted}); "
+            "it would wait for ever. Add it to worker.hosted_models (GENWORKER_WORKER__HOSTED_MODELS)",
+            "model",
+        )
+    if needs_weights and hosting and not any(beat.serves(model, record.mode, record.variant) for beat in hosting):
+        raise ApiError(
+            400,
+            ErrorCode.invalid_parameter,
+            f"variant {record.variant!r} of model {model!r} needs weights that no worker of this service has; "
+            "choose another variant (GET /v1/models shows which are available)",
+            "variant",
+        )

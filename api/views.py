@@ -9,6 +9,7 @@ could carry store endpoints, paths, class names or ffmpeg's stderr, are cleaned 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
@@ -170,6 +171,11 @@ class RatesView(BaseModel):
 class VariantView(BaseModel):
     steps: int
     rate_multiplier: str = Field(description="Applied to the model's rates (decimal string).")
+    available: bool = Field(
+        description=(
+            "A live worker hosting the model can run this variant (it has the variant's weights, e.g. its LoRA)."
+        )
+    )
 
 
 class ModeView(BaseModel):
@@ -206,7 +212,10 @@ class ModelList(BaseModel):
     data: list[ModelView]
 
 
-def model_view(spec: ModelSpec, *, available: bool, queue_depth: int) -> ModelView:
+def model_view(
+    spec: ModelSpec, *, available: bool, queue_depth: int, serves: Callable[[str, str], bool] | None = None
+) -> ModelView:
+    """``serves(mode, variant)``: whether a live worker can run that variant (default: whenever ``available``)."""
     return ModelView(
         id=spec.id,
         display_name=spec.display_name,
@@ -215,7 +224,11 @@ def model_view(spec: ModelSpec, *, available: bool, queue_depth: int) -> ModelVi
             name: ModeView(
                 inputs=list(mode_inputs(name)),
                 variants={
-                    v: VariantView(steps=variant.steps, rate_multiplier=str(variant.rate_multiplier))
+                    v: VariantView(
+                        steps=variant.steps,
+                        rate_multiplier=str(variant.rate_multiplier),
+                        available=available and (serves is None or serves(name, v)),
+                    )
                     for v, variant in mode.variants.items()
                 },
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,6 +55,7 @@ __all__ = [
     "synchronize",
     "torch_dtype",
     "uint8_chunks",
+    "variants_without_weights",
 ]
 
 log = logging.getLogger("genworker.pipelines")
@@ -173,6 +175,41 @@ def _cache_config(cache: CacheSpec) -> Any:
 def lora_adapter_name(mode: str, variant: str) -> str:
     """The adapter name a variant's LoRA is loaded under (peft names are module keys: no dots)."""
     return f"{mode}__{variant}"
+
+
+def variants_without_weights(spec: ModelSpec, runtime: ModelRuntimeSettings) -> list[str]:
+    """``mode/variant`` of each of ``spec``'s variants whose LoRA files this node lacks and cannot fetch: a
+    local directory (a tiny model's, ``weights_dir``) without the file, or a hub repository whose file is not
+    in the hub cache while the hub is offline (``HF_HUB_OFFLINE``, as GPU nodes run). Online, a hub file is
+    fetched when the model loads, so it counts as present. The worker leaves these out of what it
+    advertises (its heartbeat), so the API neither lists the variant as available nor takes its jobs where
+    no worker has it. Cheap: no model is loaded."""
+    missing = []
+    for mode, mode_spec in spec.modes.items():
+        for name, variant in mode_spec.variants.items():
+            lora = variant.lora
+            if lora is None:
+                continue
+            files = [lora.weight_name, *([lora.weight_name_2] if lora.weight_name_2 is not None else [])]
+            if not all(_lora_file_present(spec, runtime, lora.weights, f, lora.revision) for f in files):
+                missing.append(f"{mode}/{name}")
+    return missing
+
+
+def _lora_file_present(
+    spec: ModelSpec, runtime: ModelRuntimeSettings, ref: str, filename: str, revision: str | None
+) -> bool:
+    try:
+        path = resolve_weights(ref, runtime, tiny=spec.tiny)
+    except ModelLoadError:
+        return False
+    if spec.tiny or path != ref:  # a local directory: whatever it holds
+        return (Path(path) / filename).is_file()
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE:
+        return True
+    return isinstance(try_to_load_from_cache(ref, filename, revision=revision), str)
 
 
 def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings) -> None:

@@ -199,7 +199,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         record = build_record(
             create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
         )
-        check_hosted(record.model, ctx.settings, ctx.queue.live_workers)
+        check_hosted(record, ctx.catalog, ctx.settings, ctx.queue.live_workers)
         stored = record.input.image
         if image is not None and stored is not None:  # stored before the job exists: a worker may claim it at once
             await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)

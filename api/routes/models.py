@@ -7,7 +7,8 @@ from fastapi import APIRouter
 from api.context import ApiContext
 from api.errors import responses_for
 from api.query import only_query
-from api.views import ModelList, model_view
+from api.views import ModelList, ModelView, model_view
+from worker.core.catalog import ModelSpec
 
 __all__ = ["build_router"]
 
@@ -23,14 +24,15 @@ def build_router(ctx: ApiContext) -> APIRouter:
         dependencies=[only_query()],
     )
     def list_models() -> ModelList:
-        hosted: set[str] = set()
-        for beat in ctx.queue.live_workers():
-            hosted.update(beat.hosted_models)
-        return ModelList(
-            data=[
-                model_view(spec, available=spec.id in hosted, queue_depth=ctx.queue.depth(spec.id))
-                for spec in ctx.catalog.models.values()
-            ]
-        )
+        beats = ctx.queue.live_workers()
+        hosted = {model for beat in beats for model in beat.hosted_models}
+
+        def view(spec: ModelSpec) -> ModelView:
+            def serves(mode: str, variant: str) -> bool:
+                return any(beat.serves(spec.id, mode, variant) for beat in beats)
+
+            return model_view(spec, available=spec.id in hosted, queue_depth=ctx.queue.depth(spec.id), serves=serves)
+
+        return ModelList(data=[view(spec) for spec in ctx.catalog.models.values()])
 
     return router

@@ -41,12 +41,14 @@ def test_models_leak_no_weights_paths_or_adapters(fresh_stack: Stack) -> None:
     for model in r.json()["data"]:
         assert set(model) == PUBLIC_FIELDS
         for mode in model["modes"].values():
-            assert set(mode["variants"]["standard"]) == {"steps", "rate_multiplier"}
+            assert set(mode["variants"]["standard"]) == {"steps", "rate_multiplier", "available"}
     text = r.text
     for spec in fresh_stack.catalog.models.values():
         assert spec.adapter not in text
         if not spec.tiny:  # a tiny model's weights dir is named like its id
             assert spec.weights not in text
+            loras = [v.lora for m in spec.modes.values() for v in m.variants.values() if v.lora is not None]
+            assert not any(lora.weights in text or lora.weight_name in text for lora in loras)
         if spec.prompt_extend and spec.prompt_extend.llm:
             assert spec.prompt_extend.llm not in text
     for leak in ("Wan-AI/", "Lightricks/", "Qwen/", "var/models", "pipelines.", "http"):

@@ -57,3 +57,39 @@ def test_distributed_mode_accepts_it_for_scale_from_zero(tmp_path: Path, redis_u
             refusing.stop()
     finally:
         stack.stop()
+
+
+def test_a_variant_whose_weights_no_live_worker_has_is_neither_available_nor_accepted(tmp_path: Path) -> None:
+    """Workers leave a variant out of their heartbeat when its LoRA is missing on their node
+    (``unserved_variants``): the catalog shows it unavailable and embedded mode refuses its jobs (param
+    ``variant``) until a worker that has it beats."""
+    model = "wan2.1-t2v-14b"  # its `distilled` variant runs with lightx2v's LoRA
+    stack = start_stack(tmp_path / "api")
+    try:
+        add_keys(stack)
+        lacking = WorkerHeartbeat(
+            worker_id="gpu-1",
+            hosted_models=[model],
+            unserved_variants={model: ["text_to_video/distilled"]},
+            ready=True,
+        )
+        stack.queue.heartbeat(lacking, ttl_s=60)
+
+        def variants() -> dict[str, bool]:
+            with stack.client("alpha") as c:
+                listed = {m["id"]: m for m in c.get("/v1/models").json()["data"]}[model]
+            assert listed["available"] is True
+            return {name: v["available"] for name, v in listed["modes"]["text_to_video"]["variants"].items()}
+
+        assert variants() == {"standard": True, "fast": True, "cached": True, "distilled": False}
+        with stack.client("alpha") as c:
+            distilled = create_body(model=model, resolution="480p") | {"variant": "distilled"}
+            error = assert_error(c.post("/v1/generations", json=distilled), 400, "invalid_parameter", "variant")
+            assert "'distilled'" in error["message"] and stack.queue.depth(model) == 0
+            assert c.post("/v1/generations", json=create_body(model=model, resolution="480p")).status_code == 202
+            # A second worker that has the LoRA: the variant is available and accepted.
+            stack.queue.heartbeat(WorkerHeartbeat(worker_id="gpu-2", hosted_models=[model], ready=True), ttl_s=60)
+            assert c.post("/v1/generations", json=distilled).status_code == 202
+        assert variants() == {"standard": True, "fast": True, "cached": True, "distilled": True}
+    finally:
+        stack.stop()

@@ -5,6 +5,7 @@ unfused."""
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +89,47 @@ def test_a_lora_that_does_not_load_leaves_the_model_serving_and_releases_its_job
             adapter.denoise(standard.model_copy(update={"variant": "distilled", "lora": missing}), StepLog())
     finally:
         adapter.unload()
+
+
+def test_variants_whose_lora_files_are_missing_here_are_named_without_loading(
+    catalog: Catalog, tiny_runtime: ModelRuntimeSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a worker leaves out of its heartbeat: a local directory without the file, or a hub file absent
+    from the hub cache while the hub is offline (a GPU node); a file in the cache is present."""
+    from huggingface_hub import constants
+
+    from pipelines.runtime import variants_without_weights
+    from worker.daemon.context import unserved_variants
+    from worker.settings import load_settings
+
+    both = catalog.models["tiny-wan-i2v-a14b"]  # one LoRA file per expert, both built with the model
+    assert variants_without_weights(both, tiny_runtime) == []
+    i2v = both.modes["image_to_video"]
+    lora = i2v.variants["distilled"].lora
+    assert lora is not None
+    half = i2v.variants["distilled"].model_copy(update={"lora": lora.model_copy(update={"weight_name_2": "gone.st"})})
+    lacking = both.model_copy(
+        update={"modes": {"image_to_video": i2v.model_copy(update={"variants": {**i2v.variants, "distilled": half}})}}
+    )
+    assert variants_without_weights(lacking, tiny_runtime) == ["image_to_video/distilled"]
+
+    real = catalog.models["wan2.1-t2v-14b"]
+    hub = ModelRuntimeSettings(device="cpu")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert variants_without_weights(real, hub) == []  # online: fetched when the model loads
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert variants_without_weights(real, hub) == ["text_to_video/distilled"]
+    distilled = real.modes["text_to_video"].variants["distilled"].lora
+    assert distilled is not None
+    repo = tmp_path / f"models--{distilled.weights.replace('/', '--')}"  # the hub cache's layout
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("0" * 40) / distilled.weight_name).write_bytes(b"weights")
+    assert variants_without_weights(real, hub) == []
+
+    settings = load_settings(None, models={"tiny_models_dir": tiny_runtime.tiny_models_dir})
+    lacking_catalog = catalog.model_copy(update={"models": {**catalog.models, lacking.id: lacking}})
+    hosted = ["tiny-wan", lacking.id]
+    assert unserved_variants(settings, lacking_catalog, hosted) == {lacking.id: ["image_to_video/distilled"]}

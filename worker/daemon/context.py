@@ -35,7 +35,7 @@ from worker.stores.base import ArtifactStore
 if TYPE_CHECKING:
     from pipelines.cache import ModelCache
 
-__all__ = ["WorkerContext", "ensure_tiny_models", "start_worker_context"]
+__all__ = ["WorkerContext", "ensure_tiny_models", "start_worker_context", "unserved_variants"]
 
 log = logging.getLogger("genworker.worker")
 
@@ -59,11 +59,13 @@ class WorkerContext:
     status_server: StatusServer | None = None
     sweeper: SweeperThread | None = None
     current_job: str | None = field(default=None)
+    unserved_variants: dict[str, list[str]] = field(default_factory=dict)  # model -> mode/variant it lacks
 
     def beat(self) -> WorkerHeartbeat:
         return WorkerHeartbeat(
             worker_id=self.worker_id,
             hosted_models=self.hosted_models,
+            unserved_variants=self.unserved_variants,
             loaded_models=list(self.cache.loaded()),
             current_job=self.current_job,
             ready=self.health.ready,
@@ -111,6 +113,22 @@ def ensure_tiny_models(settings: Settings, catalog: Catalog, hosted: list[str]) 
         log.info("tiny models ready", extra={"dir": str(root), "elapsed_ms": elapsed_ms, "built": missing})
 
 
+def unserved_variants(settings: Settings, catalog: Catalog, hosted: list[str]) -> dict[str, list[str]]:
+    """Per hosted model, the variants this node cannot run because their weights are missing here
+    (``pipelines.runtime.variants_without_weights``): left out of the heartbeat's advertisement."""
+    from pipelines.runtime import variants_without_weights
+
+    out: dict[str, list[str]] = {}
+    for model in hosted:
+        missing = variants_without_weights(catalog.models[model], settings.models)
+        if missing:
+            log.warning(
+                "variants not advertised: their weights are missing here", extra={"model": model, "variants": missing}
+            )
+            out[model] = missing
+    return out
+
+
 def work_root(settings: Settings) -> Path:
     """Where attempts encode (one dir each, removed after upload; the sweeper removes a killed worker's)."""
     root = Path(settings.data_dir) / "work"
@@ -149,6 +167,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     catalog, hosted = hosted_catalog(settings)
     hosted = advertisable_models(settings, catalog, hosted)  # the memory plan: only models this device fits
     ensure_tiny_models(settings, catalog, hosted)
+    unserved = unserved_variants(settings, catalog, hosted)
     ws = settings.worker
     worker_id = ws.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     metrics = WorkerMetrics()
@@ -204,6 +223,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
         post=post,
         status_server=status_server,
         sweeper=sweeper,
+        unserved_variants=unserved,
     )
     ctx.heartbeat.start()
     sweeper.start()  # its first pass runs now, beside the preload

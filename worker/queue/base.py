@@ -136,10 +136,16 @@ class WorkerHeartbeat(BaseModel):
 
     worker_id: str
     hosted_models: list[str]
+    # Per hosted model, the ``mode/variant``s it cannot run here: their weights (a variant LoRA) are missing.
+    unserved_variants: dict[str, list[str]] = Field(default_factory=dict)
     loaded_models: list[str] = Field(default_factory=list)
     current_job: str | None = None
     ready: bool = False
     at: datetime | None = None
+
+    def serves(self, model: str, mode: str, variant: str) -> bool:
+        """Whether this worker hosts ``model`` and can run its ``mode``/``variant``."""
+        return model in self.hosted_models and f"{mode}/{variant}" not in self.unserved_variants.get(model, ())
 
 
 class DeadLetter(BaseModel):
