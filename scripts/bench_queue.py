@@ -69,13 +69,21 @@ def _measure_queue(q: JobQueue, n: int) -> dict[str, Any]:
     enqueue_s = time.perf_counter() - started
     round_trips: list[float] = []
     done = Outcome(status=Status.succeeded)
+    started = time.perf_counter()
     for _ in range(n):
         t0 = time.perf_counter()
         claim = q.claim("bench-worker", [MODEL])
         assert claim is not None
         assert q.finish(claim, done)
         round_trips.append(time.perf_counter() - t0)
-    return {"jobs": n, "enqueue_per_s": round(n / enqueue_s, 1), "claim_finish": _percentiles_ms(round_trips)}
+    cycles_s = time.perf_counter() - started
+    return {
+        "jobs": n,
+        "enqueue_per_s": round(n / enqueue_s, 1),
+        "claim_finish": _percentiles_ms(round_trips),
+        # One consumer, the backlog enqueued beforehand: no-op claim → finish cycles per second.
+        "claim_finish_cycles_per_s": round(n / cycles_s, 1),
+    }
 
 
 def _start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -136,8 +144,20 @@ class _CountingRedis(redis.Redis):
         return super().pipeline(transaction, shard_hint)
 
 
+def _command_delta(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, float]:
+    """Calls per job of each command between two ``INFO commandstats`` readings (the INFO call left out)."""
+    per_command = {}
+    for name, stats in after.items():
+        delta = stats["calls"] - before.get(name, {}).get("calls", 0)
+        if delta:
+            per_command[name.removeprefix("cmdstat_")] = round(delta / n, 2)
+    per_command.pop("info", None)
+    return dict(sorted(per_command.items(), key=lambda kv: -kv[1]))
+
+
 def _commands_per_job(port: int, n: int) -> dict[str, Any]:
-    """Commands Redis executed per job (enqueue + claim + finish, one worker, no waiting)."""
+    """Client round trips and Redis commands per job: the whole job (enqueue + claim + finish, one worker,
+    no waiting) and the worker's side alone (claim + finish of jobs enqueued by another client)."""
     client = _CountingRedis(port=port, decode_responses=True)
     q = RedisQueue(client, lease_ttl_s=30)
     q.enqueue(_record())  # warm-up: script loading and group creation are not per job
@@ -151,21 +171,115 @@ def _commands_per_job(port: int, n: int) -> dict[str, Any]:
         claim = q.claim("bench-worker", [MODEL])
         assert claim is not None and q.finish(claim, done)
     round_trips = client.sent
-    after = client.info("commandstats")
-    per_command = {}
-    for name, stats in after.items():
-        delta = stats["calls"] - before.get(name, {}).get("calls", 0)
-        if delta:
-            per_command[name.removeprefix("cmdstat_")] = round(delta / n, 2)
-    per_command.pop("info", None)
+    per_command = _command_delta(before, client.info("commandstats"), n)
+    # The worker's side: the backlog comes from another client, so only claim and finish are counted.
+    producer = RedisQueue(redis.Redis(port=port, decode_responses=True), lease_ttl_s=30)
+    for _ in range(n):
+        producer.enqueue(_record())
+    producer.close()
+    before = client.info("commandstats")
+    client.sent = 0
+    for _ in range(n):
+        claim = q.claim("bench-worker", [MODEL])
+        assert claim is not None and q.finish(claim, done)
+    worker_round_trips = client.sent
+    worker_commands = _command_delta(before, client.info("commandstats"), n)
     client.close()
     return {
         "jobs": n,
         "client_round_trips_per_job": round(round_trips / n, 2),
         "server_commands_per_job": round(sum(per_command.values()), 2),
-        "by_command": dict(sorted(per_command.items(), key=lambda kv: -kv[1])),
+        "by_command": per_command,
+        "worker_client_round_trips_per_job": round(worker_round_trips / n, 2),
+        "worker_server_commands_per_job": round(sum(worker_commands.values()), 2),
+        "worker_by_command": worker_commands,
         "note": "commandstats counts commands run inside Lua scripts too; evalsha is the script call itself",
     }
+
+
+# The consumer of ``_pickup_idle``, in its own process (its own interpreter and GIL, as a worker has):
+# claims with a blocking wait, finishes at once and prints the monotonic time the claim returned.
+_CONSUMER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from scripts.bench_queue import MODEL
+from worker.core.contract import Status
+from worker.queue.base import Outcome
+from worker.queue.redis_backend import RedisQueue
+q = RedisQueue({url!r}, lease_ttl_s=30)
+done = Outcome(status=Status.succeeded)
+print("ready", flush=True)
+for _ in range({n}):
+    claim = q.claim("bench-consumer", [MODEL], block_s=30)
+    picked = time.perf_counter()
+    assert claim is not None and q.finish(claim, done)
+    print(repr(picked), flush=True)
+"""
+
+
+_PRODUCER = """
+import sys
+sys.path.insert(0, {root!r})
+from scripts.bench_queue import _record
+from worker.queue.redis_backend import RedisQueue
+q = RedisQueue({url!r}, lease_ttl_s=30)
+for _ in range({n}):
+    q.enqueue(_record())
+"""
+
+
+def _sustained(port: int, n: int) -> dict[str, Any]:
+    """No-op jobs/s of one consumer (this process) while a producer process enqueues ``n`` jobs as fast
+    as it can: the consumer shares the 2 cores with the producer and the server, as on a busy node."""
+    url = f"redis://127.0.0.1:{port}/0"
+    q = RedisQueue(url, lease_ttl_s=30)
+    q.enqueue(_record())  # warm-up: scripts loaded, group made
+    warm = q.claim("bench-consumer", [MODEL])
+    done = Outcome(status=Status.succeeded)
+    assert warm is not None and q.finish(warm, done)
+    proc = subprocess.Popen([sys.executable, "-c", _PRODUCER.format(root=str(ROOT), url=url, n=n)], cwd=ROOT)
+    try:
+        first = last = 0.0
+        for _ in range(n):
+            claim = q.claim("bench-consumer", [MODEL], block_s=30)
+            assert claim is not None and q.finish(claim, done)
+            last = time.perf_counter()
+            first = first or last
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        q.close()
+    return {"jobs": n, "jobs_per_s": round((n - 1) / (last - first), 1)}
+
+
+def _pickup_idle(port: int, n: int) -> dict[str, Any]:
+    """Pick-up on an idle consumer: from the ``enqueue`` call to ``claim`` returning in a consumer process
+    that waits in its blocking claim (each job enqueued only once the consumer is idle again). Both
+    sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
+    url = f"redis://127.0.0.1:{port}/0"
+    producer = RedisQueue(url, lease_ttl_s=30)
+    code = _CONSUMER.format(root=str(ROOT), url=url, n=n + 5)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        samples: list[float] = []
+        for i in range(n + 5):  # the first 5 warm both sides up (scripts loaded, group made)
+            time.sleep(0.01)  # the consumer is back in its blocking read
+            t0 = time.perf_counter()
+            producer.enqueue(_record())
+            picked = float(proc.stdout.readline())
+            if i >= 5:
+                samples.append(picked - t0)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        producer.close()
+    return {"jobs": n, "pickup": _percentiles_ms(samples)}
 
 
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)
@@ -300,6 +414,10 @@ def run(quick: bool = False) -> dict[str, Any]:
             result["redis_queue"] = _measure_queue(q, n)
             client.flushall()
             result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
+            client.flushall()
+            result["redis_pickup_idle"] = _pickup_idle(port, 100 if quick else 300)
+            client.flushall()
+            result["redis_sustained"] = _sustained(port, n)
             depths = (0, 1_000, 10_000) if quick else (0, 10_000, 100_000)
             result["poll_by_depth"] = _poll_by_depth(port, depths, batches=5 if quick else 9)
             result["redis_retention"] = _redis_retention(port, 500 if quick else 2000)
@@ -315,7 +433,31 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
+def per_job(quick: bool = False) -> dict[str, Any]:
+    """Only the queue's per-job cost on Redis (claim → finish cycles, round trips, idle pick-up)."""
+    n = 200 if quick else 2000
+    result: dict[str, Any] = {"jobs": n}
+    with tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
+        proc, port = _start_redis(Path(tmp))
+        try:
+            client = redis.Redis(port=port, decode_responses=True)
+            result["redis_queue"] = _measure_queue(RedisQueue(client, lease_ttl_s=30), n)
+            client.flushall()
+            result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
+            client.flushall()
+            result["redis_pickup_idle"] = _pickup_idle(port, 100 if quick else 300)
+            client.flushall()
+            result["redis_sustained"] = _sustained(port, n)
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    return result
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    print(json.dumps(run(quick=parser.parse_args().quick), indent=2))
+    parser.add_argument("--per-job", action="store_true", help="only the per-job cost of the Redis queue")
+    args = parser.parse_args()
+    print(json.dumps(per_job(quick=args.quick) if args.per_job else run(quick=args.quick), indent=2))

@@ -43,7 +43,10 @@ def test_every_atomic_step_stays_in_one_hash_slot() -> None:
         job = "gen_0123456789abcdef"
         slot_keys = [
             keys.job_record(model, job),
+            keys.job_record_prefix(model) + job,  # the job hash as claim.lua names it
             keys.job_events(model, job),
+            keys.job_progress(model, job),
+            keys.job_stream_seq(model),
             keys.job_stream(model),
             keys.delayed_zset(model),
             keys.events_stream(model),

@@ -29,6 +29,7 @@ __all__ = [
     "job_events",
     "job_model_index",
     "job_record",
+    "job_record_prefix",
     "job_stream",
     "job_stream_seq",
     "pool_tag",
@@ -120,7 +121,13 @@ def job_record(model: str, job_id: str) -> str:
     (``status``, ``attempt``, ``rev``, ``entry``, ``cancel``, ``released``, ``model``, and ``seq``: its
     entry's place in the stream's count of XADDs, for ``position.lua``). Expires ``record_ttl`` after
     the job ended (``commit.lua``), with its ``job_events``."""
-    return f"gw:{pool_tag(model)}:job:{_checked(job_id, 'job id')}"
+    return f"{job_record_prefix(model)}{_checked(job_id, 'job id')}"
+
+
+def job_record_prefix(model: str) -> str:
+    """What every ``job_record`` of the model starts with: ``claim.lua`` appends the job id of the entry
+    it delivers (a key it learns only then), so the hash is read in the same call, in the same slot."""
+    return f"gw:{pool_tag(model)}:job:"
 
 
 def job_events(model: str, job_id: str) -> str:
@@ -130,8 +137,8 @@ def job_events(model: str, job_id: str) -> str:
 
 def job_progress(model: str, job_id: str) -> str:
     """The job's progress log: one entry per stage/progress write of a running attempt (fields
-    ``attempt, stage, progress, at``), ``MAXLEN ~ PROGRESS_NOTES_CAP``. Written right after the fenced
-    progress commit; each write sets its TTL to ``record_ttl``, so it outlives the job by at most that.
+    ``attempt, stage, progress, at``), ``MAXLEN ~ PROGRESS_NOTES_CAP``. Written by the fenced progress
+    commit itself; each write sets its TTL to ``record_ttl``, so it outlives the job by at most that.
     What ``GET /v1/generations/{id}/events`` replays between status events."""
     return f"{job_record(model, job_id)}:progress"
 

@@ -4,13 +4,16 @@ See ``docs/queue-protocol.md`` for keys, payloads and rules. In short:
 
 - enqueue: ``SET NX`` the idempotency key (if any) → write the id → model index and the project listing
   → ``commit.lua`` creates the record and adds the stream entry atomically (a no-op if it exists).
-- claim: move due retries back into the streams, pick a model (``ordering``), ``XREADGROUP`` one entry,
-  then ``commit.lua`` turns the record ``running`` with ``attempt + 1`` (the fencing token).
+- claim: move due retries back into the streams, pick a model (``ordering``; a worker of one model
+  skips the scan), ``claim.lua`` delivers one entry and reads its job in the same call, then
+  ``commit.lua`` turns the record ``running`` with ``attempt + 1`` (the fencing token). Idle, a
+  worker blocks on the stream(s) and claims from the one that woke it.
 - lease: the entry's idle time in the PEL; ``renew`` resets it with ``XCLAIM ... JUSTID`` (fenced).
   ``redis_reclaim.Reaper`` finds leases lapsed past their holder's own TTL (stored with the claim) and
   re-queues or dead-letters their jobs.
 - every write after the claim is fenced: refused unless the record is ``running`` at the claim's
-  attempt with the claim's entry.
+  attempt with the claim's entry. The holder plans it from the state its own last commit left
+  (``redis_jobs``), so progress and finish cost one call each (the progress note goes in the commit).
 
 Each change is one named plan of ``redis_plans``; the reads live in ``redis_reads.RedisReads``, which
 the queue holds and answers read calls through. Every public method translates "Redis unreachable"
@@ -29,7 +32,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from worker.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
 from worker.queue import keys, records, redis_plans
 from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, ProgressNote, WorkerHeartbeat
@@ -43,7 +46,7 @@ from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
 from worker.queue.redis_reclaim import Reaper
 from worker.queue.redis_retention import RedisRetention
-from worker.queue.redis_scripts import Scripts
+from worker.queue.redis_scripts import Delivery, Scripts
 from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisQueue"]
@@ -77,7 +80,6 @@ class RedisQueue:
             client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
         )
         self._jobs = JobWriter(client, self._scripts)
-        self._progress_ttl_ms = max(1, int(record_ttl_s * 1000))  # a job's progress log: as its events
         self._reaper = Reaper(client, self._scripts, self._jobs)
         self.reads = RedisReads(client, self._scripts)
         self.lease_ttl_s = lease_ttl_s
@@ -141,13 +143,22 @@ class RedisQueue:
                     return EnqueueResult(existing, replayed=True)
                 # The first request stopped between its key and its record: finish it under its id.
                 record = record.model_copy(update={"id": owner_id})
-        pipe = self._r.pipeline(transaction=False)
-        pipe.set(keys.job_model_index(record.id), record.model)
-        pipe.zadd(keys.project_jobs(record.project), {record.id: record.created_at.timestamp() * 1000})
-        pipe.sadd(keys.MODELS, record.model)
-        pipe.execute()
+        index = [
+            ("SET", keys.job_model_index(record.id), record.model),
+            ("ZADD", keys.project_jobs(record.project), record.created_at.timestamp() * 1000, record.id),
+            ("SADD", keys.MODELS, record.model),
+        ]
+        on_cluster = isinstance(self._r, RedisCluster)
+        if on_cluster:
+            # Other slots than the job's: a cluster pipeline may send them after the commit, and the
+            # index must come first (a record is found by its id through it).
+            pipe = self._r.pipeline(transaction=False)
+            for command in index:
+                pipe.execute_command(*command)
+            pipe.execute()
+            index = []
         self.reads.remember_model(record.id, record.model)
-        if self._scripts.commit(redis_plans.create(record)).kind == "exists":
+        if self._scripts.commit(redis_plans.create(record), before=index).kind == "exists":
             stored = self.reads.get(record.id)
             assert stored is not None
             return EnqueueResult(stored, replayed=replayed)
@@ -198,13 +209,16 @@ class RedisQueue:
             return None
         self._ensure_groups(hosted)
         deadline = time.monotonic() + block_s
+        cursors: dict[str, str] = {}
         while True:
             self._reclaim_due(hosted)  # throttled: at most twice per lease TTL per model
-            ages, cursors = self._waiting_ages(hosted)
-            for model in order_models(ages, prefer, self.starve_after_s):
-                claim = self._claim_from(worker_id, model, block_ms=0)
-                if claim is not None:
-                    return claim
+            if len(hosted) == 1:  # nothing to choose between: no scan (claim.lua reports due retries)
+                claim = self._take(worker_id, hosted[0])
+            else:
+                ages, cursors = self._waiting_ages(hosted)
+                claim = self._take_first(worker_id, order_models(ages, prefer, self.starve_after_s))
+            if claim is not None:
+                return claim
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -213,15 +227,20 @@ class RedisQueue:
                 # Block on one stream at a time (a multi-stream read would span Cluster slots),
                 # rotating so a job of any hosted model is seen within a few slices.
                 self._rotation = (self._rotation + 1) % len(hosted)
-                claim = self._claim_from(worker_id, hosted[self._rotation], block_ms=block_ms)
+                claim = self._claim_blocking(worker_id, hosted[self._rotation], block_ms=block_ms)
                 if claim is not None:
                     return claim
             else:
                 # One server: wait on every hosted stream at once, from where the group stood at the
                 # scan, so a job of any model wakes the worker at once (a rotation would leave it
-                # blocked on another model's stream for up to a slice). The read only wakes; the
-                # next round claims through the group.
-                self._r.xread({keys.job_stream(m): cursors[m] for m in hosted}, count=1, block=block_ms)
+                # blocked on another model's stream for up to a slice). The read only wakes: the
+                # worker claims through the group from the stream that woke it (every hosted stream
+                # was empty at the scan, so no other model waits longer), then scans as usual.
+                streams = {keys.job_stream(m): m for m in hosted}
+                woke = self._r.xread({name: cursors[m] for name, m in streams.items()}, count=1, block=block_ms)
+                claim = self._take_first(worker_id, [streams[name] for name, _ in woke or []])
+                if claim is not None:
+                    return claim
 
     @redis_unavailable
     def renew(self, claim: Claim) -> bool:
@@ -233,23 +252,9 @@ class RedisQueue:
         def build(snap: Snapshot) -> Plan | None:
             if not holds(snap, claim):
                 return None
-            return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim)
+            return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim, progress)
 
-        if self._jobs.mutate(claim.model, claim.job_id, build) is None:
-            return False
-        self._note_progress(claim, stage, progress)
-        return True
-
-    def _note_progress(self, claim: Claim, stage: Stage, progress: float) -> None:
-        """Append the write to the job's progress log (``keys.job_progress``). After the fenced commit,
-        not in it: a note can only follow an accepted write, and one lost to a crash in between costs
-        a live viewer one progress tick, never a status change (those are events, in the commit)."""
-        name = keys.job_progress(claim.model, claim.job_id)
-        note = {"attempt": str(claim.attempt), "stage": stage.value, "progress": repr(float(progress))}
-        pipe = self._r.pipeline(transaction=False)
-        pipe.xadd(name, {**note, "at": utcnow().isoformat()}, maxlen=keys.PROGRESS_NOTES_CAP, approximate=True)
-        pipe.pexpire(name, self._progress_ttl_ms)
-        pipe.execute()
+        return self._jobs.mutate(claim.model, claim.job_id, build, held=True) is not None
 
     @redis_unavailable
     def cancel_requested(self, job_id: str) -> bool:
@@ -263,7 +268,7 @@ class RedisQueue:
         def build(snap: Snapshot) -> Plan | None:
             return redis_plans.finish(snap, claim, outcome) if holds(snap, claim) else None
 
-        return self._jobs.mutate(claim.model, claim.job_id, build) is not None
+        return self._jobs.mutate(claim.model, claim.job_id, build, held=True) is not None
 
     @redis_unavailable
     def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
@@ -274,14 +279,14 @@ class RedisQueue:
                 return redis_plans.dead_letter(snap, error, DeadReason.out_of_attempts, fence=claim)
             return redis_plans.retry(snap, claim, error, delay_s=delay_s)
 
-        return self._jobs.mutate(claim.model, claim.job_id, build) is not None
+        return self._jobs.mutate(claim.model, claim.job_id, build, held=True) is not None
 
     @redis_unavailable
     def release(self, claim: Claim, *, reason: str | None = None) -> bool:
         def build(snap: Snapshot) -> Plan | None:
             return redis_plans.release(snap, claim, reason) if holds(snap, claim) else None
 
-        return self._jobs.mutate(claim.model, claim.job_id, build) is not None
+        return self._jobs.mutate(claim.model, claim.job_id, build, held=True) is not None
 
     @redis_unavailable
     def reclaim_expired(self) -> int:
@@ -299,8 +304,31 @@ class RedisQueue:
         self._r.close()
 
     # ------------------------------------------------------------------------------------ claiming
-    def _claim_from(self, worker_id: str, model: str, *, block_ms: int) -> Claim | None:
-        """Read entries of one model until one starts a job or the stream has nothing new."""
+    def _take_first(self, worker_id: str, models: Sequence[str]) -> Claim | None:
+        """The first job that starts from the models' streams, in this order."""
+        for model in models:
+            claim = self._take(worker_id, model)
+            if claim is not None:
+                return claim
+        return None
+
+    def _take(self, worker_id: str, model: str) -> Claim | None:
+        """Deliver new entries of one model (``claim.lua``) until one starts a job or none is left."""
+        while True:
+            delivery = self._scripts.claim(model, worker_id)
+            if delivery == "due":  # each due retry is promoted or dropped from the zset: this ends
+                self._promote_due(model)
+                continue
+            if delivery == "none":
+                return None
+            assert not isinstance(delivery, str)
+            claim = self._start(worker_id, model, delivery.entry, delivery.fields, delivery)
+            if claim is not None:
+                return claim
+
+    def _claim_blocking(self, worker_id: str, model: str, *, block_ms: int) -> Claim | None:
+        """Wait up to ``block_ms`` for a new entry of one model (``XREADGROUP BLOCK``; 0: no wait) and
+        start its job; read on while entries start no job."""
         while True:
             reply = self._r.xreadgroup(
                 keys.CONSUMER_GROUP, worker_id, {keys.job_stream(model): ">"}, count=1, block=block_ms or None
@@ -314,8 +342,11 @@ class RedisQueue:
                 return claim
             block_ms = 0
 
-    def _start(self, worker_id: str, model: str, entry_id: str, fields: dict[str, str]) -> Claim | None:
-        """Turn a delivered entry into a running attempt, or drop it (dead-lettered when unreadable)."""
+    def _start(
+        self, worker_id: str, model: str, entry_id: str, fields: dict[str, str], delivery: Delivery | None = None
+    ) -> Claim | None:
+        """Turn a delivered entry into a running attempt, or drop it (dead-lettered when unreadable).
+        ``delivery``: the job hash as ``claim.lua`` read it with the entry (no read of its own)."""
         try:
             payload = read_payload(fields, model)
         except UnreadableEntry as e:
@@ -323,10 +354,14 @@ class RedisQueue:
             return None
         for _ in range(MAX_CAS_TRIES):
             try:
-                snap = self._jobs.snapshot(model, payload.job_id)
+                if delivery is not None and delivery.record is not None:
+                    snap = self._jobs.parse(delivery.record, delivery.rev, delivery.job_entry, delivery.released)
+                else:
+                    snap = self._jobs.snapshot(model, payload.job_id)
             except UnreadableRecord as e:
                 self._reaper.set_aside(model, payload.job_id, e, entry_id)
                 return None
+            delivery = None  # read again after a lost race
             if snap is None:
                 self._reaper.dead_entry(model, entry_id, DeadReason.no_record, payload.job_id, fields)
                 return None
@@ -340,8 +375,9 @@ class RedisQueue:
             new = records.started(snap.record)
             lease_ms = int(self.lease_ttl_s * 1000)
             claim = Claim(payload.job_id, model, new.attempt, new, token=f"{entry_id}|{worker_id}")
+            plan = redis_plans.start(snap, new, worker_id, lease_ms=lease_ms)
             try:
-                started = self._scripts.commit(redis_plans.start(snap, new, worker_id, lease_ms=lease_ms)).done
+                started = self._jobs.commit(snap, plan, hold=True).done
             except NotDurable:
                 # Started on the primary, not confirmed: put it back without using an attempt
                 # rather than run work a failover could hand to a second worker under the same token.
@@ -349,6 +385,7 @@ class RedisQueue:
                     self.release(claim, reason="claim_not_durable")
                 raise
             if started:
+                self.reads.remember_model(payload.job_id, model)  # its cancel polls need no index read
                 return claim
         raise RuntimeError(f"job {payload.job_id}: too many concurrent writers")
 
@@ -367,18 +404,21 @@ class RedisQueue:
         and each model's group cursor (its last-delivered entry id) at the scan."""
         ages: dict[str, float] = {}
         cursors: dict[str, str] = {}
-        for model in models:
-            scan = self._scripts.scan(model)
-            if scan.due:
-                self._promote_due(model, scan.now_ms)
+        for model, first in zip(models, self._scripts.scan_all(models), strict=True):
+            scan = first
+            if first.due:
+                self._promote_due(model, first.now_ms)
                 scan = self._scripts.scan(model)
             if scan.oldest:
                 ages[model] = (scan.now_ms - int(scan.oldest.split("-")[0])) / 1000
             cursors[model] = scan.cursor
         return ages, cursors
 
-    def _promote_due(self, model: str, now_ms: int) -> None:
-        """Move retries whose backoff is over from the delayed zset back to the stream."""
+    def _promote_due(self, model: str, now_ms: int | None = None) -> None:
+        """Move retries whose backoff is over (at ``now_ms``, the server's clock when not given) from
+        the delayed zset back to the stream."""
+        if now_ms is None:
+            now_ms = self._scripts.scan(model).now_ms
         for job_id in self._r.zrangebyscore(keys.delayed_zset(model), "-inf", now_ms, start=0, num=100):
 
             def build(snap: Snapshot) -> Plan | None:

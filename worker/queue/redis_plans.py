@@ -10,7 +10,7 @@ constructor        status change                   stream / zset
 =================  ==============================  ============================================
 ``create``         (new) → queued                  new entry
 ``start``          queued → running, attempt + 1   (the delivered entry stays pending)
-``progress``       —  (fenced)                     —
+``progress``       —  (fenced)                     —  (a note in the job's progress log)
 ``cancel_queued``  queued → canceled               ack the entry, leave the delayed zset
 ``cancel_flag``    — (running; sets the flag)      —
 ``finish``         running → terminal (fenced)     ack
@@ -114,6 +114,8 @@ class Plan:
     dead_code: str | None = None
     dead_message: str | None = None
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
+    note_stage: str | None = None  # a progress write: the note appended to the job's progress log
+    note_progress: str | None = None
     plan_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -213,9 +215,10 @@ def start(snap: Snapshot, new: GenerationRecord, worker_id: str, *, lease_ms: in
     return Plan(**_on(snap, new), status=Status.running, event=claimed_by(worker_id), lease_ms=lease_ms)
 
 
-def progress(snap: Snapshot, new: GenerationRecord, claim: Claim) -> Plan:
-    """Stage and progress of the current attempt (fenced, no event)."""
-    return Plan(**_on(snap, new, claim))
+def progress(snap: Snapshot, new: GenerationRecord, claim: Claim, reported: float) -> Plan:
+    """Stage and progress of the current attempt (fenced, no event), noted in the job's progress log
+    with the progress as ``reported`` (the record keeps it clamped to 0..1)."""
+    return Plan(**_on(snap, new, claim), note_stage=new.stage.value, note_progress=repr(float(reported)))
 
 
 def finish(snap: Snapshot, claim: Claim, outcome: Outcome) -> Plan:

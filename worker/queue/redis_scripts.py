@@ -7,9 +7,12 @@ methods of ``Scripts``. Every script touches keys of one model's pool only (one 
 script            KEYS                                        ARGV
 ================  ==========================================  =============================================
 ``commit.lua``    1 job hash, 2 job stream, 3 delayed zset,   1 plan JSON (``Plan`` fields plus ``group``,
-                  4 events stream, 5 job events stream,       ``events_maxlen``, ``at``; a ``None`` field
-                  6 dead-letter stream, 7 running set,        is left out), 2 new record JSON (``''``: keep)
-                  8 job stream XADD counter
+                  4 events stream, 5 job events stream,       ``events_maxlen``, ``at``, ``record_ttl_ms``,
+                  6 dead-letter stream, 7 running set,        ``notes_cap``; a ``None`` field is left
+                  8 job stream XADD counter, 9 job progress   out), 2 new record JSON (``''``: keep)
+                  log
+``claim.lua``     1 job stream, 2 delayed zset                1 group, 2 consumer, 3 job hash prefix,
+                                                              4 model
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
@@ -23,16 +26,19 @@ script            KEYS                                        ARGV
 Python builds every new record with pydantic (``records``) and every change as a ``redis_plans.Plan``;
 ``commit.lua`` is the atomic gate that checks the record's ``rev`` (optimistic check-and-set), the
 fencing fields and the lifecycle table, then writes the record, moves the stream entry, and appends
-the event and the dead letter. Scripts run with ``EVALSHA`` (``register_script``), reloaded on
-``NOSCRIPT``.
+the event and the dead letter. ``claim.lua`` delivers an entry and reads its job in one call (the
+job hash is the one key a script builds itself: its name is known only once the entry is read, and
+its prefix carries the pool's hash tag). Scripts run with ``EVALSHA`` (``register_script``), reloaded
+on ``NOSCRIPT``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
@@ -42,7 +48,7 @@ from worker.queue import keys
 from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
 
-__all__ = ["Reply", "Scan", "Scripts", "commit_call", "lua_source"]
+__all__ = ["Delivery", "Reply", "Scan", "Scripts", "commit_call", "lua_source"]
 
 
 def lua_source(name: str) -> str:
@@ -68,6 +74,19 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """``claim.lua``'s answer: an entry now pending for the consumer, and its job hash as read with it
+    (``record`` None: no such hash, or a payload the script could not read a job id from)."""
+
+    entry: str
+    fields: dict[str, str]
+    record: str | None
+    rev: str | None
+    job_entry: str | None
+    released: str | None
+
+
+@dataclass(frozen=True)
 class Scan:
     """``scan.lua``'s answer: what one model's pool holds, on the server's clock."""
 
@@ -83,6 +102,7 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
     spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(events_maxlen)}
     spec["at"] = utcnow().isoformat()
     spec["record_ttl_ms"] = record_ttl_ms
+    spec["notes_cap"] = keys.PROGRESS_NOTES_CAP
     for field in fields(Plan):
         value = getattr(plan, field.name)
         # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
@@ -99,6 +119,7 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
         keys.dead_stream(plan.model),
         keys.running_set(plan.model),
         keys.job_stream_seq(plan.model),
+        keys.job_progress(plan.model, plan.job_id),
     ]
     return script_keys, [json.dumps(spec), record_json]
 
@@ -120,16 +141,20 @@ class Scripts:
         self._durability = durability or Durability()
         self._commit: Script = client.register_script(lua_source("commit"))
         self._renew: Script = client.register_script(lua_source("renew"))
+        self._claim: Script = client.register_script(lua_source("claim"))
         self._scan: Script = client.register_script(lua_source("scan"))
         self._depth: Script = client.register_script(lua_source("depth"))
         self._position: Script = client.register_script(lua_source("position"))
         self._drop: Script = client.register_script(lua_source("drop"))
         self._consumers: Script = client.register_script(lua_source("consumers"))
 
-    def commit(self, plan: Plan) -> Reply:
-        """Apply ``plan``; ``illegal`` (the lifecycle table refused the change) is a bug and raises."""
+    def commit(self, plan: Plan, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
+        """Apply ``plan``; ``illegal`` (the lifecycle table refused the change) is a bug and raises.
+
+        ``before``: idempotent commands (e.g. ``("SET", key, value)``) sent ahead of the commit in the
+        same pipeline, so they take effect first and cost no round trip of their own."""
         script_keys, args = commit_call(plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        raw = self._run_commit(plan.job_id, script_keys, args)
+        raw = self._run_commit(plan.job_id, script_keys, args, before)
         kind = str(raw[0])
         if kind == "illegal":
             raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {plan.job_id}")
@@ -137,29 +162,50 @@ class Scripts:
             return Reply(kind)
         return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
 
-    def _run_commit(self, job_id: str, script_keys: list[str], args: list[str]) -> Any:
-        """Run ``commit.lua``; with durability on, in one pipeline with the wait that covers it
-        (``redis_durability``). The wait is checked only when the commit wrote something."""
-        if not self._durability.enabled:
+    def _run_commit(
+        self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
+    ) -> Any:
+        """Run ``commit.lua`` after the commands ``before``; with durability on, in one pipeline with the
+        wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
+        if not self._durability.enabled and not before:
             return self._commit(keys=script_keys, args=args)
         for loaded in (False, True):
             pipe = self._client.pipeline(transaction=False)
+            for command in before:
+                pipe.execute_command(*command)
             # execute_command: a cluster pipeline blocks its evalsha method, not the command itself.
             pipe.execute_command("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
-            self._durability.queue_wait(pipe, self._client, script_keys[0])
+            if self._durability.enabled:
+                self._durability.queue_wait(pipe, self._client, script_keys[0])
             try:
-                raw, acked = pipe.execute()
+                replies = pipe.execute()
             except NoScriptError:
                 if loaded:
                     raise
                 # A server that lost its script cache (a restart, a promoted replica): load it, send
-                # again. The commit did not run, and a second run of a plan is safe anyway.
+                # again. The commit did not run, a second run of a plan is safe anyway, and the
+                # commands before it are idempotent.
                 self._client.script_load(self._commit.script)
                 continue
-            if str(raw[0]) in ("ok", "applied", "exists"):
-                self._durability.check(acked, job_id)
+            raw = replies[len(before)]
+            if self._durability.enabled and str(raw[0]) in ("ok", "applied", "exists"):
+                self._durability.check(replies[-1], job_id)
             return raw
         raise AssertionError("unreachable")
+
+    def claim(self, model: str, consumer: str) -> Delivery | Literal["due", "none"]:
+        """Deliver the model's next new entry to ``consumer`` with its job hash (``claim.lua``): a
+        ``Delivery``, ``'due'`` (promote the due retries first) or ``'none'`` (nothing new)."""
+        reply = self._claim(
+            keys=[keys.job_stream(model), keys.delayed_zset(model)],
+            args=[keys.CONSUMER_GROUP, consumer, keys.job_record_prefix(model), model],
+        )
+        kind = str(reply[0])
+        if kind != "entry":
+            return "due" if kind == "due" else "none"
+        flat = reply[2] or []
+        fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        return Delivery(str(reply[1]), fields, *reply[3:7])
 
     def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
         """Reset the lease (the entry's idle time); False when the claim is stale."""
@@ -174,6 +220,26 @@ class Scripts:
             keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
         )
         return Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due), cursor=str(cursor))
+
+    def scan_all(self, models: Sequence[str]) -> list[Scan]:
+        """``scan`` of each model, in one pipeline (one round trip on one server)."""
+        for loaded in (False, True):
+            pipe = self._client.pipeline(transaction=False)
+            for model in models:
+                script_keys = [keys.job_stream(model), keys.delayed_zset(model)]
+                pipe.execute_command("EVALSHA", self._scan.sha, 2, *script_keys, keys.CONSUMER_GROUP)
+            try:
+                replies = pipe.execute()
+            except NoScriptError:
+                if loaded:
+                    raise
+                self._client.script_load(self._scan.script)  # a restart or failover lost it: load, send again
+                continue
+            return [
+                Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due), cursor=str(cursor))
+                for now_ms, oldest, due, cursor in replies
+            ]
+        raise AssertionError("unreachable")
 
     def depth(self, model: str) -> int:
         """Undelivered entries plus delayed retries."""

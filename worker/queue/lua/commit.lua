@@ -3,7 +3,7 @@
 --
 -- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] events stream
 -- KEYS[5] job events stream   KEYS[6] dead-letter stream   KEYS[7] running set
--- KEYS[8] job stream's XADD counter                              (all share the {m:<model>} slot)
+-- KEYS[8] job stream's XADD counter   KEYS[9] job progress log    (all share the {m:<model>} slot)
 -- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
 --
 -- Queue position (position.lua): each new stream entry's place in the count of XADDs to the stream
@@ -125,6 +125,14 @@ if plan.event then
               'at', plan.at, 'reason', plan.event}
   event_id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', plan.events_maxlen, '*', unpack(ev))
   redis.call('XADD', KEYS[5], event_id, unpack(ev))
+end
+
+-- 7b. A progress write's note in the job's progress log (what a live viewer replays between events):
+-- in the fenced commit, so a note exists exactly when its write was accepted.
+if plan.note_stage then
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', 'attempt', tostring(plan.attempt),
+             'stage', plan.note_stage, 'progress', plan.note_progress, 'at', plan.at)
+  redis.call('PEXPIRE', KEYS[9], plan.record_ttl_ms)
 end
 
 -- 8. The dead letter, keeping the error.

@@ -1,0 +1,124 @@
+"""What one job costs a worker on Redis, and that the cheap path keeps every rule of the expensive one.
+
+A claim is two calls (``claim.lua`` delivers the entry and reads its job, ``commit.lua`` starts it); a
+progress write and a finish are one call each: the holder plans them from the state its own last
+commit left (``redis_jobs``), and the progress note travels in the commit. These tests count the
+calls on a real client and check that a write planned from a remembered state still yields to every
+other writer (a cancel flag, a reaper) and is still fenced.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import redis
+
+from tests.integration.queue_support import new_record
+from worker.core.contract import Stage, Status
+from worker.queue.base import Outcome
+from worker.queue.redis_backend import RedisQueue
+
+DONE = Outcome(status=Status.succeeded)
+
+
+class CountingRedis(redis.Redis):
+    """A real client that counts the round trips it makes (a pipeline is one)."""
+
+    sent = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent += 1
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        self.sent += 1
+        return super().pipeline(transaction, shard_hint)
+
+
+def _counting_queue(redis_url: str, **options: Any) -> tuple[RedisQueue, CountingRedis]:
+    client = CountingRedis.from_url(redis_url, decode_responses=True)
+    assert isinstance(client, CountingRedis)
+    return RedisQueue(client, **options), client
+
+
+def test_a_job_costs_its_worker_four_round_trips(redis_url: str) -> None:
+    api = RedisQueue(redis_url)
+    worker, client = _counting_queue(redis_url)
+    api.enqueue(new_record())
+    warm = worker.claim("w1", ["tiny-wan"])  # scripts, group and the first reclaim pass are not per job
+    assert warm is not None and worker.finish(warm, DONE)
+    record = api.enqueue(new_record()).record
+
+    client.sent = 0
+    claim = worker.claim("w1", ["tiny-wan"])
+    assert claim is not None and claim.job_id == record.id
+    assert client.sent == 2  # claim.lua + the start commit
+    client.sent = 0
+    assert worker.progress(claim, Stage.denoising, 0.5)
+    assert client.sent == 1  # the fenced commit, the progress note in it
+    client.sent = 0
+    assert not worker.cancel_requested(record.id)
+    assert client.sent == 1  # the model is known from the claim: no index read
+    client.sent = 0
+    assert worker.finish(claim, DONE)
+    assert client.sent == 1
+
+    done = api.get(record.id)
+    assert done is not None and done.status is Status.succeeded and done.attempt == 1
+    assert [e.status for e in api.events(record.id)] == [Status.queued, Status.running, Status.succeeded]
+    notes = api.progress_notes(record.id)
+    assert [(n.attempt, n.stage, n.progress) for n in notes] == [(1, Stage.denoising, 0.5)]
+
+
+def test_a_write_planned_from_the_remembered_state_yields_to_a_cancel_flag(redis_url: str) -> None:
+    api, worker = RedisQueue(redis_url), RedisQueue(redis_url)
+    record = api.enqueue(new_record()).record
+    claim = worker.claim("w1", ["tiny-wan"])
+    assert claim is not None
+    assert worker.progress(claim, Stage.denoising, 0.25)
+    api.cancel(record.id)  # moves rev: the worker's remembered state is now stale
+    assert worker.progress(claim, Stage.denoising, 0.5)
+    running = api.get(record.id)
+    assert running is not None and running.cancel_requested and running.progress == 0.5
+    assert worker.cancel_requested(record.id)
+    assert worker.finish(claim, Outcome(status=Status.canceled))
+    ended = api.get(record.id)
+    assert ended is not None and ended.status is Status.canceled and ended.cancel_requested
+
+
+def test_a_remembered_state_never_lets_a_stale_claim_write(redis_url: str) -> None:
+    """The first holder's lease lapses and the job goes to a second worker: every write of the first
+    (planned from what it remembers) is refused, and leaves no progress note."""
+    first, reaper, second = (RedisQueue(redis_url, lease_ttl_s=0.2) for _ in range(3))
+    record = first.enqueue(new_record()).record
+    old = first.claim("w1", ["tiny-wan"])
+    assert old is not None and first.progress(old, Stage.loading, 0.0)
+    time.sleep(0.4)
+    assert reaper.reclaim_expired() == 1
+    new = second.claim("w2", ["tiny-wan"])
+    assert new is not None and new.attempt == 2
+    assert not first.progress(old, Stage.denoising, 0.9)
+    assert not first.finish(old, DONE)
+    assert second.progress(new, Stage.denoising, 0.1)
+    stored = second.get(record.id)
+    assert stored is not None and (stored.status, stored.attempt, stored.progress) == (Status.running, 2, 0.1)
+    notes = [(n.attempt, n.stage.value, n.progress) for n in second.progress_notes(record.id)]
+    assert notes == [(1, "loading", 0.0), (2, "denoising", 0.1)]
+    assert second.finish(new, DONE)
+
+
+def test_an_idle_worker_of_several_models_claims_from_the_stream_that_woke_it(redis_url: str) -> None:
+    api = RedisQueue(redis_url)
+    worker, client = _counting_queue(redis_url, block_slice_s=10)  # one blocking read covers the wait
+    assert worker.claim("w1", ["tiny-wan", "tiny-ltx2"]) is None  # groups made, first reclaim pass done
+    record = new_record(model="tiny-ltx2")
+    timer = threading.Timer(0.3, lambda: api.enqueue(record))
+    timer.start()
+    client.sent = 0
+    claim = worker.claim("w1", ["tiny-wan", "tiny-ltx2"], block_s=5)
+    timer.join()
+    assert claim is not None and claim.job_id == record.id and claim.model == "tiny-ltx2"
+    # scan of both models (one pipeline) + the blocking read that woke + claim.lua + start commit
+    assert client.sent == 4
