@@ -20,7 +20,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["REQUEST_ID_HEADER", "AccessLogMiddleware", "request_id_for"]
+__all__ = ["REQUEST_ID_HEADER", "AccessLogMiddleware", "log_request", "request_id_for"]
 
 REQUEST_ID_HEADER = "X-Request-Id"
 _SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -67,10 +67,11 @@ class AccessLogMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            _log_request(scope, request_id, status, sent_bytes, time.perf_counter() - started)
+            log_request(scope, request_id, status, sent_bytes, time.perf_counter() - started)
 
 
-def _log_request(scope: Scope, request_id: str, status: int, sent_bytes: int, elapsed_s: float) -> None:
+def log_request(scope: Scope, request_id: str, status: int, sent_bytes: int, elapsed_s: float) -> None:
+    """The access line of one request (the middleware's, and the poll's fast path's: api/poll_path.py)."""
     path = scope["path"]  # never the query string
     level = logging.DEBUG if path in _QUIET_PATHS and status < 500 else logging.INFO
     if not log.isEnabledFor(level):

@@ -8,6 +8,7 @@ settings, tests build them over real backends. Routes live in ``api/routes``; th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,6 +32,7 @@ from api.limits import (
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
+from api.poll_path import PollFastPath
 from api.routes import events, generations, models
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
@@ -64,6 +66,7 @@ def create_app(
     async_limiter: AsyncRateLimiter | None = None,
     key_cache: KeyCache | None = None,
     webhooks: Webhooks | None = None,
+    poll_fast_path: bool = True,
 ) -> FastAPI:
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
     signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
@@ -73,7 +76,8 @@ def create_app(
     loop), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app closes the async queue,
     the async limiter and the authenticator's threads at shutdown (lifespan); ``queue`` and ``keys``
     stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its sender thread,
-    if it has one, for the app's lifetime (``api/webhooks``)."""
+    if it has one, for the app's lifetime (``api/webhooks``). ``poll_fast_path`` off sends polls through
+    the framework's routing and middleware too (the tests compare both)."""
     api = settings.api
     aqueue = async_queue or OffloadedQueue(queue)
     auth = Authenticator(
@@ -117,8 +121,15 @@ def create_app(
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
-    install_metrics(app)
+    metrics = install_metrics(app)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
+    if poll_fast_path:  # polls answered before the framework's stack, as that stack would (api/poll_path.py)
+        build_stack = app.build_middleware_stack
+
+        def build_with_fast_path() -> ASGIApp:
+            return PollFastPath(build_stack(), functools.partial(generations.answer_poll, ctx), metrics)
+
+        app.build_middleware_stack = build_with_fast_path  # type: ignore[method-assign]
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -15,6 +15,7 @@ module decides on our own types and never imports redis, sqlite3 or botocore.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,6 +31,7 @@ __all__ = [
     "ApiError",
     "ErrorBody",
     "ErrorDetail",
+    "error_answer",
     "error_response",
     "install_error_handlers",
     "responses_for",
@@ -123,45 +125,68 @@ def _validation_param(loc: tuple[int | str, ...]) -> str | None:
     return ".".join(str(p) for p in loc) or None
 
 
+async def _on_api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.param, exc.headers)
+
+
+async def _on_rejected(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestRejected)
+    return error_response(400, exc.code, exc.message, exc.param)
+
+
+async def _on_validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = tuple(first.get("loc", ()))
+    param = _validation_param(loc)
+    # A bad header is a malformed request; a bad query or path value an invalid parameter.
+    code = ErrorCode.invalid_request if loc[:1] == ("header",) else ErrorCode.invalid_parameter
+    return error_response(400, code, f"{param or 'request'}: {first['msg']}", param)
+
+
+async def _on_http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, ErrorCode.internal_error)
+    message = "no such route" if exc.status_code == 404 else str(exc.detail)
+    return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, _UNAVAILABLE):
+        log.warning("backend unavailable on %s %s: %r", request.method, request.url.path, exc)
+        return error_response(
+            503, ErrorCode.service_unavailable, "a backend is temporarily unavailable; retry later", None
+        )
+    # Starlette re-raises after this response, so the server logs the traceback once.
+    log.error("unhandled error on %s %s: %r", request.method, request.url.path, exc)
+    return error_response(500, ErrorCode.internal_error, "internal error", None)
+
+
+# The handler of each exception type, looked up along the raised type's MRO as Starlette does.
+# ``Exception`` is the last resort: Starlette answers it outermost (500) and re-raises it.
+_HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
+    ApiError: _on_api_error,
+    RequestRejected: _on_rejected,
+    RequestValidationError: _on_validation,
+    StarletteHTTPException: _on_http,
+    **dict.fromkeys(_UNAVAILABLE, _on_unexpected),
+    Exception: _on_unexpected,
+}
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.code, exc.message, exc.param, exc.headers)
+    for exc_type, handler in _HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
 
-    async def on_rejected(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestRejected)
-        return error_response(400, exc.code, exc.message, exc.param)
 
-    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        loc = tuple(first.get("loc", ()))
-        param = _validation_param(loc)
-        # A bad header is a malformed request; a bad query or path value an invalid parameter.
-        code = ErrorCode.invalid_request if loc[:1] == ("header",) else ErrorCode.invalid_parameter
-        return error_response(400, code, f"{param or 'request'}: {first['msg']}", param)
-
-    async def on_http(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        code = _STATUS_CODES.get(exc.status_code, ErrorCode.internal_error)
-        message = "no such route" if exc.status_code == 404 else str(exc.detail)
-        return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
-
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, _UNAVAILABLE):
-            log.warning("backend unavailable on %s %s: %r", request.method, request.url.path, exc)
-            return error_response(
-                503, ErrorCode.service_unavailable, "a backend is temporarily unavailable; retry later", None
-            )
-        # Starlette re-raises after this response, so the server logs the traceback once.
-        log.error("unhandled error on %s %s: %r", request.method, request.url.path, exc)
-        return error_response(500, ErrorCode.internal_error, "internal error", None)
-
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(RequestRejected, on_rejected)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    for exc_type in _UNAVAILABLE:
-        app.add_exception_handler(exc_type, on_unexpected)
-    app.add_exception_handler(Exception, on_unexpected)
+async def error_answer(request: Request, exc: Exception) -> tuple[JSONResponse, bool]:
+    """What the installed handlers answer to ``exc`` raised by a route, for a path that runs outside
+    the framework (``api/poll_path.py``): the response, and whether the exception must still be
+    re-raised (an unexpected one: answered 500 outermost, then left to the server to log)."""
+    for cls in type(exc).__mro__:
+        handler = _HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc), cls is Exception
+    raise exc  # a BaseException that is no Exception: nothing handles it

@@ -23,10 +23,11 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.storage import RedisStorage
@@ -56,6 +57,8 @@ __all__ = [
     "TokenBucketLimiter",
     "note_decision",
     "rate_item",
+    "rate_limit_headers",
+    "track_decision",
 ]
 
 
@@ -189,6 +192,30 @@ def note_decision(decision: RateDecision) -> None:
         box.decision = decision
 
 
+@contextmanager
+def track_decision() -> Iterator[_Noted]:
+    """Collect the rate decision taken for the request served inside (``note_decision``)."""
+    box = _Noted()
+    token = _noted.set(box)
+    try:
+        yield box
+    finally:
+        _noted.reset(token)
+
+
+def rate_limit_headers(decision: RateDecision | None, present: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The ``RateLimit-*`` (and ``Retry-After``) raw headers of ``decision`` that an answer with the raw
+    headers ``present`` lacks; none when no decision was taken."""
+    if decision is None:
+        return []
+    names = {name.lower() for name, _ in present}
+    return [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in decision.headers().items()
+        if name.lower().encode("latin-1") not in names
+    ]
+
+
 class RateLimitHeadersMiddleware:
     """Adds the ``RateLimit-*`` headers of the request's rate decision to its answer, whatever the status
     (a keyed 200, 202, 404 or 409 tells the client its budget as well as a 429 does). Requests that
@@ -201,24 +228,15 @@ class RateLimitHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        box = _Noted()
-        token = _noted.set(box)
+        with track_decision() as box:
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start" and box.decision is not None:
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [
-                    (name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in box.decision.headers().items()
-                    if name.lower().encode("latin-1") not in present
-                ]
-                message = {**message, "headers": [*message.get("headers", []), *extra]}
-            await send(message)
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start" and box.decision is not None:
+                    headers = message.get("headers", [])
+                    message = {**message, "headers": [*headers, *rate_limit_headers(box.decision, headers)]}
+                await send(message)
 
-        try:
             await self.app(scope, receive, send_with_headers)
-        finally:
-            _noted.reset(token)
 
 
 class RateLimiter(Protocol):
@@ -320,13 +338,19 @@ class RedisLimiter:
 
 
 class AsyncRedisLimiter:
-    """``RedisLimiter`` over a ``redis.asyncio`` client (single server): the same keys and window, awaited."""
+    """``RedisLimiter`` over a ``redis.asyncio`` client (single server): the same keys and window, awaited.
 
-    def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int) -> None:
+    ``commands`` and ``decision`` split a hit in two for a caller that sends the commands in a pipeline
+    of its own on this server (the poll's: ``auth.Authenticator.authorize_poll``): the same two scripts
+    ``hit`` runs, with the same arguments, and the same reading of their replies. ``owns_client``: this
+    limiter closes its client at ``aclose`` (not when it shares the queue's)."""
+
+    def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int, *, owns_client: bool = True) -> None:
         from limits.aio.storage import RedisStorage as AsyncRedisStorage
         from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
 
         self.client = client
+        self.owns_client = owns_client
         self.item = rate_item(rate_per_s, burst)
         storage = AsyncRedisStorage(
             "async+redis://",
@@ -335,6 +359,10 @@ class AsyncRedisLimiter:
             connection_pool=client.connection_pool,  # type: ignore[arg-type]  # passed on to redis.asyncio.Redis
         )
         self._limiter = AsyncMovingWindow(storage)
+        bridge: Any = storage.bridge  # its key names and registered scripts, for ``commands``
+        self._bridge = bridge
+        self._window_s = self.item.get_expiry()
+        self.scripts = (bridge.lua_acquire_moving_window.script, bridge.lua_moving_window.script)
 
     async def hit(self, key_id: str) -> RateDecision:
         with redis_unavailable:
@@ -342,8 +370,25 @@ class AsyncRedisLimiter:
             stats = await self._limiter.get_window_stats(self.item, key_id)
         return _decision(allowed, stats, self.item, time.time())
 
+    def commands(self, key_id: str, now: float) -> list[tuple[Any, ...]]:
+        """One hit at ``now`` as raw commands (the scripts by SHA; their sources are ``scripts``)."""
+        key = self._bridge.prefixed_key(self.item.key_for(key_id))
+        amount, window_s = self.item.amount, self._window_s
+        return [
+            ("EVALSHA", self._bridge.lua_acquire_moving_window.sha, 1, key, now, amount, window_s, 1),
+            ("EVALSHA", self._bridge.lua_moving_window.sha, 1, key, now - window_s, amount),
+        ]
+
+    def decision(self, replies: Sequence[Any], now: float) -> RateDecision:
+        """The decision ``hit`` would return, from the replies to ``commands(key_id, now)``."""
+        acquired, window = replies
+        start, count = (float(window[0]), int(window[1])) if window else (now, 0)
+        stats = WindowStats(start + self._window_s, self.item.amount - count)
+        return _decision(bool(acquired), stats, self.item, now)
+
     async def aclose(self) -> None:
-        await self.client.aclose(close_connection_pool=True)
+        if self.owns_client:
+            await self.client.aclose(close_connection_pool=True)
 
 
 def _storage_over(client: redis.Redis) -> RedisStorage:

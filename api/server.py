@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.types import ASGIApp
 
+    from worker.queue.base import AsyncApiQueue
     from worker.stores.base import ArtifactStore
 
 __all__ = [
@@ -70,17 +71,22 @@ def open_limiter(settings: Settings) -> RateLimiter:
     return TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
 
 
-def open_async_limiter(settings: Settings) -> AsyncRateLimiter | None:
+def open_async_limiter(settings: Settings, queue: AsyncApiQueue | None = None) -> AsyncRateLimiter | None:
     """``open_limiter``'s Redis counter over an asyncio client (for the async routes), where Redis is one
-    server; None otherwise (the in-process bucket needs none; Sentinel and Cluster use the sync one)."""
-    from worker.queue.redis_async import async_redis_client
+    server; None otherwise (the in-process bucket needs none; Sentinel and Cluster use the sync one).
+    Where the counter lives on the queue's own server and ``queue`` is the asyncio Redis queue, the
+    limiter runs on that queue's client, so a poll can carry its hit (``Authenticator.authorize_poll``)."""
+    from worker.queue.redis_async import AsyncRedisQueue, async_redis_client
 
     if keys_backend(settings) != "redis":
         return None
+    api = settings.api
+    if isinstance(queue, AsyncRedisQueue) and _keys_redis_url(settings) == settings.queue.redis_url:
+        return AsyncRedisWindowLimiter(queue.client, api.rate_limit_per_s, api.rate_limit_burst, owns_client=False)
     client = async_redis_client(settings.queue, url=_keys_redis_url(settings))
     if client is None:
         return None
-    return AsyncRedisWindowLimiter(client, settings.api.rate_limit_per_s, settings.api.rate_limit_burst)
+    return AsyncRedisWindowLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
 
 
 def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
@@ -102,6 +108,7 @@ def build_app(settings: Settings) -> FastAPI:
 
     store = open_store(settings.store, data_dir=settings.data_dir)
     queue = open_queue(settings.queue)
+    async_queue = open_async_queue(settings.queue, queue)
     webhooks = open_webhooks(settings, queue=queue if settings.webhooks.sender_in_api else None)
     return create_app(
         settings,
@@ -111,8 +118,8 @@ def build_app(settings: Settings) -> FastAPI:
         keys=open_key_store(settings),
         limiter=open_limiter(settings),
         artifacts_app=artifacts_app_for(store),
-        async_queue=open_async_queue(settings.queue, queue),
-        async_limiter=open_async_limiter(settings),
+        async_queue=async_queue,
+        async_limiter=open_async_limiter(settings, async_queue),
         webhooks=webhooks,
     )
 

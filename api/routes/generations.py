@@ -41,10 +41,12 @@ from worker.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, U
 from worker.queue.base import Polled
 from worker.settings import ApiSettings
 
-__all__ = ["build_router", "retry_after_s"]
+__all__ = ["POLL_ROUTE", "answer_poll", "build_router", "retry_after_s"]
 
 log = logging.getLogger("genworker.api")
 
+# The poll's route template (the metrics' route label; api/poll_path.py answers it outside the framework).
+POLL_ROUTE = "/v1/generations/{generation_id}"
 _ID_DOC = "Generation id as returned by create."
 _GENERATION_ID = Path(min_length=1, max_length=128, description=_ID_DOC)
 _IDEMPOTENCY_DOC = "One stable key per logical generation; retries with it are safe for 24 h."
@@ -134,6 +136,30 @@ def _not_cancelable(record: GenerationRecord) -> ApiError:
     return ApiError(409, ErrorCode.not_cancelable, f"generation {record.id!r} is already {record.status.value}", "id")
 
 
+def _rendered(
+    ctx: ApiContext, view: BaseModel, status: int, headers: dict[str, str], record: GenerationRecord
+) -> Response:
+    """The view's JSON as the response (the route's ``response_model`` documents it)."""
+    seconds = retry_after_s(record, ctx.settings.api, utcnow())
+    if seconds is not None:
+        headers = {**headers, "Retry-After": str(seconds)}
+    return Response(view_json(view), status_code=status, headers=headers, media_type="application/json")
+
+
+async def answer_poll(ctx: ApiContext, request: Request) -> Response:
+    """``GET /v1/generations/{generation_id}``: the checks in the order FastAPI's dependencies made them
+    (query, key, path), then the key's scope and rate limit with the poll itself, then the view."""
+    await _no_query(request)
+    api_key = await presented_key(request)
+    generation_id = _path_param(request, "generation_id", _ID)
+    principal, polled = await ctx.auth.authorize_poll(api_key, Scope.generations_read, generation_id, ctx.aqueue)
+    # Another project's generation is "not found", not "forbidden": ids must not leak.
+    if polled is None or polled.record.project != principal.project:
+        raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id")
+    view = generation_view(polled.record, ctx.store, queue_position=polled.position)
+    return _rendered(ctx, view, 200, {}, polled.record)
+
+
 def build_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/generations", tags=["generations"])
     # The presented key (401 at once when missing); each route checks it first thing in its body: the
@@ -160,13 +186,6 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     def polled_view(polled: Polled) -> GenerationView:
         return generation_view(polled.record, ctx.store, queue_position=polled.position)
-
-    def rendered(view: BaseModel, status: int, headers: dict[str, str], record: GenerationRecord) -> Response:
-        """The view's JSON as the response (the route's ``response_model`` documents it)."""
-        seconds = retry_after_s(record, api, utcnow())
-        if seconds is not None:
-            headers = {**headers, "Retry-After": str(seconds)}
-        return Response(view_json(view), status_code=status, headers=headers, media_type="application/json")
 
     @router.post(
         "",
@@ -218,7 +237,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         if created.replayed:
             await _discard_image(ctx, stored)  # the replayed generation has its own copy
             headers = {"Idempotent-Replayed": "true", **headers}
-        return rendered(polled_view(created), 202, headers, created.record)
+        return _rendered(ctx, polled_view(created), 202, headers, created.record)
 
     @router.get(
         "",
@@ -240,22 +259,14 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return GenerationList(data=[view(r, with_position=False) for r in records], next_cursor=next_cursor)
 
     @router.get(
-        "/{generation_id}",
+        POLL_ROUTE.removeprefix(router.prefix),
         response_model=GenerationView,
         summary="Get a generation (poll until a terminal status)",
         responses=responses_for(401, 403, 404, 429),
         openapi_extra={"parameters": [_ID_PARAMETER], "security": _SECURITY},
     )
     async def get_generation(request: Request) -> Response:
-        await _no_query(request)
-        api_key = await presented_key(request)
-        generation_id = _path_param(request, "generation_id", _ID)
-        principal = await ctx.auth.authorize(api_key, Scope.generations_read)
-        polled = await ctx.aqueue.poll(generation_id)
-        # Another project's generation is "not found", not "forbidden": ids must not leak.
-        if polled is None or polled.record.project != principal.project:
-            raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id")
-        return rendered(polled_view(polled), 200, {}, polled.record)
+        return await answer_poll(ctx, request)  # also called outside the framework: api/poll_path.py
 
     @router.post(
         "/{generation_id}/cancel",

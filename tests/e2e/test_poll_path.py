@@ -11,6 +11,7 @@ cache's revocation bound (a clock of the test's own), and Redis going away under
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -22,11 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from api.auth import KEY_CACHE_TTL_S, KeyCache
 from api.create import build_record
 from api.keys import Scope, SqliteKeyStore
+from api.routes.generations import POLL_ROUTE
 from api.server import artifacts_app_for, open_async_limiter, open_limiter
 from api.views import GenerationView, generation_view
 from tests.e2e.conftest import assert_error, create_body, free_port
@@ -109,14 +112,17 @@ def start_pair(
         "limiter": open_limiter(settings),
         "artifacts_app": artifacts_app_for(store),
     }
+    async_queue = open_async_queue(settings.queue, queue)
     fast = create_app(
         settings,
         **common,
-        async_queue=open_async_queue(settings.queue, queue),
-        async_limiter=open_async_limiter(settings),
+        async_queue=async_queue,
+        async_limiter=open_async_limiter(settings, async_queue),  # on Redis: rides in the poll's pipeline
         key_cache=key_cache,
     )
-    ref = create_app(settings, **common, async_queue=OffloadedQueue(queue), key_cache=KeyCache(ttl_s=0))
+    ref = create_app(
+        settings, **common, async_queue=OffloadedQueue(queue), key_cache=KeyCache(ttl_s=0), poll_fast_path=False
+    )
     fast_url, fast_server, fast_thread = _serve(fast)
     ref_url, ref_server, ref_thread = _serve(ref)
     servers = [(fast_server, fast_thread), (ref_server, ref_thread)]
@@ -201,6 +207,65 @@ def test_polls_answer_as_the_sync_path_in_every_state(pair: Pair) -> None:
         for auth in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer gw_nope"}):
             for path in ("/v1/generations/" + "x" * 129, f"/v1/generations/{ids['head']}?x=1"):
                 _same(fast.get(path, headers=auth), ref.get(path, headers=auth))
+
+
+def _poll_samples(client: httpx.Client) -> dict[tuple[str, str], float]:
+    """The poll route's request counts by (status, sample name) from the app's ``/metrics``."""
+    scraped = client.get("/metrics")
+    assert scraped.status_code == 200
+    return {
+        (s.labels.get("status", ""), s.name): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+        if s.labels.get("route") == POLL_ROUTE and not s.name.endswith(("_bucket", "_sum", "_created"))
+    }
+
+
+def test_the_fast_path_answers_with_what_the_framework_stack_adds(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
+    """Every header (``RateLimit-*``, ``X-Request-Id``, ``WWW-Authenticate``...), the access line and
+    the metrics of each kind of poll answer: the fast path (``api/poll_path.py``) and the framework's
+    routing and middleware give the same, request by request."""
+    caplog.set_level(logging.INFO, logger="genworker.api.access")
+    gid = pair.queue.enqueue(_record()).record.id
+    _, writer = pair.keys.create("alpha", [Scope.generations_write])
+    cases: list[tuple[str, dict[str, str]]] = [
+        (f"/v1/generations/{gid}", {}),
+        (f"/v1/generations/{gid}", {"X-Request-Id": "client-trace-1"}),
+        (f"/v1/generations/{gid}", {"X-Request-Id": "not sane!"}),
+        ("/v1/generations/gen_unknown", {}),
+        ("/v1/generations/" + "x" * 129, {}),
+        (f"/v1/generations/{gid}?x=1", {}),
+        (f"/v1/generations/{gid}", {"Authorization": ""}),
+        (f"/v1/generations/{gid}", {"Authorization": "Bearer gw_nope"}),
+        (f"/v1/generations/{gid}", {"Authorization": f"Bearer {writer}"}),  # 403: no read scope
+    ]
+    fast, ref = pair.clients()
+    with fast, ref:
+        before = {c: _poll_samples(c) for c in (fast, ref)}
+        for path, headers in cases:
+            caplog.clear()
+            a, b = fast.get(path, headers=headers), ref.get(path, headers=headers)
+            _same(a, b)
+            names = {k for k in a.headers if k not in ("date", "server")}
+            assert names == {k for k in b.headers if k not in ("date", "server")}, path
+            for name in names - {"x-request-id", "ratelimit-remaining", "ratelimit-reset"}:
+                assert a.headers[name] == b.headers[name], (path, name)
+            if headers.get("X-Request-Id") == "client-trace-1":
+                assert a.headers["x-request-id"] == b.headers["x-request-id"] == "client-trace-1"
+            assert len(a.headers["x-request-id"]) in (14, 32)
+            lines = [r for r in caplog.records if r.name == "genworker.api.access"]
+            assert [r.request_id for r in lines] == [a.headers["x-request-id"], b.headers["x-request-id"]]
+            fields = ("method", "path", "status", "bytes")
+            seen = [tuple(getattr(r, f) for f in fields) for r in lines]
+            assert seen[0] == seen[1] == ("GET", path.split("?")[0], a.status_code, len(a.content)), path
+            assert lines[0].client.startswith("127.0.0.1:") and lines[0].elapsed_ms >= 0
+        after = {c: _poll_samples(c) for c in (fast, ref)}
+    counted = [
+        {k: v - before[c].get(k, 0.0) for k, v in after[c].items() if v != before[c].get(k, 0.0)} for c in (fast, ref)
+    ]
+    assert counted[0] == counted[1]
+    assert counted[0][("200", "genworker_api_requests_total")] == 3
+    assert counted[0][("", "genworker_api_request_seconds_count")] == len(cases)
 
 
 def test_creates_answer_as_the_sync_path(pair: Pair) -> None:

@@ -1,15 +1,24 @@
 """``redis_async`` against the sync backend it mirrors, on a real redis-server: the same ``commit.lua``
-call for a plan, and the same job in Redis whichever path created it."""
+call for a plan, and the same job in Redis whichever path created it; a poll that carries the rate
+limiter's hit decides as the limiter alone."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
+import redis.asyncio as aioredis
 
+from api.auth import Authenticator
 from api.create import build_record
+from api.errors import ApiError
+from api.keys import Scope, SqliteKeyStore
+from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision
 from tests.e2e.conftest import create_body
 from worker.core.catalog import load_catalog
 from worker.core.contract import GenerationRecord, parse_create_request
@@ -91,3 +100,65 @@ def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
     finally:
         client.close()
         sync.close()
+
+
+def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url: str, tmp_path: Path) -> None:
+    """``Authenticator.authorize_poll`` on a limiter sharing the queue's client: one pipeline with the
+    limiter's scripts and the poll; the decisions are the ones ``hit`` makes alone, a refusal is 429,
+    and a server that lost its scripts (all, or only the queue's) counts each hit once."""
+    keys_store = SqliteKeyStore(tmp_path / "keys.db")
+    _, reader = keys_store.create("alpha", [Scope.generations_read])
+    _, writer = keys_store.create("alpha", [Scope.generations_write])
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    async def run() -> None:
+        queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2))
+        assert queue is not None
+        folded = AsyncRedisLimiter(queue.client, rate_per_s=0.1, burst=4, owns_client=False)
+        alone = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url, decode_responses=True), rate_per_s=0.1, burst=4)
+        auth = Authenticator(keys_store, MemoryLimiter(1000, 1000), async_limiter=folded)
+        try:
+            created = await queue.enqueue(_record(4))
+            job_id = created.record.id
+            now = time.time()
+            replies, polled = await queue.poll_with(job_id, folded.commands("k", now), folded.scripts)
+            assert polled == await queue.poll(job_id) and polled is not None and polled.position == 0
+            assert _shape(folded.decision(replies, now)) == _shape(await alone.hit("k-alone")) == (True, 4, 3)
+            replies, polled = await queue.poll_with("gen_unknown", folded.commands("k", time.time()), folded.scripts)
+            assert polled is None  # no such job: the hit still counts
+            assert _shape(folded.decision(replies, time.time())) == _shape(await alone.hit("k-alone")) == (True, 4, 2)
+
+            principal, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            assert principal.project == "alpha" and polled is not None and polled.record.id == job_id
+            window_key = folded.commands(principal.key_id, 0.0)[0][3]
+            assert client.llen(window_key) == 1  # the hits in the window, as the limiter's scripts keep them
+            client.script_flush()  # a restarted server: every script lost, the hit counted once
+            _, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            assert polled is not None and polled.position == 0 and client.llen(window_key) == 2
+            client.script_flush()
+            for source in folded.scripts:  # only the queue's scripts lost: the hit ran, and not again
+                client.script_load(source)
+            _, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            assert polled is not None and client.llen(window_key) == 3
+            await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            with pytest.raises(ApiError) as refused:  # 4 hits in the window: the 5th is refused
+                await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            assert refused.value.status == 429 and refused.value.headers["RateLimit-Remaining"] == "0"
+            with pytest.raises(ApiError) as scope:
+                await auth.authorize_poll(writer, Scope.generations_read, job_id, queue)
+            assert scope.value.status == 403
+        finally:
+            auth.close()
+            await alone.aclose()
+            await folded.aclose()
+            await queue.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        client.close()
+        keys_store.close()
+
+
+def _shape(decision: RateDecision) -> tuple[bool, int, int]:
+    return decision.allowed, decision.limit, decision.remaining

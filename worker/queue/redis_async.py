@@ -6,6 +6,8 @@ the event loop instead of run on a thread, and in fewer round trips:
 
 - ``poll``: the id → model index once per job and process (a job never changes model), then one
   pipeline of ``HGET record`` and ``position.lua`` (it answers -1 unless the job is queued).
+  ``poll_with`` sends another component's commands on this server first in the same pipeline (the
+  API's rate-limit counter: one round trip per poll, not two).
 - ``enqueue``: the idempotency key's ``SET NX`` (only with a key), then one pipeline of the index and
   listing writes, ``commit.lua`` (with the durability wait when configured) and ``position.lua``:
   the writes run in the order ``RedisQueue.enqueue`` makes them, on one connection.
@@ -18,6 +20,7 @@ translates "Redis cannot answer" into ``BackendUnavailable`` (``unavailable.redi
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -116,20 +119,39 @@ class AsyncRedisQueue:
             record_ttl_s=settings.record_ttl_days * 86400,
         )
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The client this queue runs on (another component may share it: ``poll_with``)."""
+        return self._r  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------------------------ reads
     async def poll(self, job_id: str) -> Polled | None:
+        _, polled = await self.poll_with(job_id, ())
+        return polled
+
+    async def poll_with(
+        self, job_id: str, commands: Sequence[Sequence[Any]], scripts: Sequence[str] = ()
+    ) -> tuple[list[Any], Polled | None]:
+        """``poll``, with ``commands`` (raw, for this server) sent first in the same pipeline: their
+        replies, then the poll. They run whether or not the job exists. ``scripts`` are the Lua sources
+        that ``commands`` call by SHA, loaded when the server has lost them."""
         with redis_unavailable:
             model = await self._model_of(job_id)
-            if model is None:
-                return None
             pipe = self._r.pipeline(transaction=False)
-            pipe.hget(keys.job_record(model, job_id), "record")
-            pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(model, job_id))
-            raw, pos = await self._execute(pipe)
+            for command in commands:
+                pipe.execute_command(*command)
+            if model is not None:
+                pipe.hget(keys.job_record(model, job_id), "record")
+                pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(model, job_id))
+            replies = await self._execute(pipe, scripts) if pipe.command_stack else []
+        theirs = replies[: len(commands)]
+        if model is None:
+            return theirs, None
+        raw, pos = replies[len(commands) :]
         if raw is None:
-            return None
+            return theirs, None
         record = GenerationRecord.model_validate_json(raw)
-        return Polled(record, _position(pos))
+        return theirs, Polled(record, _position(pos))
 
     async def _model_of(self, job_id: str) -> str | None:
         model = self._models.get(job_id)
@@ -218,18 +240,20 @@ class AsyncRedisQueue:
             return str(owner["job_id"])
 
     # ------------------------------------------------------------------------------------ plumbing
-    async def _execute(self, pipe: Any) -> list[Any]:
+    async def _execute(self, pipe: Any, scripts: Sequence[str] = ()) -> list[Any]:
         """Run a pipeline; when the server lost its scripts (a restart, a promoted replica), load them
-        and run it once more: a script refused with NOSCRIPT did not run, and every write before it in
-        the pipeline is idempotent (the same index, listing and model-set entries)."""
+        (ours and ``scripts``) and run again from the first command refused with NOSCRIPT on: that one
+        did not run, and every command before it ran once and is not repeated (a rate-limit hit is
+        counted once; the create's writes before ``commit.lua`` are done)."""
         commands = list(pipe.command_stack)
         replies: list[Any] = await pipe.execute(raise_on_error=False)
-        if any(isinstance(r, NoScriptError) for r in replies):
-            await self._r.script_load(self._commit_lua)
-            await self._r.script_load(self._position_lua)
+        lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
+        if lost is not None:
+            for source in (self._commit_lua, self._position_lua, *scripts):
+                await self._r.script_load(source)
             again = self._r.pipeline(transaction=False)
-            again.command_stack.extend(commands)
-            replies = await again.execute(raise_on_error=False)
+            again.command_stack.extend(commands[lost:])
+            replies = replies[:lost] + await again.execute(raise_on_error=False)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
