@@ -143,6 +143,22 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
     rows.append(_row("queue enqueue/s vs redis-benchmark XADD (1 client)", enq, xadd, "", ""))
     rt, xp50 = _get(q, "redis_queue.claim_finish.p50_ms"), _get(q, "redis_benchmark_xadd.0.p50_ms")
     rows.append(_row("queue claim→finish p50 ms vs XADD p50 ms", rt, xp50, "", ""))
+    pickup = _get(q, "redis_pickup_idle.pickup.p50_ms")
+    rows.append(
+        _row("queue pick-up p50 ms, idle consumer (enqueue → claim)", pickup, None, "≤ 0.8", _at_most(pickup, 0.8))
+    )
+    cycles = _get(q, "redis_queue.claim_finish_cycles_per_s")
+    rows.append(
+        _row("queue no-op claim→finish cycles/s, one consumer", cycles, None, "≥ 1,300", _at_least(cycles, 1300))
+    )
+    trips = _get(q, "redis_commands_per_job.worker_client_round_trips_per_job")
+    rows.append(_row("queue round trips per job, worker side (claim + finish)", trips, None, "≤ 4", _at_most(trips, 4)))
+    for run in _get(w, "daemon_pickup") or []:
+        hosted = " + ".join(run.get("hosted", []))
+        p50 = run.get("pickup_p50_ms")
+        rows.append(
+            _row(f"daemon pick-up p50 ms, enqueue → adapter called ({hosted})", p50, None, "≤ 1.5", _at_most(p50, 1.5))
+        )
     poll = _get(q, "poll_by_depth") or {}
     deepest = max((int(k) for k in poll if k.isdigit()), default=None)
     for key, what in (("redis_usec_per_poll", "Redis µs"), ("redis_cpu_usec_per_poll", "Redis CPU µs")):
@@ -183,6 +199,14 @@ def _le(value: Any, baseline: Any, limit: float) -> bool:
 
 def _ge(value: Any, baseline: Any, limit: float) -> bool:
     return value is not None and bool(baseline) and value / baseline >= limit
+
+
+def _at_most(value: Any, limit: float) -> bool:
+    return value is not None and value <= limit
+
+
+def _at_least(value: Any, limit: float) -> bool:
+    return value is not None and value >= limit
 
 
 def _lt(value: Any, baseline: Any) -> bool:

@@ -8,6 +8,9 @@
   without, on a batch enqueued at once; the job shape is picked so encoding is comparable to denoising.
 - **model loads**: cold load vs warm (cached) get, and how many jobs of a mixed two-model batch paid a
   load (warm-model affinity: a worker prefers queued jobs of the model it has loaded).
+- **daemon pick-up** = the ``enqueue`` call → the adapter's ``denoise`` called, in an idle worker of the
+  test-only ``instant-wan`` model (no model work: what the daemon itself costs before the model runs),
+  hosting that model alone and with a second hosted model (the multi-stream claim path).
 
 Run: ``python scripts/bench_worker.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -176,6 +179,63 @@ def worker_env(base: Path, redis_url: str, models_dir: Path, *, overlap: bool) -
     return settings_env(settings)
 
 
+def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Enqueue → adapter called, ``n`` jobs one at a time into an idle worker of ``instant-wan`` (and
+    ``also_hosted``, with no jobs), on its own Redis. Each job is enqueued once the previous one ended
+    and the worker is back in its blocking claim; both times are the machine's wall clock."""
+    from tests.integration.worker_harness import write_test_catalog
+
+    base = Path(tempfile.mkdtemp(prefix="bench-pickup-"))
+    catalog_path = write_test_catalog(base / "catalog.yaml")
+    catalog = load_catalog(catalog_path)
+    calls = base / "calls.log"
+    models_dir = Path(os.environ.get("GENWORKER_MODELS__TINY_MODELS_DIR", ROOT / "var" / "models"))
+    redis = start_redis(base / "redis")
+    hosted = ["instant-wan", *also_hosted]
+    settings = {
+        "data_dir": str(base / "data"),
+        "catalog_path": str(catalog_path),
+        "queue": {"backend": "redis", "redis_url": redis.url},
+        "store": {"backend": "local", "local_root": str(base / "data" / "artifacts")},
+        "models": {"tiny_models_dir": str(models_dir)},
+        "worker": {"hosted_models": hosted, "preload": ["instant-wan"]},
+        "log_level": "WARNING",
+    }
+    env = {**settings_env(settings), "GENWORKER_TEST_CALL_LOG": str(calls)}
+    from worker.queue.config import QueueSettings
+    from worker.queue.factory import open_queue
+
+    queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url))
+    worker = WorkerProcess(env, base / "worker.log")
+    samples: list[float] = []
+    claimed: list[float] = []  # of those, the enqueue call → the claim's start (``started_at``)
+    try:
+        worker.start().wait_ready()
+        for i in range(n + 3):  # the first 3 warm the worker up and are not counted
+            record = make_record(catalog, "instant-wan", variant="fast", resolution="144p", duration_seconds=1)
+            time.sleep(0.05)  # the worker is back in its blocking claim
+            enqueued_at = time.time()
+            queue.enqueue(record)
+            time.sleep(0.02)  # no poll competes with the pick-up for the 2 cores
+            done, _ = wait_for(queue, record.id, terminal, timeout_s=60, poll_s=0.02)
+            called = dict(line.split("\t") for line in calls.read_text(encoding="utf-8").splitlines())
+            if i >= 3 and done.started_at is not None:
+                samples.append((float(called[record.input.prompt]) - enqueued_at) * 1000)
+                claimed.append((done.started_at.timestamp() - enqueued_at) * 1000)
+    finally:
+        worker.stop()
+        queue.close()
+        redis.stop()
+    return {
+        "hosted": hosted,
+        "jobs": n,
+        "pickup_p50_ms": round(_pct(samples, 0.5), 3),
+        "pickup_p99_ms": round(_pct(samples, 0.99), 3),
+        "enqueue_to_claim_p50_ms": round(_pct(claimed, 0.5), 3),
+        "samples_ms": [round(v, 3) for v in samples],
+    }
+
+
 def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
     """Both workers (overlap on / off) idle on separate Redis databases; measurements alternate."""
     from pipelines.tiny import build_all
@@ -223,6 +283,7 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
         for queue in queues.values():
             queue.close()
         redis.stop()
+    pickups = [daemon_pickup(n * 3), daemon_pickup(n * 3, also_hosted=("tiny-wan",))]
     on_jpm, off_jpm = statistics.median(throughput[True]), statistics.median(throughput[False])
     return {
         "job": LATENCY_JOB,
@@ -243,6 +304,7 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
             "overlap_off_jobs_per_min": off_jpm,
             "speedup": on_jpm / off_jpm,
         },
+        "daemon_pickup": pickups,
         "loads": {
             "cold_load_s": cold_s,
             "warm_get_s": warm_s,
@@ -256,5 +318,10 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pickup", type=int, metavar="N", help="only the daemon pick-up, over N jobs")
     args = parser.parse_args()
-    print(json.dumps(run(quick=args.quick), indent=2, default=str))
+    if args.pickup:
+        result: Any = [daemon_pickup(args.pickup), daemon_pickup(args.pickup, also_hosted=("tiny-wan",))]
+    else:
+        result = run(quick=args.quick)
+    print(json.dumps(result, indent=2, default=str))

@@ -184,7 +184,10 @@ class _Color(Latents):
 
 class InstantWan:
     """No model at all: every step reported at once, a clip of one colour per seed. The soak's model
-    (``scripts/soak.py --faults``), which measures the queue, the worker and the stores, not denoising."""
+    (``scripts/soak.py --faults``), which measures the queue, the worker and the stores, not denoising.
+
+    With ``$GENWORKER_TEST_CALL_LOG`` set, ``denoise`` first appends ``<prompt>\t<unix time>`` to that
+    file: when the worker handed the job to the adapter (the daemon's pick-up, ``scripts/bench_worker.py``)."""
 
     options: ClassVar[frozenset[str]] = WanTextToVideo.options
 
@@ -205,6 +208,10 @@ class InstantWan:
         return None
 
     def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+        called = time.time()
+        if call_log := os.environ.get("GENWORKER_TEST_CALL_LOG"):
+            with open(call_log, "a", encoding="utf-8") as f:
+                f.write(f"{job.prompt}\t{called!r}\n")
         for step in range(1, job.steps + 1):
             on_step(step, job.steps)
         return _Color((job.seed * 37 % 256, job.seed * 91 % 256, job.seed * 13 % 256))

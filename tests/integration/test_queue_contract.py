@@ -12,7 +12,7 @@ from tests.integration import queue_support
 from tests.integration.queue_support import new_record, video_artifact
 from worker.core.contract import ErrorInfo, Money, Stage, Status, Usage
 from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
-from worker.queue.base import JobQueue, Outcome, WorkerHeartbeat
+from worker.queue.base import JobQueue, Outcome, ProgressWrite, WorkerHeartbeat
 from worker.queue.policy import DeadReason, ReleaseReason
 
 # The per-backend fixtures (redis, sqlite): every test here runs against both.
@@ -198,6 +198,25 @@ def test_retry_then_dead_letter_keeps_the_error(make_queue: MakeQueue) -> None:
         Status.queued,
         Status.running,
         Status.failed,
+    ]
+
+
+def test_a_progress_write_answers_the_cancel_flag_it_found(make_queue: MakeQueue) -> None:
+    """``write_progress`` tells the worker whether to stop, as of the write: no poll of its own."""
+    api, worker = make_queue(), make_queue()
+    record = api.enqueue(new_record()).record
+    claim = worker.claim("w1", ["tiny-wan"])
+    assert claim is not None
+    assert worker.write_progress(claim, Stage.loading, 0.0) == ProgressWrite(accepted=True, cancel_requested=False)
+    api.cancel(record.id)
+    assert worker.write_progress(claim, Stage.denoising, 0.0) == ProgressWrite(accepted=True, cancel_requested=True)
+    stored = api.get(record.id)
+    assert stored is not None and stored.stage is Stage.denoising and stored.cancel_requested
+    assert worker.finish(claim, Outcome(status=Status.canceled))
+    assert worker.write_progress(claim, Stage.denoising, 0.5) == ProgressWrite(accepted=False, cancel_requested=False)
+    assert [(n.stage, n.progress) for n in api.progress_notes(record.id)] == [
+        (Stage.loading, 0.0),
+        (Stage.denoising, 0.0),
     ]
 
 

@@ -103,6 +103,18 @@ def test_cancel_flag_is_seen_at_the_next_step(queue: SqliteQueue) -> None:
         progress.on_step(2, 10)
 
 
+def test_a_stage_write_that_finds_the_cancel_flag_stops_the_job(queue: SqliteQueue) -> None:
+    """Entering a stage is one queue call: the write answers the flag, no poll goes before it."""
+    claim = claimed(queue)
+    progress = progress_for(queue, claim)
+    progress.enter(Stage.loading)
+    queue.cancel(claim.job_id)
+    with pytest.raises(JobCanceled):
+        progress.enter(Stage.denoising)
+    record = queue.get(claim.job_id)
+    assert record is not None and record.status is Status.running and record.stage is Stage.denoising
+
+
 def test_time_limit_stop_and_stale_claim_stop_the_job(queue: SqliteQueue) -> None:
     claim = claimed(queue)
     timed_out = progress_for(queue, claim, limit_s=0)

@@ -2,7 +2,9 @@
 
 ``on_step`` is the pipeline's step callback (``callback_on_step_end`` underneath): it polls the
 durable cancel flag at every step, so a cancel ends the job within one step, and writes progress at
-most once per ``interval_s`` (the record is read by pollers, not a log of steps). Whatever it raises
+most once per ``interval_s`` (the record is read by pollers, not a log of steps). A write answers
+the cancel flag as it found it (``WorkerQueue.write_progress``), so a step or a stage that writes
+needs no poll of its own: one queue call each. Whatever it raises
 unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or ``JobInterrupted``, or
 ``BackendUnavailable`` from the queue (a transient failure: the settler retries the job).
 """
@@ -34,17 +36,20 @@ class JobProgress:
         return self._stage
 
     def enter(self, stage: Stage) -> None:
-        """Start ``stage``: check everything, then record it with progress 0 (always written)."""
-        self.check(poll_cancel=True)
+        """Start ``stage``: check everything, then record it with progress 0 (always written; the
+        write answers the cancel flag)."""
+        self.check()
         self._stage = stage
         self._write(0.0)
 
     def on_step(self, step: int, total: int) -> None:
         """Step callback: ``step`` steps of ``total`` are done (1-based, as ``pipelines.runtime`` reports)."""
-        self.check(poll_cancel=True)
         done = min(1.0, step / max(1, total))
         if done >= 1.0 or time.monotonic() - self._last_write >= self._interval_s:
+            self.check()
             self._write(done)
+        else:
+            self.check(poll_cancel=True)
 
     def check(self, *, poll_cancel: bool = False) -> None:
         """Raise if this attempt must stop: stale claim, worker stopping, time limit, cancel flag."""
@@ -59,7 +64,12 @@ class JobProgress:
             raise JobCanceled()
 
     def _write(self, progress: float) -> None:
+        """Write stage and progress; raise ``StaleClaim`` when refused, ``JobCanceled`` when the write
+        found the cancel flag (the stage is on the record then; the canceled outcome ends it)."""
         self._last_write = time.monotonic()
-        if not self._queue.progress(self._lease.claim, self._stage, progress):
+        written = self._queue.write_progress(self._lease.claim, self._stage, progress)
+        if not written.accepted:
             self._lease.stale.set()
             raise StaleClaim(f"progress refused for {self._lease.claim.job_id}")
+        if written.cancel_requested:
+            raise JobCanceled()

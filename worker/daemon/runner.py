@@ -132,8 +132,10 @@ class JobRunner:
         return HandOff(attempt, rendered, work_dir)
 
     def validate(self, attempt: Attempt) -> tuple[ResolvedJob, ModelSpec]:
-        """Re-check the payload against the contract and this worker's catalog (coded rejections)."""
-        attempt.progress.check(poll_cancel=True)
+        """Re-check the payload against the contract and this worker's catalog (coded rejections).
+
+        No cancel poll: the claim read the flag a moment ago, and the first stage's write answers it."""
+        attempt.progress.check()
         # The input image is the API's checked copy in the store (read by ``_input_image``); the request's URL
         # or data URI is not kept, and the record holds the ratio ``auto`` resolved to.
         stored = attempt.claim.record.input.image

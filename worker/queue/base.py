@@ -50,6 +50,7 @@ __all__ = [
     "Outcome",
     "Polled",
     "ProgressNote",
+    "ProgressWrite",
     "WorkerHeartbeat",
     "WorkerQueue",
 ]
@@ -65,6 +66,14 @@ class Claim:
     record: GenerationRecord
     # Backend bookkeeping (stream entry id, consumer name, lease token); opaque to callers.
     token: str = ""
+
+
+@dataclass(frozen=True)
+class ProgressWrite:
+    """What a fenced stage/progress write found (``WorkerQueue.write_progress``)."""
+
+    accepted: bool  # False: the claim is stale (re-delivered or ended) and nothing was written
+    cancel_requested: bool  # the job's cancel flag as the write found it (False when not accepted)
 
 
 @dataclass(frozen=True)
@@ -255,6 +264,11 @@ class WorkerQueue(Protocol):
 
     def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
         """Record stage/progress (fenced). False when the claim is stale."""
+        ...
+
+    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+        """``progress``, answering also the job's cancel flag as the write found it: a worker that
+        writes a stage learns in the same call whether to stop (no separate ``cancel_requested``)."""
         ...
 
     def cancel_requested(self, job_id: str) -> bool: ...

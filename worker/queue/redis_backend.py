@@ -35,7 +35,16 @@ from redis.cluster import RedisCluster
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from worker.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
 from worker.queue import keys, records, redis_plans
-from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, ProgressNote, WorkerHeartbeat
+from worker.queue.base import (
+    Claim,
+    DeadLetter,
+    EnqueueResult,
+    Event,
+    Outcome,
+    ProgressNote,
+    ProgressWrite,
+    WorkerHeartbeat,
+)
 from worker.queue.entries import UnreadableEntry, read_payload
 from worker.queue.ordering import order_models
 from worker.queue.policy import DeadReason, out_of_attempts
@@ -247,14 +256,23 @@ class RedisQueue:
         entry, consumer = split_token(claim.token)
         return self._scripts.renew(claim.model, claim.job_id, consumer=consumer, attempt=claim.attempt, entry=entry)
 
-    @redis_unavailable
     def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        return self.write_progress(claim, stage, progress).accepted
+
+    @redis_unavailable
+    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+        found: list[bool] = []  # the cancel flag of each snapshot planned from; the last one committed
+
         def build(snap: Snapshot) -> Plan | None:
             if not holds(snap, claim):
                 return None
+            found.append(snap.record.cancel_requested)
             return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim, progress)
 
-        return self._jobs.mutate(claim.model, claim.job_id, build, held=True) is not None
+        # A commit applies only on the rev it was planned from, so the flag it kept is the stored one.
+        if self._jobs.mutate(claim.model, claim.job_id, build, held=True) is None:
+            return ProgressWrite(accepted=False, cancel_requested=False)
+        return ProgressWrite(accepted=True, cancel_requested=found[-1])
 
     @redis_unavailable
     def cancel_requested(self, job_id: str) -> bool:

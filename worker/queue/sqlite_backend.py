@@ -23,7 +23,16 @@ from pathlib import Path
 from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from worker.core.errors import IdempotencyConflict, UnknownJob
 from worker.queue import keys, records
-from worker.queue.base import Claim, DeadLetter, EnqueueResult, Event, Outcome, ProgressNote, WorkerHeartbeat
+from worker.queue.base import (
+    Claim,
+    DeadLetter,
+    EnqueueResult,
+    Event,
+    Outcome,
+    ProgressNote,
+    ProgressWrite,
+    WorkerHeartbeat,
+)
 from worker.queue.ordering import order_models
 from worker.queue.policy import (
     DeadReason,
@@ -312,7 +321,14 @@ class SqliteQueue:
 
     @sqlite_unavailable
     def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        return self.write_progress(claim, stage, progress).accepted
+
+    @sqlite_unavailable
+    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+        found: list[bool] = []  # the cancel flag in the write's own transaction
+
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            found.append(rec.cancel_requested)
             conn.execute(
                 "UPDATE jobs SET record = ? WHERE id = ?",
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
@@ -322,7 +338,9 @@ class SqliteQueue:
                 (rec.id, rec.attempt, stage.value, float(progress), utcnow().isoformat()),
             )
 
-        return self._fenced(claim, change)
+        if not self._fenced(claim, change):
+            return ProgressWrite(accepted=False, cancel_requested=False)
+        return ProgressWrite(accepted=True, cancel_requested=found[-1])
 
     @sqlite_unavailable
     def finish(self, claim: Claim, outcome: Outcome) -> bool:
