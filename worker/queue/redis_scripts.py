@@ -34,6 +34,7 @@ on ``NOSCRIPT``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -96,6 +97,27 @@ class Scan:
     cursor: str  # the group's last-delivered id: an XREAD from it wakes on the next new entry
 
 
+# The plan's fields that go into the spec (the record travels as ARGV[2]).
+_SPEC_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "record")
+
+
+@functools.lru_cache(maxsize=4096)
+def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
+    """``commit.lua``'s KEYS for one job: the same for every commit of the job (its claim, its
+    progress writes, its end), so they are built and checked once, not on every call."""
+    return (
+        keys.job_record(model, job_id),
+        keys.job_stream(model),
+        keys.delayed_zset(model),
+        keys.events_stream(model),
+        keys.job_events(model, job_id),
+        keys.dead_stream(model),
+        keys.running_set(model),
+        keys.job_stream_seq(model),
+        keys.job_progress(model, job_id),
+    )
+
+
 def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
     """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above); shared by ``Scripts.commit`` and
     the API's asyncio path (``redis_async``), so the two always lay a commit out alike."""
@@ -103,25 +125,13 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
     spec["at"] = utcnow().isoformat()
     spec["record_ttl_ms"] = record_ttl_ms
     spec["notes_cap"] = keys.PROGRESS_NOTES_CAP
-    for field in fields(Plan):
-        value = getattr(plan, field.name)
+    for name in _SPEC_FIELDS:
+        value = getattr(plan, name)
         # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
-        if field.name == "record" or value is None:
-            continue
-        spec[field.name] = str(value) if field.name == "delay_until_ms" else value
+        if value is not None:
+            spec[name] = str(value) if name == "delay_until_ms" else value
     record_json = plan.record.model_dump_json() if plan.record is not None else ""
-    script_keys = [
-        keys.job_record(plan.model, plan.job_id),
-        keys.job_stream(plan.model),
-        keys.delayed_zset(plan.model),
-        keys.events_stream(plan.model),
-        keys.job_events(plan.model, plan.job_id),
-        keys.dead_stream(plan.model),
-        keys.running_set(plan.model),
-        keys.job_stream_seq(plan.model),
-        keys.job_progress(plan.model, plan.job_id),
-    ]
-    return script_keys, [json.dumps(spec), record_json]
+    return list(_commit_keys(plan.model, plan.job_id)), [json.dumps(spec), record_json]
 
 
 class Scripts:
