@@ -71,7 +71,7 @@ class AccessLogMiddleware:
 
 
 def log_request(scope: Scope, request_id: str, status: int, sent_bytes: int, elapsed_s: float) -> None:
-    """The access line of one request (the middleware's, and the poll's fast path's: api/poll_path.py)."""
+    """The access line of one request (the middleware's, and the fast path's: api/fast_path.py)."""
     path = scope["path"]  # never the query string
     level = logging.DEBUG if path in _QUIET_PATHS and status < 500 else logging.INFO
     if not log.isEnabledFor(level):

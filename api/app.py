@@ -22,6 +22,7 @@ from api.access_log import AccessLogMiddleware
 from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
 from api.errors import install_error_handlers
+from api.fast_path import FastPath
 from api.keys import KeyStore
 from api.limits import (
     AsyncRateLimiter,
@@ -32,7 +33,6 @@ from api.limits import (
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
-from api.poll_path import PollFastPath
 from api.routes import events, generations, models
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
@@ -66,7 +66,7 @@ def create_app(
     async_limiter: AsyncRateLimiter | None = None,
     key_cache: KeyCache | None = None,
     webhooks: Webhooks | None = None,
-    poll_fast_path: bool = True,
+    fast_path: bool = True,
 ) -> FastAPI:
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
     signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
@@ -76,8 +76,8 @@ def create_app(
     loop), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app closes the async queue,
     the async limiter and the authenticator's threads at shutdown (lifespan); ``queue`` and ``keys``
     stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its sender thread,
-    if it has one, for the app's lifetime (``api/webhooks``). ``poll_fast_path`` off sends polls through
-    the framework's routing and middleware too (the tests compare both)."""
+    if it has one, for the app's lifetime (``api/webhooks``). ``fast_path`` off sends polls and creates
+    through the framework's routing and middleware too (the tests compare both)."""
     api = settings.api
     aqueue = async_queue or OffloadedQueue(queue)
     auth = Authenticator(
@@ -123,11 +123,17 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     metrics = install_metrics(app)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
-    if poll_fast_path:  # polls answered before the framework's stack, as that stack would (api/poll_path.py)
+    if fast_path:  # polls and creates answered before the framework's stack, as it would (api/fast_path.py)
         build_stack = app.build_middleware_stack
 
         def build_with_fast_path() -> ASGIApp:
-            return PollFastPath(build_stack(), functools.partial(generations.answer_poll, ctx), metrics)
+            return FastPath(
+                build_stack(),
+                poll=functools.partial(generations.answer_poll, ctx),
+                create=functools.partial(generations.answer_create, ctx),
+                metrics=metrics,
+                max_body_bytes=api.max_body_bytes,
+            )
 
         app.build_middleware_stack = build_with_fast_path  # type: ignore[method-assign]
 

@@ -183,7 +183,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 async def error_answer(request: Request, exc: Exception) -> tuple[JSONResponse, bool]:
     """What the installed handlers answer to ``exc`` raised by a route, for a path that runs outside
-    the framework (``api/poll_path.py``): the response, and whether the exception must still be
+    the framework (``api/fast_path.py``): the response, and whether the exception must still be
     re-raised (an unexpected one: answered 500 outermost, then left to the server to log)."""
     for cls in type(exc).__mro__:
         handler = _HANDLERS.get(cls)

@@ -204,16 +204,19 @@ def track_decision() -> Iterator[_Noted]:
 
 
 def rate_limit_headers(decision: RateDecision | None, present: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The ``RateLimit-*`` (and ``Retry-After``) raw headers of ``decision`` that an answer with the raw
-    headers ``present`` lacks; none when no decision was taken."""
+    """``decision.headers()`` as raw headers, less those an answer with the raw headers ``present``
+    has already (a 429 carries its own); none when no decision was taken."""
     if decision is None:
         return []
-    names = {name.lower() for name, _ in present}
-    return [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in decision.headers().items()
-        if name.lower().encode("latin-1") not in names
+    raw = [
+        (b"ratelimit-limit", b"%d" % decision.limit),
+        (b"ratelimit-remaining", b"%d" % decision.remaining),
+        (b"ratelimit-reset", b"%d" % decision.reset_s),
     ]
+    if not decision.allowed:
+        raw.append((b"retry-after", b"%d" % decision.retry_after_s))
+    names = {name.lower() for name, _ in present}
+    return [(name, value) for name, value in raw if name not in names]
 
 
 class RateLimitHeadersMiddleware:

@@ -107,7 +107,9 @@ class _Connection(asyncio.Protocol):
     def send(self, scheduled: float) -> None:
         assert self.transport is not None
         self.busy = True
-        self.sent_at = scheduled
+        # Latency counts from when the request was due, or from now when a timer fired early (uvloop
+        # rounds its timers to the millisecond): never negative, and a stall still counts in full.
+        self.sent_at = min(scheduled, time.perf_counter())
         self.transport.write(self.load.next_request())
 
     def data_received(self, data: bytes) -> None:
@@ -398,6 +400,7 @@ def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
     if shutil.which("redis-server") is None:
         return {"error": "redis-server is needed for the Redis runs (Debian: apt-get install redis-server)"}
     seconds, rounds, half_s = (3.0, 1, 3.0) if quick else (8.0, 3, 8.0)
+    load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     redis = start_redis(tmp / "redis-server")
     procs: list[subprocess.Popen[bytes]] = []
@@ -444,7 +447,11 @@ def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
             _stop(proc)
         redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    return _report(runs, half, seconds, rounds, half_s)
+    result = _report(runs, half, seconds, rounds, half_s)
+    # The machine's load (1-minute average) as the run began and ended: the figures are per process on
+    # shared cores, so a busy machine lowers them all (ratios within the run hold better).
+    result["load_average_1m"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
+    return result
 
 
 def _report(

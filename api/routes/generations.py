@@ -38,14 +38,15 @@ from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
 from worker.core.contract import GenerationRecord, Status, StoredImage, utcnow
 from worker.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
-from worker.queue.base import Polled
 from worker.settings import ApiSettings
 
-__all__ = ["POLL_ROUTE", "answer_poll", "build_router", "retry_after_s"]
+__all__ = ["CREATE_ROUTE", "POLL_ROUTE", "answer_create", "answer_poll", "build_router", "retry_after_s"]
 
 log = logging.getLogger("genworker.api")
 
-# The poll's route template (the metrics' route label; api/poll_path.py answers it outside the framework).
+# The create's and the poll's route templates (the metrics' route labels; api/fast_path.py answers
+# both outside the framework).
+CREATE_ROUTE = "/v1/generations"
 POLL_ROUTE = "/v1/generations/{generation_id}"
 _ID_DOC = "Generation id as returned by create."
 _GENERATION_ID = Path(min_length=1, max_length=128, description=_ID_DOC)
@@ -160,8 +161,48 @@ async def answer_poll(ctx: ApiContext, request: Request) -> Response:
     return _rendered(ctx, view, 200, {}, polled.record)
 
 
+async def answer_create(ctx: ApiContext, request: Request) -> Response:
+    """``POST /v1/generations``: the checks in the order FastAPI's dependencies made them (query, body,
+    key, header), then the key, the body, the image, the queue."""
+    await _no_query(request)
+    body = await request.body()
+    api_key = await presented_key(request)
+    idempotency_key = _header(request, IDEMPOTENCY_HEADER, _IDEMPOTENCY_KEY)
+    principal = await ctx.auth.authorize(api_key, Scope.generations_write)
+    idem_key = check_idempotency_key(idempotency_key)
+    create = parse_body(body)
+    # An input image is fetched, decoded and checked off the event loop, before anything is stored.
+    image = None
+    if takes_image(create, ctx.catalog):
+        image = await anyio.to_thread.run_sync(prepare_image, create, ctx.settings.api.inputs)
+    record = build_record(
+        create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
+    )
+    check_hosted(record, ctx.catalog, ctx.settings, ctx.queue.live_workers)
+    stored = record.input.image
+    if image is not None and stored is not None:  # stored before the job exists: a worker may claim it at once
+        await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)
+    fingerprint = request_hash(create, image_sha256=stored.sha256 if stored else None)
+    try:
+        created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=fingerprint)
+    except IdempotencyConflict as e:
+        await _discard_image(ctx, stored)
+        raise ApiError(
+            409,
+            ErrorCode.idempotency_conflict,
+            f"Idempotency-Key was already used with a different request body (generation {e.job_id})",
+            IDEMPOTENCY_HEADER,
+        ) from None
+    headers = {"Location": f"/v1/generations/{created.record.id}"}
+    if created.replayed:
+        await _discard_image(ctx, stored)  # the replayed generation has its own copy
+        headers = {"Idempotent-Replayed": "true", **headers}
+    view = generation_view(created.record, ctx.store, queue_position=created.position)
+    return _rendered(ctx, view, 202, headers, created.record)
+
+
 def build_router(ctx: ApiContext) -> APIRouter:
-    router = APIRouter(prefix="/v1/generations", tags=["generations"])
+    router = APIRouter(prefix=CREATE_ROUTE, tags=["generations"])
     # The presented key (401 at once when missing); each route checks it first thing in its body: the
     # async routes await ``ctx.auth.authorize``, the sync ones call ``ctx.auth.principal`` on their
     # thread (api/auth.py).
@@ -184,9 +225,6 @@ def build_router(ctx: ApiContext) -> APIRouter:
         if seconds is not None:
             response.headers["Retry-After"] = str(seconds)
 
-    def polled_view(polled: Polled) -> GenerationView:
-        return generation_view(polled.record, ctx.store, queue_position=polled.position)
-
     @router.post(
         "",
         status_code=202,
@@ -203,41 +241,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         },
     )
     async def create_generation(request: Request) -> Response:
-        # The checks FastAPI's dependencies made, in their order: query, body, key, header.
-        await _no_query(request)
-        body = await request.body()
-        api_key = await presented_key(request)
-        idempotency_key = _header(request, IDEMPOTENCY_HEADER, _IDEMPOTENCY_KEY)
-        principal = await ctx.auth.authorize(api_key, Scope.generations_write)
-        idem_key = check_idempotency_key(idempotency_key)
-        create = parse_body(body)
-        # An input image is fetched, decoded and checked off the event loop, before anything is stored.
-        image = None
-        if takes_image(create, ctx.catalog):
-            image = await anyio.to_thread.run_sync(prepare_image, create, api.inputs)
-        record = build_record(
-            create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
-        )
-        check_hosted(record, ctx.catalog, ctx.settings, ctx.queue.live_workers)
-        stored = record.input.image
-        if image is not None and stored is not None:  # stored before the job exists: a worker may claim it at once
-            await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)
-        fingerprint = request_hash(create, image_sha256=stored.sha256 if stored else None)
-        try:
-            created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=fingerprint)
-        except IdempotencyConflict as e:
-            await _discard_image(ctx, stored)
-            raise ApiError(
-                409,
-                ErrorCode.idempotency_conflict,
-                f"Idempotency-Key was already used with a different request body (generation {e.job_id})",
-                IDEMPOTENCY_HEADER,
-            ) from None
-        headers = {"Location": f"/v1/generations/{created.record.id}"}
-        if created.replayed:
-            await _discard_image(ctx, stored)  # the replayed generation has its own copy
-            headers = {"Idempotent-Replayed": "true", **headers}
-        return _rendered(ctx, polled_view(created), 202, headers, created.record)
+        return await answer_create(ctx, request)  # also called outside the framework: api/fast_path.py
 
     @router.get(
         "",
@@ -266,7 +270,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         openapi_extra={"parameters": [_ID_PARAMETER], "security": _SECURITY},
     )
     async def get_generation(request: Request) -> Response:
-        return await answer_poll(ctx, request)  # also called outside the framework: api/poll_path.py
+        return await answer_poll(ctx, request)  # also called outside the framework: api/fast_path.py
 
     @router.post(
         "/{generation_id}/cancel",

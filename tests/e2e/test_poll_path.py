@@ -29,7 +29,7 @@ from api.app import create_app
 from api.auth import KEY_CACHE_TTL_S, KeyCache
 from api.create import build_record
 from api.keys import Scope, SqliteKeyStore
-from api.routes.generations import POLL_ROUTE
+from api.routes.generations import CREATE_ROUTE, POLL_ROUTE
 from api.server import artifacts_app_for, open_async_limiter, open_limiter
 from api.views import GenerationView, generation_view
 from tests.e2e.conftest import assert_error, create_body, free_port
@@ -121,7 +121,7 @@ def start_pair(
         key_cache=key_cache,
     )
     ref = create_app(
-        settings, **common, async_queue=OffloadedQueue(queue), key_cache=KeyCache(ttl_s=0), poll_fast_path=False
+        settings, **common, async_queue=OffloadedQueue(queue), key_cache=KeyCache(ttl_s=0), fast_path=False
     )
     fast_url, fast_server, fast_thread = _serve(fast)
     ref_url, ref_server, ref_thread = _serve(ref)
@@ -209,63 +209,97 @@ def test_polls_answer_as_the_sync_path_in_every_state(pair: Pair) -> None:
                 _same(fast.get(path, headers=auth), ref.get(path, headers=auth))
 
 
-def _poll_samples(client: httpx.Client) -> dict[tuple[str, str], float]:
-    """The poll route's request counts by (status, sample name) from the app's ``/metrics``."""
+def _route_samples(client: httpx.Client) -> dict[tuple[str, str, str, str], float]:
+    """The hot routes' request counts and timings by (method, route, status, sample) from ``/metrics``."""
     scraped = client.get("/metrics")
     assert scraped.status_code == 200
     return {
-        (s.labels.get("status", ""), s.name): s.value
+        (s.labels.get("method", ""), s.labels["route"], s.labels.get("status", ""), s.name): s.value
         for family in text_string_to_metric_families(scraped.text)
         for s in family.samples
-        if s.labels.get("route") == POLL_ROUTE and not s.name.endswith(("_bucket", "_sum", "_created"))
+        if s.labels.get("route") in (POLL_ROUTE, CREATE_ROUTE) and not s.name.endswith(("_bucket", "_sum", "_created"))
     }
+
+
+def _content(content: bytes | str | None) -> Any:
+    """The body as given, or for "chunked" a generator: httpx sends it chunked (the framework's path)."""
+    if content != "chunked":
+        return content
+    return iter([json.dumps(create_body()).encode()])
+
+
+def _side(headers: dict[str, str], side: str) -> dict[str, str]:
+    """Each API its own idempotency keys (both share one queue): "stack-1" is "stack-1-fast" there."""
+    key = headers.get("Idempotency-Key", "")
+    return {**headers, "Idempotency-Key": f"{key}-{side}"} if key.startswith("stack-") else headers
 
 
 def test_the_fast_path_answers_with_what_the_framework_stack_adds(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
     """Every header (``RateLimit-*``, ``X-Request-Id``, ``WWW-Authenticate``...), the access line and
-    the metrics of each kind of poll answer: the fast path (``api/poll_path.py``) and the framework's
-    routing and middleware give the same, request by request."""
+    the metrics of each kind of poll and create answer: the fast path (``api/fast_path.py``) and the
+    framework's routing and middleware give the same, request by request."""
     caplog.set_level(logging.INFO, logger="genworker.api.access")
     gid = pair.queue.enqueue(_record()).record.id
     _, writer = pair.keys.create("alpha", [Scope.generations_write])
-    cases: list[tuple[str, dict[str, str]]] = [
-        (f"/v1/generations/{gid}", {}),
-        (f"/v1/generations/{gid}", {"X-Request-Id": "client-trace-1"}),
-        (f"/v1/generations/{gid}", {"X-Request-Id": "not sane!"}),
-        ("/v1/generations/gen_unknown", {}),
-        ("/v1/generations/" + "x" * 129, {}),
-        (f"/v1/generations/{gid}?x=1", {}),
-        (f"/v1/generations/{gid}", {"Authorization": ""}),
-        (f"/v1/generations/{gid}", {"Authorization": "Bearer gw_nope"}),
-        (f"/v1/generations/{gid}", {"Authorization": f"Bearer {writer}"}),  # 403: no read scope
+    body = json.dumps(create_body()).encode()
+    other = json.dumps(create_body(seed=9)).encode()
+    cases: list[tuple[str, str, dict[str, str], Any]] = [
+        ("GET", f"/v1/generations/{gid}", {}, None),
+        ("GET", f"/v1/generations/{gid}", {"X-Request-Id": "client-trace-1"}, None),
+        ("GET", f"/v1/generations/{gid}", {"X-Request-Id": "not sane!"}, None),
+        ("GET", "/v1/generations/gen_unknown", {}, None),
+        ("GET", "/v1/generations/" + "x" * 129, {}, None),
+        ("GET", f"/v1/generations/{gid}?x=1", {}, None),
+        ("GET", f"/v1/generations/{gid}", {"Authorization": ""}, None),
+        ("GET", f"/v1/generations/{gid}", {"Authorization": "Bearer gw_nope"}, None),
+        ("GET", f"/v1/generations/{gid}", {"Authorization": f"Bearer {writer}"}, None),  # 403: no read scope
+        ("POST", "/v1/generations", {"Idempotency-Key": "stack-1"}, body),
+        ("POST", "/v1/generations", {"Idempotency-Key": "stack-1"}, body),  # replayed
+        ("POST", "/v1/generations", {"Idempotency-Key": "stack-1"}, other),  # 409
+        ("POST", "/v1/generations", {"X-Request-Id": "client-trace-2"}, b"{not json"),
+        ("POST", "/v1/generations?x=1", {}, body),
+        ("POST", "/v1/generations", {"Authorization": ""}, body),
+        ("POST", "/v1/generations", {"Idempotency-Key": "k" * 256}, body),
+        ("POST", "/v1/generations", {"Idempotency-Key": "stack-2"}, "chunked"),
     ]
     fast, ref = pair.clients()
     with fast, ref:
-        before = {c: _poll_samples(c) for c in (fast, ref)}
-        for path, headers in cases:
+        before = {c: _route_samples(c) for c in (fast, ref)}
+        for method, path, headers, content in cases:
             caplog.clear()
-            a, b = fast.get(path, headers=headers), ref.get(path, headers=headers)
-            _same(a, b)
+            a, b = (
+                c.request(method, path, headers=_side(headers, side), content=_content(content))
+                for c, side in ((fast, "fast"), (ref, "ref"))
+            )
+            if method == "GET" or a.status_code not in (202, 409):
+                _same(a, b)
+            elif a.status_code == 202:  # two creates: the same answer but for the ids, the seed and the times
+                assert (a.status_code, a.json()["status"]) == (b.status_code, b.json()["status"]) == (202, "queued")
+            else:  # each names its own generation
+                assert (a.status_code, a.json()["error"]["param"]) == (b.status_code, b.json()["error"]["param"])
             names = {k for k in a.headers if k not in ("date", "server")}
             assert names == {k for k in b.headers if k not in ("date", "server")}, path
-            for name in names - {"x-request-id", "ratelimit-remaining", "ratelimit-reset"}:
+            varying = {"x-request-id", "ratelimit-remaining", "ratelimit-reset", "location", "content-length"}
+            for name in names - varying:
                 assert a.headers[name] == b.headers[name], (path, name)
-            if headers.get("X-Request-Id") == "client-trace-1":
-                assert a.headers["x-request-id"] == b.headers["x-request-id"] == "client-trace-1"
+            if headers.get("X-Request-Id", "").startswith("client-trace"):
+                assert a.headers["x-request-id"] == b.headers["x-request-id"] == headers["X-Request-Id"]
             assert len(a.headers["x-request-id"]) in (14, 32)
             lines = [r for r in caplog.records if r.name == "genworker.api.access"]
             assert [r.request_id for r in lines] == [a.headers["x-request-id"], b.headers["x-request-id"]]
-            fields = ("method", "path", "status", "bytes")
-            seen = [tuple(getattr(r, f) for f in fields) for r in lines]
-            assert seen[0] == seen[1] == ("GET", path.split("?")[0], a.status_code, len(a.content)), path
-            assert lines[0].client.startswith("127.0.0.1:") and lines[0].elapsed_ms >= 0
-        after = {c: _poll_samples(c) for c in (fast, ref)}
+            for line, answer in zip(lines, (a, b), strict=True):
+                seen = (line.method, line.path, line.status, line.bytes)
+                assert seen == (method, path.split("?")[0], answer.status_code, len(answer.content)), path
+                assert line.client.startswith("127.0.0.1:") and line.elapsed_ms >= 0
+        after = {c: _route_samples(c) for c in (fast, ref)}
     counted = [
         {k: v - before[c].get(k, 0.0) for k, v in after[c].items() if v != before[c].get(k, 0.0)} for c in (fast, ref)
     ]
     assert counted[0] == counted[1]
-    assert counted[0][("200", "genworker_api_requests_total")] == 3
-    assert counted[0][("", "genworker_api_request_seconds_count")] == len(cases)
+    assert counted[0][("GET", POLL_ROUTE, "200", "genworker_api_requests_total")] == 3
+    assert counted[0][("POST", CREATE_ROUTE, "202", "genworker_api_requests_total")] == 3
+    assert counted[0][("GET", POLL_ROUTE, "", "genworker_api_request_seconds_count")] == 9
+    assert counted[0][("POST", CREATE_ROUTE, "", "genworker_api_request_seconds_count")] == 8
 
 
 def test_creates_answer_as_the_sync_path(pair: Pair) -> None:

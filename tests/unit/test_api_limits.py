@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from api.limits import MemoryLimiter, RedisLimiter
+from api.limits import MemoryLimiter, RateDecision, RedisLimiter, rate_limit_headers
 from worker.core.errors import BackendUnavailable
 
 
@@ -90,3 +90,14 @@ def test_memory_limiter_forgets_idle_keys_when_full(monkeypatch: pytest.MonkeyPa
     limiter.hit("busy")
     assert set(limiter._hits) == {"busy"}
     assert not limiter.hit("busy").allowed  # the busy key's window survived the sweep
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_rate_limit_headers_are_the_decisions_headers_less_those_present(allowed: bool) -> None:
+    decision = RateDecision(allowed, retry_after_s=7, limit=20, remaining=0 if not allowed else 13, reset_s=4)
+    expected = [(k.lower().encode(), v.encode()) for k, v in decision.headers().items()]
+    assert rate_limit_headers(decision, []) == expected
+    assert len(expected) == (3 if allowed else 4)
+    present = [(b"content-type", b"application/json"), (b"RateLimit-Limit", b"20")]
+    assert rate_limit_headers(decision, present) == expected[1:]
+    assert rate_limit_headers(None, []) == []

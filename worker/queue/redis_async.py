@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
@@ -49,6 +50,32 @@ _PORTABLE = frozenset(
 _MODEL_CACHE_MAX = 100_000
 
 
+class _HiredisPacking:
+    """Commands packed by hiredis in C, as redis-py's asyncio connection packs them in Python (the same
+    bytes: tests/unit/test_redis_packing.py); where they would differ (a first argument with a space, as
+    in "SCRIPT LOAD", which redis-py splits, or an argument hiredis does not take), redis-py packs it."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        first = args[0]
+        if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
+            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
+        try:
+            return [hiredis.pack_command(args)]
+        except (TypeError, UnicodeEncodeError):  # a bool, a memoryview, a lone surrogate: redis-py's way
+            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
+
+    def pack_commands(self, commands: Any) -> list[bytes]:
+        return [b"".join(chunk for command in commands for chunk in self.pack_command(*command))]
+
+
+class _Connection(_HiredisPacking, aioredis.Connection):
+    pass
+
+
+class _SSLConnection(_HiredisPacking, aioredis.SSLConnection):
+    pass
+
+
 def async_redis_client(settings: QueueSettings, url: str | None = None) -> aioredis.Redis | None:
     """An asyncio client reaching Redis exactly as ``redis_client(settings, url)`` does (credentials,
     timeouts, TLS), for ``redis_mode: single``; None for Sentinel and Cluster."""
@@ -59,7 +86,10 @@ def async_redis_client(settings: QueueSettings, url: str | None = None) -> aiore
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
     tls = issubclass(pool.connection_class, redis.SSLConnection)
     sync.close()
-    connection_class = aioredis.SSLConnection if tls else aioredis.Connection
+    if kwargs.get("encoding", "utf-8") == "utf-8":  # hiredis encodes text as UTF-8 (what it cannot, redis-py does)
+        connection_class: type[aioredis.Connection] = _SSLConnection if tls else _Connection
+    else:
+        connection_class = aioredis.SSLConnection if tls else aioredis.Connection
     return aioredis.Redis(connection_pool=aioredis.ConnectionPool(connection_class=connection_class, **kwargs))
 
 

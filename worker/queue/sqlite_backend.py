@@ -49,6 +49,7 @@ from worker.queue.policy import (
 from worker.queue.records import UnreadableRecord
 from worker.queue.sqlite_clock import Clock, rebase
 from worker.queue.sqlite_db import SqliteFile
+from worker.queue.sqlite_group import GroupCommit
 from worker.queue.sqlite_reads import SqliteReads
 from worker.queue.sqlite_schema import SCHEMA, migrate
 from worker.queue.unavailable import sqlite_unavailable
@@ -62,6 +63,9 @@ EVENTS_CAP = 100_000
 PROGRESS_NOTES_CAP = 1_000_000  # stage/progress writes kept at most (a few dozen per job)
 DEAD_LETTERS_CAP = 100_000
 _PURGE_BATCH = 1000
+
+# One create: the record, its idempotency key and request hash (``enqueue``'s arguments).
+Create = tuple[GenerationRecord, str | None, str | None]
 
 # A fenced change: run inside the transaction with the current record and its release count.
 _Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
@@ -96,6 +100,8 @@ class SqliteQueue:
         self._reclaims_lock = threading.Lock()
         self._clock = clock or Clock()
         self.reads = SqliteReads(self._db, self._clock)
+        self._creates: GroupCommit[tuple[GenerationRecord, str | None, str], EnqueueResult]
+        self._creates = GroupCommit(self._db, self._create)
         try:
             self._db.conn().executescript(SCHEMA)
             with self._db.tx() as conn:  # once per file and boot, whoever opens first
@@ -196,38 +202,44 @@ class SqliteQueue:
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
+        """Create a job (or find the one its idempotency key made). Creates from concurrent threads share
+        one transaction and its fsync (``sqlite_group``); each returns once its create is committed."""
         record = records.enqueued(record, max_attempts=self.max_attempts)
+        return self._creates.run((record, idempotency_key, request_hash or ""))
+
+    @sqlite_unavailable
+    def enqueue_many(self, creates: list[Create]) -> list[EnqueueResult | Exception]:
+        """``enqueue`` for each ``(record, idempotency key, request hash)``, in as few transactions as
+        ``sqlite_group`` takes: each one's result, or the exception it raised (``IdempotencyConflict``)."""
+        enqueued = [(records.enqueued(r, max_attempts=self.max_attempts), key, h or "") for r, key, h in creates]
+        return self._creates.run_many(enqueued)
+
+    def _create(self, conn: sqlite3.Connection, create: tuple[GenerationRecord, str | None, str]) -> EnqueueResult:
+        record, idempotency_key, request_hash = create
         now = self._clock.wall()  # the idempotency expiry: 24 h must hold across reboots
-        with self._db.tx() as conn:
-            if idempotency_key is not None:
-                row = conn.execute(
-                    "SELECT job_id, request_hash FROM idempotency WHERE project = ? AND key = ? AND expires_at > ?",
-                    (record.project, idempotency_key, now),
-                ).fetchone()
-                if row is not None:
-                    if row[1] != (request_hash or ""):
-                        raise IdempotencyConflict(row[0])
-                    stored = self._load(conn, row[0])
-                    if stored is not None:
-                        return EnqueueResult(stored[0], replayed=True)
-                conn.execute(
-                    "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?)",
-                    (record.project, idempotency_key, record.id, request_hash or "", now + keys.IDEMPOTENCY_TTL_S),
-                )
-            existing = self._load(conn, record.id)
-            if existing is not None:
-                return EnqueueResult(existing[0], replayed=False)
+        if idempotency_key is not None:
+            row = conn.execute(
+                "SELECT job_id, request_hash FROM idempotency WHERE project = ? AND key = ? AND expires_at > ?",
+                (record.project, idempotency_key, now),
+            ).fetchone()
+            if row is not None:
+                if row[1] != request_hash:
+                    raise IdempotencyConflict(row[0])
+                stored = self._load(conn, row[0])
+                if stored is not None:
+                    return EnqueueResult(stored[0], replayed=True)
             conn.execute(
-                "INSERT INTO jobs (id, model, project, status, record, created_ms) VALUES (?, ?, ?, 'queued', ?, ?)",
-                (
-                    record.id,
-                    record.model,
-                    record.project,
-                    record.model_dump_json(),
-                    record.created_at.timestamp() * 1000,
-                ),
+                "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?)",
+                (record.project, idempotency_key, record.id, request_hash, now + keys.IDEMPOTENCY_TTL_S),
             )
-            self._store(conn, record, event=EventReason.enqueued)
+        existing = self._load(conn, record.id)
+        if existing is not None:
+            return EnqueueResult(existing[0], replayed=False)
+        conn.execute(
+            "INSERT INTO jobs (id, model, project, status, record, created_ms) VALUES (?, ?, ?, 'queued', ?, ?)",
+            (record.id, record.model, record.project, record.model_dump_json(), record.created_at.timestamp() * 1000),
+        )
+        self._store(conn, record, event=EventReason.enqueued)
         return EnqueueResult(record, replayed=False)
 
     @sqlite_unavailable

@@ -109,10 +109,13 @@ class SqliteFile:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # A failed COMMIT (a deferred constraint, a full disk) leaves the transaction open: end it,
+                # or every later write on this thread's connection would fail to BEGIN.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     def close(self) -> None:
         """Close every thread's connection; a later call opens new ones."""
