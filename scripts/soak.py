@@ -11,7 +11,10 @@ concurrent, across replicas) are mixed in. Reports:
 - succeeded jobs whose objects are missing in S3 or differ in size: must be 0;
 - p50/p99 end-to-end (record ``finished_at - created_at``) and error counts by code.
 
-Bounded in time: submission stops at ``--time-limit-s``; polling stops ``--drain-s`` later.
+Bounded in time: submission stops at ``--time-limit-s``; polling stops ``--drain-s`` later. With
+``--faults`` submissions are spread over one round of faults (``4 x (--fault-interval-s + 5)`` seconds)
+and the last ``--clients`` jobs are held until every fault kind has been injected, so each kind meets jobs
+in flight however fast the fleet runs.
 
 ``--faults`` (``scripts/soak_faults.py``): the fleet runs on a Sentinel deployment (primary, two
 replicas, three sentinels; ``wait_replicas: 1``) and a restartable SeaweedFS, serving the test-only
@@ -326,7 +329,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from scripts.soak_faults import Fleet, Injector, start_redis_group
+    from scripts.soak_faults import FAULTS, Fleet, Injector, start_redis_group
     from tests.integration.worker_harness import write_test_catalog
     from tests.reliability.support import RestartableSeaweed
     from worker.core.catalog import load_catalog
@@ -383,12 +386,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         counter = iter(range(args.jobs))
         counter_lock = threading.Lock()
 
+        # With faults, every kind must meet jobs in flight however fast the fleet is: submissions are spread
+        # over about one round of faults, and the last ``--clients`` jobs wait until each kind has come.
+        spread_s = len(FAULTS) * (args.fault_interval_s + 5.0) if injector is not None else 0.0
+
         def client_loop() -> None:
             while time.monotonic() < submit_deadline:
                 with counter_lock:
                     i = next(counter, None)
                 if i is None:
                     return
+                if injector is not None:
+                    paced = started + spread_s * i / args.jobs
+                    while time.monotonic() < min(paced, submit_deadline):
+                        time.sleep(0.05)
+                    while i >= args.jobs - args.clients and not injector.covered():
+                        if time.monotonic() >= submit_deadline:
+                            break
+                        time.sleep(0.2)
                 sub = submit_one(i, urls, token, catalog, tally, args.seed, plan)
                 if sub is not None:
                     final.update(poll_all(urls, token, [sub], submit_deadline + args.drain_s))

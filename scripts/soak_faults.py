@@ -131,6 +131,10 @@ class Injector:
                 continue
             self.schedule.append({"t_s": round(time.monotonic() - self._started, 1), "fault": kind, **detail})
 
+    def covered(self) -> bool:
+        """Every fault kind has been injected at least once."""
+        return {entry["fault"] for entry in self.schedule} >= set(FAULTS)
+
     def kill_worker(self, rng: random.Random) -> dict[str, Any]:
         i = rng.randrange(self.fleet.workers)
         return {"worker": i, "pid": self.fleet.kill_worker(i, self.free_port)}
