@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
 from worker.core.errors import ErrorCode, GenworkerError
+from worker.queue.redis_async import execute_pipeline
 from worker.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
@@ -266,7 +267,9 @@ def rate_item(rate_per_s: float, burst: int) -> RateLimitItem:
 
 
 def _decision(allowed: bool, stats: WindowStats, item: RateLimitItem, now: float) -> RateDecision:
-    reset_s = max(0, math.ceil(stats.reset_time - now))
+    # At most the window: Redis keeps hit times to 14 significant digits (Lua's tostring), so a hit
+    # taken an instant ago may read as a hair after ``now``.
+    reset_s = min(item.get_expiry(), max(0, math.ceil(stats.reset_time - now)))
     return RateDecision(
         allowed,
         retry_after_s=0 if allowed else max(1, reset_s),
@@ -350,7 +353,6 @@ class AsyncRedisLimiter:
 
     def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int, *, owns_client: bool = True) -> None:
         from limits.aio.storage import RedisStorage as AsyncRedisStorage
-        from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
 
         self.client = client
         self.owns_client = owns_client
@@ -361,17 +363,20 @@ class AsyncRedisLimiter:
             key_prefix=RATE_KEY_PREFIX,
             connection_pool=client.connection_pool,  # type: ignore[arg-type]  # passed on to redis.asyncio.Redis
         )
-        self._limiter = AsyncMovingWindow(storage)
         bridge: Any = storage.bridge  # its key names and registered scripts, for ``commands``
         self._bridge = bridge
         self._window_s = self.item.get_expiry()
         self.scripts = (bridge.lua_acquire_moving_window.script, bridge.lua_moving_window.script)
 
     async def hit(self, key_id: str) -> RateDecision:
+        """``limits``' hit and window reading, in one round trip (``commands`` in a pipeline)."""
+        now = time.time()
         with redis_unavailable:
-            allowed = await self._limiter.hit(self.item, key_id)
-            stats = await self._limiter.get_window_stats(self.item, key_id)
-        return _decision(allowed, stats, self.item, time.time())
+            pipe = self.client.pipeline(transaction=False)
+            for command in self.commands(key_id, now):
+                pipe.execute_command(*command)
+            replies = await execute_pipeline(self.client, pipe, self.scripts)
+        return self.decision(replies, now)
 
     def commands(self, key_id: str, now: float) -> list[tuple[Any, ...]]:
         """One hit at ``now`` as raw commands (the scripts by SHA; their sources are ``scripts``)."""
@@ -387,7 +392,7 @@ class AsyncRedisLimiter:
         acquired, window = replies
         start, count = (float(window[0]), int(window[1])) if window else (now, 0)
         stats = WindowStats(start + self._window_s, self.item.amount - count)
-        return _decision(bool(acquired), stats, self.item, now)
+        return _decision(bool(acquired), stats, self.item, time.time())
 
     async def aclose(self) -> None:
         if self.owns_client:

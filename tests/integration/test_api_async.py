@@ -128,6 +128,9 @@ def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url:
             assert polled is None  # no such job: the hit still counts
             assert _shape(folded.decision(replies, time.time())) == _shape(await alone.hit("k-alone")) == (True, 4, 2)
 
+            client.script_flush()  # the limiter alone, one round trip: loads its scripts, counts once
+            assert _shape(await alone.hit("k-alone")) == (True, 4, 1)
+
             principal, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
             assert principal.project == "alpha" and polled is not None and polled.record.id == job_id
             window_key = folded.commands(principal.key_id, 0.0)[0][3]

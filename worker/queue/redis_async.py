@@ -38,7 +38,7 @@ from worker.queue.redis_durability import Durability
 from worker.queue.redis_scripts import commit_call, lua_source
 from worker.queue.unavailable import redis_unavailable
 
-__all__ = ["AsyncRedisQueue", "async_redis_client"]
+__all__ = ["AsyncRedisQueue", "async_redis_client", "execute_pipeline"]
 
 # Connection settings that mean the same to redis.asyncio's connections as to redis-py's.
 _PORTABLE = frozenset(
@@ -108,6 +108,27 @@ def _position_call(model: str, job_id: str) -> tuple[str, ...]:
 def _position(raw: Any) -> int | None:
     pos = int(raw)
     return None if pos < 0 else pos
+
+
+async def execute_pipeline(client: aioredis.Redis, pipe: Any, scripts: Sequence[str]) -> list[Any]:
+    """Run a non-transactional pipeline and return its replies, raising the first error among them.
+    When the server lost its scripts (a restart, a promoted replica), load ``scripts`` and run again
+    from the first command refused with NOSCRIPT on: that one did not run, and every command before it
+    ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
+    ``commit.lua`` are done)."""
+    commands = list(pipe.command_stack)
+    replies: list[Any] = await pipe.execute(raise_on_error=False)
+    lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
+    if lost is not None:
+        for source in scripts:
+            await client.script_load(source)
+        again = client.pipeline(transaction=False)
+        again.command_stack.extend(commands[lost:])
+        replies = replies[:lost] + await again.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 class AsyncRedisQueue:
@@ -271,23 +292,7 @@ class AsyncRedisQueue:
 
     # ------------------------------------------------------------------------------------ plumbing
     async def _execute(self, pipe: Any, scripts: Sequence[str] = ()) -> list[Any]:
-        """Run a pipeline; when the server lost its scripts (a restart, a promoted replica), load them
-        (ours and ``scripts``) and run again from the first command refused with NOSCRIPT on: that one
-        did not run, and every command before it ran once and is not repeated (a rate-limit hit is
-        counted once; the create's writes before ``commit.lua`` are done)."""
-        commands = list(pipe.command_stack)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-        lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
-        if lost is not None:
-            for source in (self._commit_lua, self._position_lua, *scripts):
-                await self._r.script_load(source)
-            again = self._r.pipeline(transaction=False)
-            again.command_stack.extend(commands[lost:])
-            replies = replies[:lost] + await again.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
+        return await execute_pipeline(self._r, pipe, (self._commit_lua, self._position_lua, *scripts))
 
     async def aclose(self) -> None:
         await self._r.aclose(close_connection_pool=True)  # a client given its pool leaves it open otherwise
