@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
 from worker.core.errors import ErrorCode, GenworkerError
-from worker.queue.redis_async import execute_pipeline
+from worker.queue.redis_async import execute_commands
 from worker.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
@@ -372,10 +372,7 @@ class AsyncRedisLimiter:
         """``limits``' hit and window reading, in one round trip (``commands`` in a pipeline)."""
         now = time.time()
         with redis_unavailable:
-            pipe = self.client.pipeline(transaction=False)
-            for command in self.commands(key_id, now):
-                pipe.execute_command(*command)
-            replies = await execute_pipeline(self.client, pipe, self.scripts)
+            replies = await execute_commands(self.client, self.commands(key_id, now), self.scripts)
         return self.decision(replies, now)
 
     def commands(self, key_id: str, now: float) -> list[tuple[Any, ...]]:
