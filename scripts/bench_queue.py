@@ -254,22 +254,34 @@ def _sustained(port: int, n: int) -> dict[str, Any]:
     return {"jobs": n, "jobs_per_s": round((n - 1) / (last - first), 1)}
 
 
-def _pickup_idle(port: int, n: int) -> dict[str, Any]:
-    """Pick-up on an idle consumer: from the ``enqueue`` call to ``claim`` returning in a consumer process
-    that waits in its blocking claim (each job enqueued only once the consumer is idle again). Both
-    sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
-    url = f"redis://127.0.0.1:{port}/0"
-    producer = RedisQueue(url, lease_ttl_s=30)
-    code = _CONSUMER.format(root=str(ROOT), url=url, n=n + 5)
+# The floor of ``_pickup_idle``: a bare consumer process blocked in ``XREADGROUP``, woken by an ``XADD``.
+_RAW_CONSUMER = """
+import time, redis
+r = redis.Redis(port={port}, decode_responses=True)
+r.xgroup_create("raw-stream", "raw", id="0", mkstream=True)
+print("ready", flush=True)
+for _ in range({n}):
+    reply = None
+    while not reply:
+        reply = r.xreadgroup("raw", "c", {{"raw-stream": ">"}}, count=1, block=250)
+    picked = time.perf_counter()
+    r.xack("raw-stream", "raw", reply[0][1][0][0])
+    print(repr(picked), flush=True)
+"""
+
+
+def _consumer_pickups(code: str, enqueue: Any, n: int) -> list[float]:
+    """Seconds from ``enqueue()`` to the consumer process printing its pick-up time, one job at a time
+    into an idle consumer (blocked in its read again), the first 5 left out as warm-up."""
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
+    samples: list[float] = []
     try:
         assert proc.stdout.readline().strip() == "ready"
-        samples: list[float] = []
-        for i in range(n + 5):  # the first 5 warm both sides up (scripts loaded, group made)
+        for i in range(n + 5):
             time.sleep(0.01)  # the consumer is back in its blocking read
             t0 = time.perf_counter()
-            producer.enqueue(_record())
+            enqueue()
             picked = float(proc.stdout.readline())
             if i >= 5:
                 samples.append(picked - t0)
@@ -278,8 +290,31 @@ def _pickup_idle(port: int, n: int) -> dict[str, Any]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        producer.close()
-    return {"jobs": n, "pickup": _percentiles_ms(samples)}
+    return samples
+
+
+def _pickup_idle(port: int, n: int) -> dict[str, Any]:
+    """Pick-up on an idle consumer: from the ``enqueue`` call to ``claim`` returning in a consumer process
+    that waits in its blocking claim (each job enqueued only once the consumer is idle again). Both
+    sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
+    url = f"redis://127.0.0.1:{port}/0"
+    producer = RedisQueue(url, lease_ttl_s=30)
+    samples = _consumer_pickups(
+        _CONSUMER.format(root=str(ROOT), url=url, n=n + 5), lambda: producer.enqueue(_record()), n
+    )
+    producer.close()
+    raw = redis.Redis(port=port, decode_responses=True)
+    payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
+    floor = _consumer_pickups(
+        _RAW_CONSUMER.format(port=port, n=n + 5), lambda: raw.xadd("raw-stream", {"payload": payload}), n
+    )
+    raw.close()
+    return {
+        "jobs": n,
+        "pickup": _percentiles_ms(samples),
+        # The same measurement with no queue at all: what this machine's wake-ups cost, same run.
+        "raw_streams_pickup": _percentiles_ms(floor),
+    }
 
 
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)
