@@ -17,6 +17,7 @@ limit).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -148,6 +149,10 @@ def run_worker(settings: Settings, *, install_signals: bool = True) -> int:
         return 2
     worker = Worker(ctx, shutdown)
     gpu = threading.Thread(target=worker.process, name="gpu", daemon=True)
+    # What setup made (modules, torch, the preloaded models' objects) lives as long as the process:
+    # out of the collector's view, a full collection no longer walks it in the middle of a claim.
+    gc.collect()
+    gc.freeze()
     if not shutdown.draining.is_set():
         ctx.health.set_ready(True, "ready")
         ctx.heartbeat.tick()
