@@ -220,6 +220,23 @@ def test_a_progress_write_answers_the_cancel_flag_it_found(make_queue: MakeQueue
     ]
 
 
+def test_a_stage_passed_at_once_is_noted_with_the_next_write(queue: JobQueue) -> None:
+    """``passed``: a stage entered and left at once gets its note, in order, in the next write; the
+    record goes straight to the written stage."""
+    record = queue.enqueue(new_record()).record
+    claim = queue.claim("w1", ["tiny-wan"])
+    assert claim is not None
+    written = queue.write_progress(claim, Stage.denoising, 0.0, passed=[Stage.loading])
+    assert written == ProgressWrite(accepted=True, cancel_requested=False)
+    stored = queue.get(record.id)
+    assert stored is not None and (stored.stage, stored.progress) == (Stage.denoising, 0.0)
+    notes = [(n.attempt, n.stage, n.progress) for n in queue.progress_notes(record.id)]
+    assert notes == [(1, Stage.loading, 0.0), (1, Stage.denoising, 0.0)]
+    assert queue.finish(claim, Outcome(status=Status.succeeded))
+    refused = queue.write_progress(claim, Stage.encoding, 0.0, passed=[Stage.decoding])
+    assert not refused.accepted and len(queue.progress_notes(record.id)) == 2
+
+
 def test_retry_waits_for_its_backoff(queue: JobQueue) -> None:
     record = queue.enqueue(new_record()).record
     claim = queue.claim("w1", ["tiny-wan"])

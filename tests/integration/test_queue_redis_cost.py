@@ -56,6 +56,9 @@ def test_a_job_costs_its_worker_four_round_trips(redis_url: str) -> None:
     assert claim is not None and claim.job_id == record.id
     assert client.sent == 2  # claim.lua + the start commit
     client.sent = 0
+    assert worker.write_progress(claim, Stage.denoising, 0.0, passed=[Stage.loading]).accepted
+    assert client.sent == 1  # the fenced commit, both notes in it
+    client.sent = 0
     assert worker.progress(claim, Stage.denoising, 0.5)
     assert client.sent == 1  # the fenced commit, the progress note in it
     client.sent = 0
@@ -69,7 +72,11 @@ def test_a_job_costs_its_worker_four_round_trips(redis_url: str) -> None:
     assert done is not None and done.status is Status.succeeded and done.attempt == 1
     assert [e.status for e in api.events(record.id)] == [Status.queued, Status.running, Status.succeeded]
     notes = api.progress_notes(record.id)
-    assert [(n.attempt, n.stage, n.progress) for n in notes] == [(1, Stage.denoising, 0.5)]
+    assert [(n.attempt, n.stage, n.progress) for n in notes] == [
+        (1, Stage.loading, 0.0),
+        (1, Stage.denoising, 0.0),
+        (1, Stage.denoising, 0.5),
+    ]
 
 
 def test_a_write_planned_from_the_remembered_state_yields_to_a_cancel_flag(redis_url: str) -> None:

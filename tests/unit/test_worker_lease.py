@@ -115,6 +115,20 @@ def test_a_stage_write_that_finds_the_cancel_flag_stops_the_job(queue: SqliteQue
     assert record is not None and record.status is Status.running and record.stage is Stage.denoising
 
 
+def test_an_instant_stage_is_written_with_the_next_stage(queue: SqliteQueue) -> None:
+    """Loading a resident model ends at once: no write of its own, its note comes with the next one."""
+    claim = claimed(queue)
+    progress = progress_for(queue, claim)
+    progress.enter(Stage.loading, instant=True)
+    assert queue.progress_notes(claim.job_id) == []
+    progress.enter(Stage.denoising)
+    record = queue.get(claim.job_id)
+    assert record is not None and record.stage is Stage.denoising
+    assert [n.stage for n in queue.progress_notes(claim.job_id)] == [Stage.loading, Stage.denoising]
+    progress.on_step(4, 4)  # the next write notes nothing twice
+    assert [n.stage for n in queue.progress_notes(claim.job_id)] == [Stage.loading, Stage.denoising, Stage.denoising]
+
+
 def test_time_limit_stop_and_stale_claim_stop_the_job(queue: SqliteQueue) -> None:
     claim = claimed(queue)
     timed_out = progress_for(queue, claim, limit_s=0)

@@ -4,7 +4,8 @@
 durable cancel flag at every step, so a cancel ends the job within one step, and writes progress at
 most once per ``interval_s`` (the record is read by pollers, not a log of steps). A write answers
 the cancel flag as it found it (``WorkerQueue.write_progress``), so a step or a stage that writes
-needs no poll of its own: one queue call each. Whatever it raises
+needs no poll of its own: one queue call each. A stage entered and left at once (``instant``: loading
+a model already resident) is noted with the next write instead of a write of its own. Whatever it raises
 unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or ``JobInterrupted``, or
 ``BackendUnavailable`` from the queue (a transient failure: the settler retries the job).
 """
@@ -29,16 +30,22 @@ class JobProgress:
         self._interval_s = interval_s
         self._stop_now = stop_now
         self._stage = Stage.queued
+        self._passed: list[Stage] = []  # instant stages entered since the last write
         self._last_write = 0.0
 
     @property
     def stage(self) -> Stage:
         return self._stage
 
-    def enter(self, stage: Stage) -> None:
+    def enter(self, stage: Stage, *, instant: bool = False) -> None:
         """Start ``stage``: check everything, then record it with progress 0 (always written; the
-        write answers the cancel flag)."""
+        write answers the cancel flag). ``instant``: the stage ends at once; it is noted with the next
+        write, which checks the claim and the cancel flag for both."""
         self.check()
+        if instant:
+            self._passed.append(stage)
+            self._stage = stage
+            return
         self._stage = stage
         self._write(0.0)
 
@@ -67,7 +74,9 @@ class JobProgress:
         """Write stage and progress; raise ``StaleClaim`` when refused, ``JobCanceled`` when the write
         found the cancel flag (the stage is on the record then; the canceled outcome ends it)."""
         self._last_write = time.monotonic()
-        written = self._queue.write_progress(self._lease.claim, self._stage, progress)
+        passed = [s for s in self._passed if s is not self._stage]
+        self._passed = []
+        written = self._queue.write_progress(self._lease.claim, self._stage, progress, passed=passed)
         if not written.accepted:
             self._lease.stale.set()
             raise StaleClaim(f"progress refused for {self._lease.claim.job_id}")

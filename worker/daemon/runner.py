@@ -44,9 +44,10 @@ _DEFAULT_LIMIT_S = 3600.0
 
 
 @contextmanager
-def stage(attempt: Attempt, metrics: WorkerMetrics, name: Stage) -> Iterator[None]:
-    """Enter a stage on the record, log one line when it ends and observe its duration."""
-    attempt.progress.enter(name)
+def stage(attempt: Attempt, metrics: WorkerMetrics, name: Stage, *, instant: bool = False) -> Iterator[None]:
+    """Enter a stage on the record, log one line when it ends and observe its duration. ``instant``:
+    the stage ends at once (``JobProgress.enter``)."""
+    attempt.progress.enter(name, instant=instant)
     started = time.perf_counter()
     with log_stage(attempt.log, name.value):
         yield
@@ -118,7 +119,8 @@ class JobRunner:
         try:
             job, spec = self.validate(attempt)
             image = self._input_image(job)
-            hooks = _AttemptHooks(attempt, self._metrics, spec, self._checkpointing, self._stop_now)
+            resident = spec.id in self._cache.loaded()  # then its loading stage ends at once
+            hooks = _AttemptHooks(attempt, self._metrics, spec, self._checkpointing, self._stop_now, resident=resident)
             rendered = run_pipeline(self._cache, spec, job, hooks, image=image)
             # The model loaded and the device ran it: faults of either are over.
             self._faults.clear(spec.id, FaultKind.model_load, FaultKind.device)
@@ -167,8 +169,11 @@ class _AttemptHooks(RunHooks):
         spec: ModelSpec,
         checkpointing: CheckpointSetup | None,
         stop_now: threading.Event,
+        *,
+        resident: bool = False,
     ) -> None:
         self._attempt = attempt
+        self._resident = resident  # the model was in the cache when the attempt began
         self._metrics = metrics
         self._spec = spec
         self._checkpointing = checkpointing
@@ -177,7 +182,7 @@ class _AttemptHooks(RunHooks):
         self.log = attempt.log
 
     def stage(self, name: Stage) -> AbstractContextManager[None]:
-        return stage(self._attempt, self._metrics, name)
+        return stage(self._attempt, self._metrics, name, instant=name is Stage.loading and self._resident)
 
     def on_step(self, done: int, total: int) -> None:
         checkpoints = self._checkpoints

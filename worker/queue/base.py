@@ -266,9 +266,15 @@ class WorkerQueue(Protocol):
         """Record stage/progress (fenced). False when the claim is stale."""
         ...
 
-    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+    def write_progress(
+        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+    ) -> ProgressWrite:
         """``progress``, answering also the job's cancel flag as the write found it: a worker that
-        writes a stage learns in the same call whether to stop (no separate ``cancel_requested``)."""
+        writes a stage learns in the same call whether to stop (no separate ``cancel_requested``).
+
+        ``passed``: stages entered and left at once since the last write (a resident model's
+        ``loading``); each gets its progress note (at 0) before this write's, in the same write, and
+        is never the record's stage."""
         ...
 
     def cancel_requested(self, job_id: str) -> bool: ...

@@ -260,14 +260,17 @@ class RedisQueue:
         return self.write_progress(claim, stage, progress).accepted
 
     @redis_unavailable
-    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+    def write_progress(
+        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+    ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag of each snapshot planned from; the last one committed
 
         def build(snap: Snapshot) -> Plan | None:
             if not holds(snap, claim):
                 return None
             found.append(snap.record.cancel_requested)
-            return redis_plans.progress(snap, records.with_progress(snap.record, stage, progress), claim, progress)
+            new = records.with_progress(snap.record, stage, progress)
+            return redis_plans.progress(snap, new, claim, progress, passed)
 
         # A commit applies only on the rev it was planned from, so the flag it kept is the stored one.
         if self._jobs.mutate(claim.model, claim.job_id, build, held=True) is None:

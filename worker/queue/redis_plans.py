@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
-from worker.core.contract import ErrorInfo, GenerationRecord, Status
+from worker.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from worker.queue import keys, records
 from worker.queue.base import Claim, Outcome
 from worker.queue.entries import encode_payload
@@ -114,8 +115,7 @@ class Plan:
     dead_code: str | None = None
     dead_message: str | None = None
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
-    note_stage: str | None = None  # a progress write: the note appended to the job's progress log
-    note_progress: str | None = None
+    notes: tuple[tuple[str, str], ...] | None = None  # a progress write: (stage, progress) notes to append
     plan_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -215,10 +215,14 @@ def start(snap: Snapshot, new: GenerationRecord, worker_id: str, *, lease_ms: in
     return Plan(**_on(snap, new), status=Status.running, event=claimed_by(worker_id), lease_ms=lease_ms)
 
 
-def progress(snap: Snapshot, new: GenerationRecord, claim: Claim, reported: float) -> Plan:
+def progress(
+    snap: Snapshot, new: GenerationRecord, claim: Claim, reported: float, passed: Sequence[Stage] = ()
+) -> Plan:
     """Stage and progress of the current attempt (fenced, no event), noted in the job's progress log
-    with the progress as ``reported`` (the record keeps it clamped to 0..1)."""
-    return Plan(**_on(snap, new, claim), note_stage=new.stage.value, note_progress=repr(float(reported)))
+    with the progress as ``reported`` (the record keeps it clamped to 0..1), after a note at 0 for
+    each stage ``passed`` since the last write (entered and left at once: never on the record)."""
+    notes = (*((s.value, repr(0.0)) for s in passed), (new.stage.value, repr(float(reported))))
+    return Plan(**_on(snap, new, claim), notes=notes)
 
 
 def finish(snap: Snapshot, claim: Claim, outcome: Outcome) -> Plan:

@@ -336,11 +336,18 @@ class SqliteQueue:
         return self.write_progress(claim, stage, progress).accepted
 
     @sqlite_unavailable
-    def write_progress(self, claim: Claim, stage: Stage, progress: float) -> ProgressWrite:
+    def write_progress(
+        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+    ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag in the write's own transaction
 
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
             found.append(rec.cancel_requested)
+            at = utcnow().isoformat()
+            conn.executemany(
+                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
+                [(rec.id, rec.attempt, s.value, 0.0, at) for s in passed],
+            )
             conn.execute(
                 "UPDATE jobs SET record = ? WHERE id = ?",
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),

@@ -127,11 +127,14 @@ if plan.event then
   redis.call('XADD', KEYS[5], event_id, unpack(ev))
 end
 
--- 7b. A progress write's note in the job's progress log (what a live viewer replays between events):
--- in the fenced commit, so a note exists exactly when its write was accepted.
-if plan.note_stage then
-  redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', 'attempt', tostring(plan.attempt),
-             'stage', plan.note_stage, 'progress', plan.note_progress, 'at', plan.at)
+-- 7b. A progress write's notes ({stage, progress} pairs, in order) in the job's progress log (what a
+-- live viewer replays between events): in the fenced commit, so notes exist exactly when their write
+-- was accepted.
+if plan.notes then
+  for _, note in ipairs(plan.notes) do
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', 'attempt', tostring(plan.attempt),
+               'stage', note[1], 'progress', note[2], 'at', plan.at)
+  end
   redis.call('PEXPIRE', KEYS[9], plan.record_ttl_ms)
 end
 
