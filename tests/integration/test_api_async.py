@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ from api.errors import ApiError
 from api.keys import Scope, SqliteKeyStore
 from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision
 from tests.e2e.conftest import create_body
+from tests.fixtures.redis_server import start_redis
 from worker.core.catalog import load_catalog
 from worker.core.contract import GenerationRecord, parse_create_request
 from worker.queue import keys, redis_plans
 from worker.queue.config import QueueSettings
 from worker.queue.redis_async import AsyncRedisQueue
 from worker.queue.redis_backend import RedisQueue
+from worker.queue.redis_durability import NotDurable
 from worker.queue.redis_scripts import Scripts, commit_call
 
 
@@ -165,3 +168,46 @@ def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url:
 
 def _shape(decision: RateDecision) -> tuple[bool, int, int]:
     return decision.allowed, decision.limit, decision.remaining
+
+
+def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tmp_path: Path) -> None:
+    """``wait_replicas`` on the asyncio create path: the create returns once the replica holds the job;
+    with the replica stopped it is ``NotDurable`` (503), and its replay waits again before answering."""
+    primary = start_redis(tmp_path / "primary", "--repl-diskless-sync-delay", "0")
+    replica = start_redis(tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port))
+    assert replica.proc is not None
+    try:
+        deadline = time.monotonic() + 15
+        while replica.client().info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "replica did not sync"
+            time.sleep(0.05)
+
+        async def run() -> str:
+            settings = {"backend": "redis", "redis_url": primary.url, "wait_replicas": 1, "max_attempts": 2}
+            queue = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=10_000))
+            stalled = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=300))
+            assert queue is not None and stalled is not None
+            try:
+                created = await queue.enqueue(_record(5), idempotency_key="d1", request_hash="h")
+                assert replica.client().hget(keys.job_record("tiny-wan", created.record.id), "record") is not None
+                replica.proc.send_signal(signal.SIGSTOP)  # neither applies nor acknowledges
+                try:
+                    with pytest.raises(NotDurable):
+                        await stalled.enqueue(_record(6), idempotency_key="d2", request_hash="h")
+                    with pytest.raises(NotDurable):  # the replay must not answer before the replica has it
+                        await stalled.enqueue(_record(6), idempotency_key="d2", request_hash="h")
+                finally:
+                    replica.proc.send_signal(signal.SIGCONT)
+                replay = await queue.enqueue(_record(6), idempotency_key="d2", request_hash="h")
+                assert replay.replayed
+                return replay.record.id
+            finally:
+                await queue.aclose()
+                await stalled.aclose()
+
+        job_id = asyncio.run(run())
+        assert replica.client().hget(keys.job_record("tiny-wan", job_id), "record") is not None
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+        replica.stop()
+        primary.stop()

@@ -38,7 +38,7 @@ from worker.queue.redis_durability import Durability
 from worker.queue.redis_scripts import commit_call, lua_source
 from worker.queue.unavailable import redis_unavailable
 
-__all__ = ["AsyncRedisQueue", "async_redis_client", "execute_commands", "execute_pipeline"]
+__all__ = ["AsyncRedisQueue", "async_redis_client", "execute_commands"]
 
 # Connection settings that mean the same to redis.asyncio's connections as to redis-py's.
 _PORTABLE = frozenset(
@@ -140,34 +140,17 @@ async def _round_trip(client: aioredis.Redis, commands: Sequence[Sequence[Any]])
 async def execute_commands(
     client: aioredis.Redis, commands: Sequence[Sequence[Any]], scripts: Sequence[str]
 ) -> list[Any]:
-    """``execute_pipeline`` for raw commands, sent by ``_round_trip``."""
+    """Send ``commands`` in one round trip and return their replies, raising the first error among
+    them. When the server lost its scripts (a restart, a promoted replica), load ``scripts`` and send
+    again from the first command refused with NOSCRIPT on: that one did not run, and every command
+    before it ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
+    ``commit.lua`` are done)."""
     replies = await _round_trip(client, commands)
     lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
     if lost is not None:
         for source in scripts:
             await client.script_load(source)
         replies = replies[:lost] + await _round_trip(client, commands[lost:])
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
-
-
-async def execute_pipeline(client: aioredis.Redis, pipe: Any, scripts: Sequence[str]) -> list[Any]:
-    """Run a non-transactional pipeline and return its replies, raising the first error among them.
-    When the server lost its scripts (a restart, a promoted replica), load ``scripts`` and run again
-    from the first command refused with NOSCRIPT on: that one did not run, and every command before it
-    ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
-    ``commit.lua`` are done)."""
-    commands = list(pipe.command_stack)
-    replies: list[Any] = await pipe.execute(raise_on_error=False)
-    lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
-    if lost is not None:
-        for source in scripts:
-            await client.script_load(source)
-        again = client.pipeline(transaction=False)
-        again.command_stack.extend(commands[lost:])
-        replies = replies[:lost] + await again.execute(raise_on_error=False)
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
@@ -322,7 +305,8 @@ class AsyncRedisQueue:
         name = keys.idempotency(record.project, key)
         mine = json.dumps({"job_id": record.id, "request_hash": request_hash})
         while True:
-            if await self._r.set(name, mine, nx=True, ex=keys.IDEMPOTENCY_TTL_S):
+            reserve = ("SET", name, mine, "EX", keys.IDEMPOTENCY_TTL_S, "NX")
+            if (await execute_commands(self._r, [reserve], ()))[0] is not None:  # "OK"; nil: the key is taken
                 return record.id
             stored = await self._r.get(name)
             if stored is None:
@@ -333,8 +317,10 @@ class AsyncRedisQueue:
             return str(owner["job_id"])
 
     # ------------------------------------------------------------------------------------ plumbing
-    async def _execute(self, pipe: Any, scripts: Sequence[str] = ()) -> list[Any]:
-        return await execute_pipeline(self._r, pipe, (self._commit_lua, self._position_lua, *scripts))
+    async def _execute(self, pipe: Any) -> list[Any]:
+        """``pipe``'s commands, raw (``execute_commands``: their replies without redis-py's callbacks)."""
+        commands = [args for args, _options in pipe.command_stack]
+        return await execute_commands(self._r, commands, (self._commit_lua, self._position_lua))
 
     async def aclose(self) -> None:
         await self._r.aclose(close_connection_pool=True)  # a client given its pool leaves it open otherwise
