@@ -139,7 +139,8 @@ def test_a_job_of_a_killed_worker_is_finished_by_another_worker(
     assert statuses == [Status.queued, Status.running, Status.queued, Status.running, Status.succeeded]
     # Resumed from A's last checkpoint (a multiple of 4 of the 40 steps), not from step 0 ...
     assert done.resumed_from_step is not None and done.resumed_from_step % 4 == 0, done.resumed_from_step
-    assert not has_checkpoint(crash_env, job.id)  # deleted with the generation's end
+    # Deleted with the generation's end (right after its record is written, so the test waits a moment).
+    wait_until(lambda: not has_checkpoint(crash_env, job.id), "the finished job's checkpoint deleted", timeout_s=10)
     # ... into exactly the video an uninterrupted run of the same prompt and seed gives.
     twin = enqueue(crash_env, "long", prompt=job.input.prompt)
     twin_done, _ = wait_for(queue, twin.id, terminal, timeout_s=120)
