@@ -130,7 +130,7 @@ def _redis_benchmark_xadd(port: int, n: int, clients: int) -> dict[str, Any]:
     }
 
 
-class _CountingRedis(redis.Redis):
+class CountingRedis(redis.Redis):
     """A real client that counts the commands it sends (a pipeline counts once: one round trip)."""
 
     sent = 0
@@ -158,7 +158,7 @@ def _command_delta(before: dict[str, Any], after: dict[str, Any], n: int) -> dic
 def _commands_per_job(port: int, n: int) -> dict[str, Any]:
     """Client round trips and Redis commands per job: the whole job (enqueue + claim + finish, one worker,
     no waiting) and the worker's side alone (claim + finish of jobs enqueued by another client)."""
-    client = _CountingRedis(port=port, decode_responses=True)
+    client = CountingRedis(port=port, decode_responses=True)
     q = RedisQueue(client, lease_ttl_s=30)
     q.enqueue(_record())  # warm-up: script loading and group creation are not per job
     warm = q.claim("bench-worker", [MODEL])

@@ -13,28 +13,13 @@ import threading
 import time
 from typing import Any
 
-import redis
-
+from scripts.bench_queue import CountingRedis  # a real client that counts its round trips
 from tests.integration.queue_support import new_record
 from worker.core.contract import Stage, Status
 from worker.queue.base import Outcome
 from worker.queue.redis_backend import RedisQueue
 
 DONE = Outcome(status=Status.succeeded)
-
-
-class CountingRedis(redis.Redis):
-    """A real client that counts the round trips it makes (a pipeline is one)."""
-
-    sent = 0
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.sent += 1
-        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        self.sent += 1
-        return super().pipeline(transaction, shard_hint)
 
 
 def _counting_queue(redis_url: str, **options: Any) -> tuple[RedisQueue, CountingRedis]:
