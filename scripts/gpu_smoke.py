@@ -215,8 +215,9 @@ def smoke_model(spec: ModelSpec, profile: RuntimeProfile, args: argparse.Namespa
         real_layers=real_layers,
         activation_gb=round(measured, 2),
         plan_activation_gb=round(activation_gb(spec, comps, job), 2),
-        step_s=round(step_s, 4),
-        step_s_full_depth=round(step_s * real_layers / args.layers, 3),
+        # Significant digits, not decimals: a fast step (a few ms on a small dry run) keeps its precision.
+        step_s=float(f"{step_s:.4g}"),
+        step_s_full_depth=float(f"{step_s * real_layers / args.layers:.4g}"),
     )
     if not args.skip_vae:
         _smoke_decode(spec, profile, comps, job, args, result)
