@@ -445,14 +445,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 _redis_benchmark_xadd(port, n * 10, 50),
             ]
             client.flushall()
-            q = RedisQueue(client, lease_ttl_s=30)
-            result["redis_queue"] = _measure_queue(q, n)
-            client.flushall()
-            result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
-            client.flushall()
-            result["redis_pickup_idle"] = _pickup_idle(port, 100 if quick else 300)
-            client.flushall()
-            result["redis_sustained"] = _sustained(port, n)
+            result |= _per_job_figures(client, port, n, quick)
             depths = (0, 1_000, 10_000) if quick else (0, 10_000, 100_000)
             result["poll_by_depth"] = _poll_by_depth(port, depths, batches=5 if quick else 9)
             result["redis_retention"] = _redis_retention(port, 500 if quick else 2000)
@@ -468,6 +461,19 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
+def _per_job_figures(client: redis.Redis, port: int, n: int, quick: bool) -> dict[str, Any]:
+    """The queue's per-job cost on an empty Redis: claim → finish cycles, round trips, idle pick-up and
+    sustained jobs/s (each figure on a flushed database)."""
+    figures: dict[str, Any] = {"redis_queue": _measure_queue(RedisQueue(client, lease_ttl_s=30), n)}
+    client.flushall()
+    figures["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
+    client.flushall()
+    figures["redis_pickup_idle"] = _pickup_idle(port, 100 if quick else 300)
+    client.flushall()
+    figures["redis_sustained"] = _sustained(port, n)
+    return figures
+
+
 def per_job(quick: bool = False) -> dict[str, Any]:
     """Only the queue's per-job cost on Redis (claim → finish cycles, round trips, idle pick-up)."""
     n = 200 if quick else 2000
@@ -476,13 +482,7 @@ def per_job(quick: bool = False) -> dict[str, Any]:
         proc, port = _start_redis(Path(tmp))
         try:
             client = redis.Redis(port=port, decode_responses=True)
-            result["redis_queue"] = _measure_queue(RedisQueue(client, lease_ttl_s=30), n)
-            client.flushall()
-            result["redis_commands_per_job"] = _commands_per_job(port, max(50, n // 10))
-            client.flushall()
-            result["redis_pickup_idle"] = _pickup_idle(port, 100 if quick else 300)
-            client.flushall()
-            result["redis_sustained"] = _sustained(port, n)
+            result |= _per_job_figures(client, port, n, quick)
             client.close()
         finally:
             proc.terminate()
