@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,18 +271,21 @@ for _ in range({n}):
 """
 
 
-def _consumer_pickups(code: str, enqueue: Any, n: int) -> list[float]:
-    """Seconds from ``enqueue()`` to the consumer process printing its pick-up time, one job at a time
-    into an idle consumer (blocked in its read again), the first 5 left out as warm-up."""
+def _consumer_pickups(code: str, make: Callable[[], Any], enqueue: Callable[[Any], Any], n: int) -> list[float]:
+    """Seconds from ``enqueue(job)`` to the consumer process printing its pick-up time, one job at a time
+    into an idle consumer (blocked in its read again), the first 5 left out as warm-up. ``make()``
+    builds the job before the clock starts: building a request is the API's work, not the queue's
+    (the raw floor's payload is built once, ahead of time)."""
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     samples: list[float] = []
     try:
         assert proc.stdout.readline().strip() == "ready"
         for i in range(n + 5):
+            job = make()
             time.sleep(0.01)  # the consumer is back in its blocking read
             t0 = time.perf_counter()
-            enqueue()
+            enqueue(job)
             picked = float(proc.stdout.readline())
             if i >= 5:
                 samples.append(picked - t0)
@@ -299,14 +303,15 @@ def _pickup_idle(port: int, n: int) -> dict[str, Any]:
     sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
     url = f"redis://127.0.0.1:{port}/0"
     producer = RedisQueue(url, lease_ttl_s=30)
-    samples = _consumer_pickups(
-        _CONSUMER.format(root=str(ROOT), url=url, n=n + 5), lambda: producer.enqueue(_record()), n
-    )
+    samples = _consumer_pickups(_CONSUMER.format(root=str(ROOT), url=url, n=n + 5), _record, producer.enqueue, n)
     producer.close()
     raw = redis.Redis(port=port, decode_responses=True)
     payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
     floor = _consumer_pickups(
-        _RAW_CONSUMER.format(port=port, n=n + 5), lambda: raw.xadd("raw-stream", {"payload": payload}), n
+        _RAW_CONSUMER.format(port=port, n=n + 5),
+        lambda: {"payload": payload},
+        lambda job: raw.xadd("raw-stream", job),
+        n,
     )
     raw.close()
     return {

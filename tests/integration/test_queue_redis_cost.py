@@ -1,6 +1,8 @@
 """What one job costs a worker on Redis, and that the cheap path keeps every rule of the expensive one.
 
-A claim is two calls (``claim.lua`` delivers the entry and reads its job, ``commit.lua`` starts it); a
+A claim is two calls (``claim.lua`` delivers the entry and reads its job, ``commit.lua`` starts it), also
+for a worker woken from its wait (the wait is pipelined with ``claim.lua``, so the server claims as soon
+as the entry arrives, without a round trip back to the worker between); a
 progress write and a finish are one call each: the holder plans them from the state its own last
 commit left (``redis_jobs``), and the progress note travels in the commit. These tests count the
 calls on a real client and check that a write planned from a remembered state still yields to every
@@ -18,6 +20,7 @@ from tests.integration.queue_support import new_record
 from worker.core.contract import Stage, Status
 from worker.queue.base import Outcome
 from worker.queue.redis_backend import RedisQueue
+from worker.queue.redis_scripts import Delivery, Idle
 
 DONE = Outcome(status=Status.succeeded)
 
@@ -112,5 +115,46 @@ def test_an_idle_worker_of_several_models_claims_from_the_stream_that_woke_it(re
     claim = worker.claim("w1", ["tiny-wan", "tiny-ltx2"], block_s=5)
     timer.join()
     assert claim is not None and claim.job_id == record.id and claim.model == "tiny-ltx2"
-    # scan of both models (one pipeline) + the blocking read that woke + claim.lua + start commit
+    # the scan of both models (one pipeline) + claim.lua of both (nothing yet) + the wait pipelined with
+    # claim.lua of both, which answered with the entry once the enqueue woke it + the start commit
     assert client.sent == 4
+
+
+def test_a_blocked_worker_woken_by_a_job_gets_it_in_one_round_trip_then_starts_it(redis_url: str) -> None:
+    api = RedisQueue(redis_url)
+    worker, client = _counting_queue(redis_url, block_slice_s=5)  # one wait covers the test
+    api.enqueue(new_record())
+    warm = worker.claim("w1", ["tiny-wan"])
+    assert warm is not None and worker.finish(warm, DONE)
+
+    claimed: list[Any] = []
+    client.sent = 0
+    waiting = threading.Thread(target=lambda: claimed.append(worker.claim("w1", ["tiny-wan"], block_s=10)))
+    waiting.start()
+    time.sleep(0.3)  # the worker is blocked in its wait (claim.lua found nothing, then XREAD BLOCK)
+    assert client.sent == 2  # claim.lua (nothing new) + the pipelined wait and claim, still waiting
+    record = api.enqueue(new_record()).record
+    waiting.join(timeout=5)
+    assert claimed and claimed[0] is not None and claimed[0].job_id == record.id
+    assert client.sent == 3  # the wait's pipeline answered with the entry and its job; + the start commit
+    running = api.get(record.id)
+    assert running is not None and running.status is Status.running and running.attempt == 1
+
+
+def test_a_wait_times_out_empty_and_a_wait_past_a_lost_script_cache_still_delivers(redis_url: str) -> None:
+    api, worker = RedisQueue(redis_url), RedisQueue(redis_url, block_slice_s=0.05)
+    started = time.monotonic()
+    assert worker.claim("w1", ["tiny-wan"], block_s=0.2) is None
+    assert 0.2 <= time.monotonic() - started < 2  # waited its time in slices, then gave up
+
+    first = api.enqueue(new_record()).record
+    claim = worker.claim("w1", ["tiny-wan"], block_s=1)
+    assert claim is not None and claim.job_id == first.id
+    idle = worker._scripts.claim(["tiny-wan"], "w1")
+    assert isinstance(idle, Idle)  # nothing new: the cursor is the group's last-delivered id
+    assert idle.cursors == {"tiny-wan": claim.token.split("|")[0]}
+    worker._r.script_flush()  # a restart or a promoted replica: the pipelined EVALSHA answers NOSCRIPT
+    other = api.enqueue(new_record()).record
+    delivery = worker._scripts.claim(["tiny-wan"], "w1", wake_from=idle, block_ms=1000)
+    assert isinstance(delivery, Delivery) and other.id in delivery.fields["payload"]
+    assert delivery.record is not None and other.id in delivery.record

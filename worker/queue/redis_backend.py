@@ -55,7 +55,7 @@ from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
 from worker.queue.redis_reclaim import Reaper
 from worker.queue.redis_retention import RedisRetention
-from worker.queue.redis_scripts import Delivery, Scripts
+from worker.queue.redis_scripts import Delivery, Due, Idle, Scripts
 from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisQueue"]
@@ -218,38 +218,43 @@ class RedisQueue:
             return None
         self._ensure_groups(hosted)
         deadline = time.monotonic() + block_s
-        cursors: dict[str, str] = {}
+        if isinstance(self._r, RedisCluster) and len(hosted) > 1:
+            return self._claim_rotating(worker_id, hosted, prefer, deadline)
+        # Waiting, every hosted stream at once, the preferred (resident) models first: after an idle
+        # wait the new entries are seconds old at most, so none starves and the order is order_models'.
+        waiting = [m for m in hosted if m in prefer] + [m for m in hosted if m not in prefer]
         while True:
             self._reclaim_due(hosted)  # throttled: at most twice per lease TTL per model
-            if len(hosted) == 1:  # nothing to choose between: no scan (claim.lua reports due retries)
-                claim = self._take(worker_id, hosted[0])
-            else:
-                ages, cursors = self._waiting_ages(hosted)
-                claim = self._take_first(worker_id, order_models(ages, prefer, self.starve_after_s))
+            claim = None
+            if len(hosted) > 1:  # work already waiting goes in order_models' order (a scan first)
+                ages = self._waiting_ages(hosted)
+                claim = self._take(worker_id, order_models(ages, prefer, self.starve_after_s)) if ages else None
+            # One model: no scan (claim.lua reports due retries). The wait is pipelined with the claim:
+            # one round trip from the wake to the job (Scripts.claim).
+            claim = claim or self._take(worker_id, waiting, block_ms=self._block_ms(deadline))
+            if claim is not None or time.monotonic() >= deadline:
+                return claim
+
+    def _claim_rotating(
+        self, worker_id: str, hosted: list[str], prefer: Sequence[str], deadline: float
+    ) -> Claim | None:
+        """``claim`` of several models on a Cluster: a model's keys share one slot, several models'
+        may not, so no call spans two models. Waits on one stream at a time, rotating, so a job of
+        any hosted model is seen within a few slices."""
+        while True:
+            self._reclaim_due(hosted)
+            ages = self._waiting_ages(hosted)
+            for model in order_models(ages, prefer, self.starve_after_s):
+                claim = self._take(worker_id, [model])
+                if claim is not None:
+                    return claim
+            block_ms = self._block_ms(deadline)
+            if block_ms <= 0:
+                return None
+            self._rotation = (self._rotation + 1) % len(hosted)
+            claim = self._take(worker_id, [hosted[self._rotation]], block_ms=block_ms)
             if claim is not None:
                 return claim
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            block_ms = max(1, int(min(remaining, self._block_slice_s) * 1000))
-            if len(hosted) == 1 or isinstance(self._r, RedisCluster):
-                # Block on one stream at a time (a multi-stream read would span Cluster slots),
-                # rotating so a job of any hosted model is seen within a few slices.
-                self._rotation = (self._rotation + 1) % len(hosted)
-                claim = self._claim_blocking(worker_id, hosted[self._rotation], block_ms=block_ms)
-                if claim is not None:
-                    return claim
-            else:
-                # One server: wait on every hosted stream at once, from where the group stood at the
-                # scan, so a job of any model wakes the worker at once (a rotation would leave it
-                # blocked on another model's stream for up to a slice). The read only wakes: the
-                # worker claims through the group from the stream that woke it (every hosted stream
-                # was empty at the scan, so no other model waits longer), then scans as usual.
-                streams = {keys.job_stream(m): m for m in hosted}
-                woke = self._r.xread({name: cursors[m] for name, m in streams.items()}, count=1, block=block_ms)
-                claim = self._take_first(worker_id, [streams[name] for name, _ in woke or []])
-                if claim is not None:
-                    return claim
 
     @redis_unavailable
     def renew(self, claim: Claim) -> bool:
@@ -325,43 +330,29 @@ class RedisQueue:
         self._r.close()
 
     # ------------------------------------------------------------------------------------ claiming
-    def _take_first(self, worker_id: str, models: Sequence[str]) -> Claim | None:
-        """The first job that starts from the models' streams, in this order."""
-        for model in models:
-            claim = self._take(worker_id, model)
-            if claim is not None:
-                return claim
-        return None
+    def _block_ms(self, deadline: float) -> int:
+        """How long the next blocking read may wait: a slice of what is left (0: no wait at all)."""
+        remaining = deadline - time.monotonic()
+        return max(1, int(min(remaining, self._block_slice_s) * 1000)) if remaining > 0 else 0
 
-    def _take(self, worker_id: str, model: str) -> Claim | None:
-        """Deliver new entries of one model (``claim.lua``) until one starts a job or none is left."""
+    def _take(self, worker_id: str, models: Sequence[str], *, block_ms: int = 0) -> Claim | None:
+        """Deliver new entries of ``models``, the first with one first (``claim.lua``), until one starts a
+        job or none is left; ``block_ms`` > 0: then wait up to that long, once, for the next one."""
+        waited: Idle | None = None
         while True:
-            delivery = self._scripts.claim(model, worker_id)
-            if delivery == "due":  # each due retry is promoted or dropped from the zset: this ends
-                self._promote_due(model)
+            delivery = self._scripts.claim(models, worker_id, wake_from=waited, block_ms=block_ms)
+            if isinstance(delivery, Due):  # each due retry is promoted or dropped from the zset: this ends
+                self._promote_due(delivery.model)
                 continue
-            if delivery == "none":
-                return None
-            assert not isinstance(delivery, str)
-            claim = self._start(worker_id, model, delivery.entry, delivery.fields, delivery)
+            if isinstance(delivery, Idle):
+                if waited is not None or block_ms <= 0:
+                    return None  # waited once already, or not asked to wait
+                waited = delivery
+                continue
+            waited, block_ms = None, 0  # an entry came: what follows is not waited for
+            claim = self._start(worker_id, delivery.model, delivery.entry, delivery.fields, delivery)
             if claim is not None:
                 return claim
-
-    def _claim_blocking(self, worker_id: str, model: str, *, block_ms: int) -> Claim | None:
-        """Wait up to ``block_ms`` for a new entry of one model (``XREADGROUP BLOCK``; 0: no wait) and
-        start its job; read on while entries start no job."""
-        while True:
-            reply = self._r.xreadgroup(
-                keys.CONSUMER_GROUP, worker_id, {keys.job_stream(model): ">"}, count=1, block=block_ms or None
-            )
-            entries = _entries_of(reply)
-            if not entries:
-                return None
-            entry_id, fields = entries[0]
-            claim = self._start(worker_id, model, entry_id, fields)
-            if claim is not None:
-                return claim
-            block_ms = 0
 
     def _start(
         self, worker_id: str, model: str, entry_id: str, fields: dict[str, str], delivery: Delivery | None = None
@@ -420,11 +411,9 @@ class RedisQueue:
         rec = snap.record
         return Claim(rec.id, model, rec.attempt, rec, token=f"{entry_id}|{worker_id}")
 
-    def _waiting_ages(self, models: list[str]) -> tuple[dict[str, float], dict[str, str]]:
-        """Age (s) of the oldest waiting entry of each model with work (due retries promoted first),
-        and each model's group cursor (its last-delivered entry id) at the scan."""
+    def _waiting_ages(self, models: list[str]) -> dict[str, float]:
+        """Age (s) of the oldest waiting entry of each model with work (due retries promoted first)."""
         ages: dict[str, float] = {}
-        cursors: dict[str, str] = {}
         for model, first in zip(models, self._scripts.scan_all(models), strict=True):
             scan = first
             if first.due:
@@ -432,8 +421,7 @@ class RedisQueue:
                 scan = self._scripts.scan(model)
             if scan.oldest:
                 ages[model] = (scan.now_ms - int(scan.oldest.split("-")[0])) / 1000
-            cursors[model] = scan.cursor
-        return ages, cursors
+        return ages
 
     def _promote_due(self, model: str, now_ms: int | None = None) -> None:
         """Move retries whose backoff is over (at ``now_ms``, the server's clock when not given) from
@@ -481,10 +469,3 @@ class RedisQueue:
 
     def _reclaim_model(self, model: str) -> int:
         return self._reaper.reclaim_model(model, self.lease_ttl_s)
-
-
-def _entries_of(reply: Any) -> list[tuple[str, dict[str, str]]]:
-    """Entries of a one-stream ``XREADGROUP`` reply (RESP2, the client's default protocol)."""
-    if not reply:
-        return []
-    return [(eid, fields or {}) for eid, fields in reply[0][1]]

@@ -39,7 +39,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
@@ -49,7 +49,7 @@ from worker.queue import keys
 from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
 
-__all__ = ["Delivery", "Reply", "Scan", "Scripts", "commit_call", "lua_source"]
+__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "commit_call", "lua_source"]
 
 
 def lua_source(name: str) -> str:
@@ -76,9 +76,10 @@ class Reply:
 
 @dataclass(frozen=True)
 class Delivery:
-    """``claim.lua``'s answer: an entry now pending for the consumer, and its job hash as read with it
-    (``record`` None: no such hash, or a payload the script could not read a job id from)."""
+    """``claim.lua``'s answer: an entry of ``model`` now pending for the consumer, and its job hash as
+    read with it (``record`` None: no such hash, or a payload the script could not read a job id from)."""
 
+    model: str
     entry: str
     fields: dict[str, str]
     record: str | None
@@ -88,13 +89,26 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class Due:
+    """``claim.lua``'s answer when ``model``'s delayed retries are due: promote them, then claim again."""
+
+    model: str
+
+
+@dataclass(frozen=True)
+class Idle:
+    """``claim.lua``'s answer when no stream holds anything new for the group."""
+
+    cursors: dict[str, str]  # per model, the group's last-delivered id: an XREAD from it wakes on the next
+
+
+@dataclass(frozen=True)
 class Scan:
     """``scan.lua``'s answer: what one model's pool holds, on the server's clock."""
 
     now_ms: int
     oldest: str  # id of the oldest entry not yet delivered, '' when none
     due: int  # delayed retries whose backoff is over
-    cursor: str  # the group's last-delivered id: an XREAD from it wakes on the next new entry
 
 
 # The plan's fields that go into the spec (the record travels as ARGV[2]).
@@ -203,19 +217,60 @@ class Scripts:
             return raw
         raise AssertionError("unreachable")
 
-    def claim(self, model: str, consumer: str) -> Delivery | Literal["due", "none"]:
-        """Deliver the model's next new entry to ``consumer`` with its job hash (``claim.lua``): a
-        ``Delivery``, ``'due'`` (promote the due retries first) or ``'none'`` (nothing new)."""
-        reply = self._claim(
-            keys=[keys.job_stream(model), keys.delayed_zset(model)],
-            args=[keys.CONSUMER_GROUP, consumer, keys.job_record_prefix(model), model],
-        )
+    def claim(
+        self, models: Sequence[str], consumer: str, *, wake_from: Idle | None = None, block_ms: int = 0
+    ) -> Delivery | Due | Idle:
+        """Deliver the next new entry of the first of ``models`` (in this order) that has one to
+        ``consumer``, with its job hash (``claim.lua``): a ``Delivery``, ``Due`` (promote that model's
+        due retries first) or ``Idle`` (nothing new). Several models only on one server (not Cluster).
+
+        ``wake_from`` (the last ``Idle``) and ``block_ms`` > 0: first wait up to ``block_ms`` for a new
+        entry past its cursors (``XREAD BLOCK``, which delivers nothing), pipelined with the claim. A
+        blocked client's later commands wait in its input buffer until the block ends, so the server
+        runs the claim the moment the read returns: a woken worker gets the entry and its job in the
+        same round trip instead of waking, then asking (an idle wake-up costs several times a
+        back-to-back round trip). A wait that times out claims all the same (and finds nothing, or an
+        entry the read did not see)."""
+        script_keys: list[str] = []
+        args: list[str] = [keys.CONSUMER_GROUP, consumer]
+        for model in models:
+            script_keys += [keys.job_stream(model), keys.delayed_zset(model)]
+            args += [keys.job_record_prefix(model), model]
+        if wake_from is None or block_ms <= 0:
+            reply = self._claim(keys=script_keys, args=args)
+        else:
+            streams = [keys.job_stream(m) for m in models]
+            read = (
+                "XREAD",
+                "COUNT",
+                1,
+                "BLOCK",
+                block_ms,
+                "STREAMS",
+                *streams,
+                *(wake_from.cursors[m] for m in models),
+            )
+            reply = self._after(read, self._claim, script_keys, args)
         kind = str(reply[0])
-        if kind != "entry":
-            return "due" if kind == "due" else "none"
+        if kind == "due":
+            return Due(models[int(reply[1]) - 1])
+        if kind == "none":
+            return Idle({model: str(cursor) for model, cursor in zip(models, reply[1:], strict=True)})
         flat = reply[2] or []
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-        return Delivery(str(reply[1]), fields, *reply[3:7])
+        return Delivery(models[int(reply[7]) - 1], str(reply[1]), fields, *reply[3:7])
+
+    def _after(self, command: tuple[Any, ...], script: Script, script_keys: list[str], args: list[str]) -> Any:
+        """``script``'s reply, run in one pipeline after ``command`` (a wait that delivers nothing)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+        try:
+            return pipe.execute()[1]
+        except NoScriptError:
+            # The server lost its script cache (a restart, a promoted replica): the wait delivered
+            # nothing, so run the script now, without it (the call loads it); the caller waits next time.
+            return script(keys=script_keys, args=args)
 
     def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
         """Reset the lease (the entry's idle time); False when the claim is stale."""
@@ -226,10 +281,10 @@ class Scripts:
         return bool(int(reply))
 
     def scan(self, model: str) -> Scan:
-        now_ms, oldest, due, cursor = self._scan(
+        now_ms, oldest, due = self._scan(
             keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
         )
-        return Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due), cursor=str(cursor))
+        return Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due))
 
     def scan_all(self, models: Sequence[str]) -> list[Scan]:
         """``scan`` of each model, in one pipeline (one round trip on one server)."""
@@ -246,8 +301,8 @@ class Scripts:
                 self._client.script_load(self._scan.script)  # a restart or failover lost it: load, send again
                 continue
             return [
-                Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due), cursor=str(cursor))
-                for now_ms, oldest, due, cursor in replies
+                Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due))
+                for now_ms, oldest, due in replies
             ]
         raise AssertionError("unreachable")
 

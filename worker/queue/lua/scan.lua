@@ -1,12 +1,10 @@
 -- What one model's pool holds, for choosing which model to claim from (read-only).
 -- KEYS[1] job stream   KEYS[2] delayed zset
 -- ARGV[1] group
--- Reply: {now_ms, oldest waiting entry id or '', due delayed count, the group's last-delivered id
---        ('0-0' when there is no stream yet): an XREAD from it wakes on the next new entry}
+-- Reply: {now_ms, oldest waiting entry id or '', due delayed count}
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local oldest = ''
-local cursor = '0-0'
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
   for _, g in ipairs(groups) do
@@ -16,11 +14,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
       if g[i] == 'last-delivered-id' then last = g[i + 1] end
     end
     if name == ARGV[1] then
-      cursor = last
       local nxt = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', 1)
       if #nxt > 0 then oldest = nxt[1][1] end
     end
   end
 end
 local due = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
-return {tostring(now_ms), oldest, due, cursor}
+return {tostring(now_ms), oldest, due}
