@@ -10,7 +10,9 @@
   load (warm-model affinity: a worker prefers queued jobs of the model it has loaded).
 - **daemon pick-up** = the ``enqueue`` call → the adapter's ``denoise`` called, in an idle worker of the
   test-only ``instant-wan`` model (no model work: what the daemon itself costs before the model runs),
-  hosting that model alone and with a second hosted model (the multi-stream claim path).
+  hosting that model alone and with a second hosted model (the multi-stream claim path); split at the
+  claim's ``started_at`` into enqueue → claim (the queue's wake-up and read) and claim → adapter (the
+  start commit's round trip, then the daemon's own work).
 
 Run: ``python scripts/bench_worker.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -226,12 +228,17 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = ()) -> dict[str, Any
         worker.stop()
         queue.close()
         redis.stop()
+    # The claim's start → the adapter: the start commit's round trip and the daemon's own work.
+    started = [pickup - claim for pickup, claim in zip(samples, claimed, strict=True)]
     return {
         "hosted": hosted,
         "jobs": n,
         "pickup_p50_ms": round(_pct(samples, 0.5), 3),
         "pickup_p99_ms": round(_pct(samples, 0.99), 3),
         "enqueue_to_claim_p50_ms": round(_pct(claimed, 0.5), 3),
+        "enqueue_to_claim_p99_ms": round(_pct(claimed, 0.99), 3),
+        "claim_to_adapter_p50_ms": round(_pct(started, 0.5), 3),
+        "claim_to_adapter_p99_ms": round(_pct(started, 0.99), 3),
         "samples_ms": [round(v, 3) for v in samples],
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,90 @@ def test_time_limit_stop_and_stale_claim_stop_the_job(queue: SqliteQueue) -> Non
     assert queue.release(claim)
     with pytest.raises(StaleClaim):
         stale.enter(Stage.encoding)  # the write is refused: the attempt is over
+
+
+class GatedWriter(ThreadPoolExecutor):
+    """The runner's writer thread, held shut until ``open``: an overlapped write is still in flight."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.gate = threading.Event()
+        self.submit(self.gate.wait)
+
+    def open(self) -> None:
+        self.gate.set()
+
+
+@pytest.fixture
+def writer() -> Iterator[GatedWriter]:
+    pool = GatedWriter()
+    yield pool
+    pool.open()
+    pool.shutdown()
+
+
+def overlapping(queue: SqliteQueue, claim: Claim, writer: GatedWriter) -> JobProgress:
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+    lease = keeper.hold(claim, max_job_seconds=300)
+    return JobProgress(queue, lease, interval_s=60, stop_now=threading.Event(), writer=writer)
+
+
+def test_an_overlapped_stage_starts_before_its_write_lands_and_writes_stay_in_order(
+    queue: SqliteQueue, writer: GatedWriter
+) -> None:
+    claim = claimed(queue)
+    progress = overlapping(queue, claim, writer)
+    progress.enter(Stage.loading, instant=True)
+    progress.enter(Stage.denoising, overlap=True)  # returns with the write still queued behind the gate
+    record = queue.get(claim.job_id)
+    assert record is not None and record.stage is Stage.queued
+    writer.open()
+    progress.on_step(4, 4)  # takes the stage write's answer, then writes its own
+    record = queue.get(claim.job_id)
+    assert record is not None and (record.stage, record.progress) == (Stage.denoising, 1.0)
+    notes = [(n.stage, n.progress) for n in queue.progress_notes(claim.job_id)]
+    assert notes == [(Stage.loading, 0.0), (Stage.denoising, 0.0), (Stage.denoising, 1.0)]
+
+
+def test_a_cancel_found_by_an_overlapped_write_stops_the_job_at_the_first_step(
+    queue: SqliteQueue, writer: GatedWriter
+) -> None:
+    claim = claimed(queue)
+    progress = overlapping(queue, claim, writer)
+    queue.cancel(claim.job_id)
+    progress.enter(Stage.denoising, overlap=True)
+    writer.open()
+    with pytest.raises(JobCanceled):
+        progress.on_step(1, 10)
+    record = queue.get(claim.job_id)
+    assert record is not None and record.status is Status.running and record.stage is Stage.denoising
+
+
+def test_a_stale_claim_found_by_an_overlapped_write_stops_the_job_at_the_first_step(
+    queue: SqliteQueue, writer: GatedWriter
+) -> None:
+    claim = claimed(queue)
+    progress = overlapping(queue, claim, writer)
+    assert queue.release(claim)  # the attempt is over before its first write
+    progress.enter(Stage.denoising, overlap=True)
+    writer.open()
+    with pytest.raises(StaleClaim):
+        progress.on_step(1, 10)
+    assert progress._lease.stale.is_set()
+
+
+def test_what_an_overlapped_write_found_ends_the_attempt_before_what_the_work_raised_after_it(
+    queue: SqliteQueue, writer: GatedWriter
+) -> None:
+    claim = claimed(queue)
+    progress = overlapping(queue, claim, writer)
+    progress.enter(Stage.denoising, overlap=True)
+    writer.open()
+    failure = RuntimeError("the model raised before its first step")
+    assert progress.ended_by(failure) is failure  # the write found nothing: the work's error ends it
+    queue.cancel(claim.job_id)
+    progress.enter(Stage.decoding, overlap=True)
+    assert isinstance(progress.ended_by(failure), JobCanceled)  # sent first, so it wins
 
 
 class FlakyRenewals(SqliteQueue):

@@ -78,6 +78,7 @@ class WorkerContext:
         self.heartbeat.stop()
         self.leases.stop()
         self.post.close()
+        self.runner.close()
         if self.status_server is not None:
             self.status_server.stop()
         self.queue.close()
@@ -289,6 +290,7 @@ def _job_path(
         work_root=work_root(settings),
         store=store,  # input images of image_to_video jobs
         checkpointing=checkpointing,
+        overlap_writes=True,
     )
     processor = PostProcessor(
         catalog=catalog,

@@ -3,7 +3,9 @@ decode), then hand over.
 
 The post-processing side (encode → upload → finish) lives in ``worker.daemon.postprocess`` and may run
 in its own thread while the next job denoises. Every stage starts with ``JobProgress.enter``, which
-checks the cancel flag, the time limit, the claim's freshness and the stop signal.
+checks the cancel flag, the time limit, the claim's freshness and the stop signal. The denoising
+stage's write is sent by a thread of the runner while the model starts (its answer is taken at the first
+step), so a job reaches the model without waiting for a queue round trip.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,10 +47,12 @@ _DEFAULT_LIMIT_S = 3600.0
 
 
 @contextmanager
-def stage(attempt: Attempt, metrics: WorkerMetrics, name: Stage, *, instant: bool = False) -> Iterator[None]:
+def stage(
+    attempt: Attempt, metrics: WorkerMetrics, name: Stage, *, instant: bool = False, overlap: bool = False
+) -> Iterator[None]:
     """Enter a stage on the record, log one line when it ends and observe its duration. ``instant``:
-    the stage ends at once (``JobProgress.enter``)."""
-    attempt.progress.enter(name, instant=instant)
+    the stage ends at once; ``overlap``: its write does not hold up its work (``JobProgress.enter``)."""
+    attempt.progress.enter(name, instant=instant, overlap=overlap)
     started = time.perf_counter()
     with log_stage(attempt.log, name.value):
         yield
@@ -88,6 +93,7 @@ class JobRunner:
         work_root: Path,
         store: ArtifactStore | None = None,
         checkpointing: CheckpointSetup | None = None,
+        overlap_writes: bool = False,
     ) -> None:
         self._catalog = catalog
         self._queue = queue
@@ -101,12 +107,23 @@ class JobRunner:
         self._work_root = work_root
         self._store = store
         self._checkpointing = checkpointing  # None: no denoising checkpoints (settings, or no store)
+        # Sends the denoising stage's write while the model starts (``JobProgress.enter``); its thread
+        # is started here, not on the first job's pick-up.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress") if overlap_writes else None
+        if self._writer is not None:
+            self._writer.submit(int)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
 
     def begin(self, claim: Claim) -> Attempt:
         """Hold the lease (renewed from now on) and bind the job to a logger."""
         spec = self._catalog.get(claim.model)
         lease = self._leases.hold(claim, spec.max_job_seconds if spec else _DEFAULT_LIMIT_S)
-        progress = JobProgress(self._queue, lease, interval_s=self._progress_interval_s, stop_now=self._stop_now)
+        progress = JobProgress(
+            self._queue, lease, interval_s=self._progress_interval_s, stop_now=self._stop_now, writer=self._writer
+        )
         self._metrics.in_flight.inc()
         waited_s = (utcnow() - claim.record.created_at).total_seconds()
         self._metrics.queue_wait.labels(claim.model).observe(max(0.0, waited_s))  # hosts' clocks may differ
@@ -127,7 +144,7 @@ class JobRunner:
             work_dir = Path(tempfile.mkdtemp(prefix=f"{attempt.job_id}-{attempt.claim.attempt}-", dir=self._work_root))
         except Exception as e:
             try:
-                self._settler.settle(attempt, e)
+                self._settler.settle(attempt, attempt.progress.ended_by(e))
             finally:
                 self._settler.close(attempt)
             return None
@@ -182,7 +199,9 @@ class _AttemptHooks(RunHooks):
         self.log = attempt.log
 
     def stage(self, name: Stage) -> AbstractContextManager[None]:
-        return stage(self._attempt, self._metrics, name, instant=name is Stage.loading and self._resident)
+        # Denoising starts while its stage write is in flight: the first step takes the answer.
+        instant = name is Stage.loading and self._resident
+        return stage(self._attempt, self._metrics, name, instant=instant, overlap=name is Stage.denoising)
 
     def on_step(self, done: int, total: int) -> None:
         checkpoints = self._checkpoints
