@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 
 from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lifecycle import Shutdown
-from worker.daemon.logs import JsonFormatter, job_logger, log_stage
+from worker.daemon.logs import JsonFormatter, job_logger, log_stage, write_logs_in_background
 from worker.daemon.metrics import WorkerMetrics
 
 
@@ -22,10 +23,12 @@ class ListHandler(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.threads: set[str] = set()  # where the lines were formatted
         self.setFormatter(JsonFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(self.format(record))
+        self.threads.add(threading.current_thread().name)
 
 
 @pytest.fixture
@@ -57,6 +60,31 @@ def test_a_stage_that_raises_is_logged_as_stopped(captured: ListHandler) -> None
     with pytest.raises(ValueError), log_stage(log, "denoising"):
         raise ValueError("boom")
     assert json.loads(captured.lines[-1])["msg"] == "stage denoising stopped"
+
+
+def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
+    logger = logging.getLogger("genworker.test-background")
+    logger.propagate, logger.level = False, logging.INFO
+    target = ListHandler()
+    logger.handlers[:] = [target]
+    write_logs_in_background(logger)
+    log = job_logger("gen_7", "tiny-wan", 1, name=logger.name)
+    models = ["tiny-wan"]
+    log.info("claimed %s", models, extra={"stage": "claimed"})
+    models.append("tiny-ltx2")  # changed after the line was logged: the line keeps what it was
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        log.error("failed: %s", e, exc_info=e)
+    for i in range(100):
+        log.info("line %d", i)
+    logger.handlers[0].close()  # what logging.shutdown does at exit: what is queued is written
+    logger.handlers.clear()
+    lines = [json.loads(line) for line in target.lines]
+    assert lines[0]["msg"] == "claimed ['tiny-wan']" and lines[0]["job_id"] == "gen_7"
+    assert lines[1]["msg"] == "failed: boom" and "ValueError: boom" in lines[1]["exc"]
+    assert [line["msg"] for line in lines[2:]] == [f"line {i}" for i in range(100)]
+    assert threading.current_thread().name not in target.threads
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -33,12 +33,13 @@ def worker_command(config: _ConfigOption = None) -> None:
     """Run the worker daemon: claim jobs of the hosted models until SIGTERM (a second one stops at once)."""
     import logging
 
-    from worker.daemon.logs import configure_logging
+    from worker.daemon.logs import configure_logging, write_logs_in_background
     from worker.daemon.loop import run_worker
     from worker.settings import load_settings, state_paths
 
     settings = load_settings(config)
     configure_logging(settings.log_level)
+    write_logs_in_background()
     logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
     if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
         from pipelines import context_parallel
