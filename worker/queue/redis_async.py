@@ -192,7 +192,15 @@ async def execute_commands(
     again from the first command refused with NOSCRIPT on: that one did not run, and every command
     before it ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
     ``commit.lua`` are done)."""
-    replies = await _round_trip(client, commands)
+    # On a WiredRedis, straight to its wire: one coroutine less on every poll.
+    replies = await (
+        client.wire.round_trip(commands) if isinstance(client, WiredRedis) else _round_trip(client, commands)
+    )
+    for reply in replies:
+        if isinstance(reply, Exception):
+            break
+    else:
+        return replies  # the common case, found in one plain loop
     lost = next((i for i, r in enumerate(replies) if isinstance(r, NoScriptError)), None)
     if lost is not None:
         for loaded in await _round_trip(client, [("SCRIPT", "LOAD", source) for source in scripts]):

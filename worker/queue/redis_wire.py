@@ -28,7 +28,8 @@ Only plain TCP: ``redis_async.async_redis_client`` keeps redis-py's connection f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -158,21 +159,16 @@ class RedisWire:
         self._open = 0
         self._closed = False
 
-    async def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Send ``commands`` at once on one connection and return their replies, an error reply as a
-        value (a ``ResponseError``); the connection's failures are raised (see the module's list)."""
-        packed = self._pack(commands)
-        count = len(commands)
-        if self._retry.get_retries() == 0:  # no second try: the closures below would only cost
-            return await self._once(packed, count)
+    def round_trip(self, commands: Sequence[Sequence[Any]]) -> Awaitable[list[Any]]:
+        """Send ``commands`` at once on one connection; awaited, their replies, an error reply as a value
+        (a ``ResponseError``); the connection's failures are raised (see the module's list)."""
+        once = functools.partial(self._once, self._pack(commands), len(commands))
+        if self._retry.get_retries() == 0:  # no second try: no wrapper to await through
+            return once()
+        return self._retry.call_with_retry(once, self._failed)
 
-        async def once() -> list[Any]:
-            return await self._once(packed, count)
-
-        async def failed(error: Exception) -> None:
-            return None  # the link that failed is closed already
-
-        return await self._retry.call_with_retry(once, failed)  # type: ignore[no-any-return]
+    async def _failed(self, error: Exception) -> None:
+        return None  # the link that failed is closed already
 
     def _pack(self, commands: Sequence[Sequence[Any]]) -> bytes:
         chunks: list[bytes] = []
