@@ -1,7 +1,8 @@
 """The fast poll and create path answers exactly as the sync queue does, on both backends.
 
 Two APIs run side by side over the same backends, keys and store: ``fast`` with the path
-``genworker api`` builds (``open_async_queue``: ``AsyncRedisQueue`` on Redis, SQLite polls inline) and
+``genworker api`` builds (``open_async_queue``: ``AsyncRedisQueue`` on Redis, its round trips over
+``redis_wire``'s connections; SQLite polls inline) and
 ``ref`` whose routes call the sync queue on threads (``OffloadedQueue``). Every answer of one must be
 the answer of the other, byte for byte in JSON, with the same status and headers, and equal to what the
 sync route returned before (the view validated and serialized as a ``response_model``). Then: the key
@@ -40,6 +41,7 @@ from worker.core.errors import ErrorCode
 from worker.queue.async_api import OffloadedQueue, open_async_queue
 from worker.queue.base import JobQueue, Outcome
 from worker.queue.factory import open_queue
+from worker.queue.redis_async import AsyncRedisQueue, WiredRedis
 from worker.settings import Settings
 from worker.stores.factory import open_store
 
@@ -113,6 +115,8 @@ def start_pair(
         "artifacts_app": artifacts_app_for(store),
     }
     async_queue = open_async_queue(settings.queue, queue)
+    if redis_url:  # the fast path's round trips go over the lean connections (redis_wire), compared below
+        assert isinstance(async_queue, AsyncRedisQueue) and isinstance(async_queue.client, WiredRedis)
     fast = create_app(
         settings,
         **common,
