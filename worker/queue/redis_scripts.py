@@ -300,10 +300,7 @@ class Scripts:
                     raise
                 self._client.script_load(self._scan.script)  # a restart or failover lost it: load, send again
                 continue
-            return [
-                Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due))
-                for now_ms, oldest, due in replies
-            ]
+            return [Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due)) for now_ms, oldest, due in replies]
         raise AssertionError("unreachable")
 
     def depth(self, model: str) -> int:
