@@ -165,9 +165,14 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
         )
     poll = _get(q, "poll_by_depth") or {}
     deepest = max((int(k) for k in poll if k.isdigit()), default=None)
-    for key, what in (("redis_usec_per_poll", "Redis µs"), ("redis_cpu_usec_per_poll", "Redis CPU µs")):
+    polls = (
+        ("redis_usec_per_poll", "Redis µs"),
+        ("redis_cpu_usec_per_poll", "Redis CPU µs"),
+        ("client_p50_ms", "p50 ms"),
+    )
+    for key, what in polls:
         deep, empty = _get(poll, f"{deepest}.{key}"), _get(poll, f"0.{key}")
-        figure = f"GET poll of a queued job: {what} per poll, {deepest:,} queued vs 0" if deepest else what
+        figure = f"GET poll of the last queued job: {what} per poll, {deepest:,} queued vs 0" if deepest else what
         rows.append(_row(figure, deep, empty, "≤ 1.2", _le(deep, empty, 1.2)))
     held, after = (
         _get(q, "redis_retention.held_bytes_per_job"),

@@ -5,8 +5,9 @@ one job costs (``INFO commandstats`` delta; the capacity plan needs it), and the
 ``poll_by_depth``: what one ``GET /v1/generations/{id}`` of a queued job costs the queue (record read +
 queue position) with 0, 10,000 and 100,000 jobs queued: Redis time per poll (``INFO commandstats``
 usec of the calls the poll sends), Redis CPU per poll (``INFO cpu``) and the client's latency, each the
-median over batches. ``retention``: Redis memory per finished job held and after its TTL passed and a
-purge ran; the SQLite file size over repeated bursts with a purge after each.
+median over batches, for the last job in the queue (and, as ``spread``, for 200 jobs across it).
+``retention``: Redis memory per finished job held and after its TTL passed and a purge ran; the SQLite
+file size over repeated bursts with a purge after each.
 
 ``run(quick)`` returns plain JSON-able dicts; ``python scripts/bench_queue.py [--quick]`` prints them.
 """
@@ -349,28 +350,32 @@ def _fill(q: JobQueue, n: int) -> list[str]:
 
 
 def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str, Any]:
-    """Poll queued jobs spread over the backlog (the last one too: the old walk's worst case)."""
+    """Poll the last queued job (the old walk's worst case: every entry ahead of it) at each depth, the
+    same job every time as at depth 0, where it is the only one: the figures differ by depth alone.
+    ``spread``: 200 jobs spread over the backlog instead, each polled once per batch (more of Redis'
+    memory touched per batch than one job's keys, so it runs cooler in the CPU caches than depth 0)."""
     client = redis.Redis(port=port, decode_responses=True)
     out: dict[str, Any] = {}
+
+    def medians(q: JobQueue, sample: list[str]) -> dict[str, float]:
+        _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
+        rows = [_poll_batch(client, q, sample) for _ in range(batches)]
+        return {
+            "redis_usec_per_poll": round(statistics.median(r[0] for r in rows), 2),
+            "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in rows), 2),
+            "client_p50_ms": round(statistics.median(r[2] for r in rows), 3),
+        }
+
     for depth in depths:
         client.flushall()
         q = RedisQueue(client, lease_ttl_s=30)
         ids = _fill(q, max(1, depth))
-        sample = [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)] if len(ids) > 1 else ids * 200
-        _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
-        rows = [_poll_batch(client, q, sample) for _ in range(batches)]
-        out[str(depth)] = {
-            "redis_usec_per_poll": round(statistics.median(r[0] for r in rows), 2),
-            "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in rows), 2),
-            "client_p50_ms": round(statistics.median(r[2] for r in rows), 3),
-            "position_of_last": q.position(ids[-1]),
-        }
+        out[str(depth)] = {**medians(q, [ids[-1]] * 200), "position_of_last": q.position(ids[-1])}
+        if len(ids) >= 200:
+            out[str(depth)]["spread"] = medians(q, [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)])
     deepest, empty = out[str(depths[-1])], out[str(depths[0])]
-    out["ratio_redis_usec_deepest_vs_0"] = round(deepest["redis_usec_per_poll"] / empty["redis_usec_per_poll"], 3)
-    out["ratio_redis_cpu_deepest_vs_0"] = round(
-        deepest["redis_cpu_usec_per_poll"] / empty["redis_cpu_usec_per_poll"], 3
-    )
-    out["ratio_client_p50_deepest_vs_0"] = round(deepest["client_p50_ms"] / empty["client_p50_ms"], 3)
+    for key in ("redis_usec_per_poll", "redis_cpu_usec_per_poll", "client_p50_ms"):
+        out[f"ratio_{key.removesuffix('_per_poll')}_deepest_vs_0"] = round(deepest[key] / empty[key], 3)
     out["batches"] = f"{batches} x 200 polls per depth; medians of the batches"
     client.close()
     return out
