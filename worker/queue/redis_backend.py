@@ -338,18 +338,21 @@ class RedisQueue:
     def _take(self, worker_id: str, models: Sequence[str], *, block_ms: int = 0) -> Claim | None:
         """Deliver new entries of ``models``, the first with one first (``claim.lua``), until one starts a
         job or none is left; ``block_ms`` > 0: then wait up to that long, once, for the next one."""
-        waited: Idle | None = None
+        idle: Idle | None = None  # the last answer that found nothing: where the wait reads from
         while True:
-            delivery = self._scripts.claim(models, worker_id, wake_from=waited, block_ms=block_ms)
+            wait_from = idle if block_ms > 0 else None
+            delivery = self._scripts.claim(models, worker_id, wake_from=wait_from, block_ms=block_ms)
+            if wait_from is not None:
+                block_ms = 0  # waited once: whatever follows is claimed without waiting
             if isinstance(delivery, Due):  # each due retry is promoted or dropped from the zset: this ends
                 self._promote_due(delivery.model)
                 continue
             if isinstance(delivery, Idle):
-                if waited is not None or block_ms <= 0:
-                    return None  # waited once already, or not asked to wait
-                waited = delivery
+                if block_ms <= 0:
+                    return None  # waited already, or not asked to wait
+                idle = delivery
                 continue
-            waited, block_ms = None, 0  # an entry came: what follows is not waited for
+            block_ms = 0  # an entry came: what follows is not waited for
             claim = self._start(worker_id, delivery.model, delivery.entry, delivery.fields, delivery)
             if claim is not None:
                 return claim
