@@ -343,18 +343,16 @@ class SqliteQueue:
 
         def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
             found.append(rec.cancel_requested)
-            at = utcnow().isoformat()
-            conn.executemany(
-                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
-                [(rec.id, rec.attempt, s.value, 0.0, at) for s in passed],
-            )
             conn.execute(
                 "UPDATE jobs SET record = ? WHERE id = ?",
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
             )
-            conn.execute(
+            # A note at 0 for each stage passed since the last write, then this write's (as redis_plans.progress).
+            notes = [*((s, 0.0) for s in passed), (stage, float(progress))]
+            at = utcnow().isoformat()
+            conn.executemany(
                 "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
-                (rec.id, rec.attempt, stage.value, float(progress), utcnow().isoformat()),
+                [(rec.id, rec.attempt, s.value, p, at) for s, p in notes],
             )
 
         if not self._fenced(claim, change):
