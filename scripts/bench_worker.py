@@ -11,8 +11,9 @@
 - **daemon pick-up** = the ``enqueue`` call → the adapter's ``denoise`` called, in an idle worker of the
   test-only ``instant-wan`` model (no model work: what the daemon itself costs before the model runs),
   hosting that model alone and with a second hosted model (the multi-stream claim path); split at the
-  claim's ``started_at`` into enqueue → claim (the queue's wake-up and read) and claim → adapter (the
-  start commit's round trip, then the daemon's own work).
+  claim's ``started_at`` (stamped by ``claim.lua`` on the server as it starts the job) into enqueue →
+  claim (the producer's create, the wake-up and the claim) and claim → adapter (the claim's reply to
+  the worker, then the daemon's own work).
 
 Run: ``python scripts/bench_worker.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -228,7 +229,7 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = ()) -> dict[str, Any
         worker.stop()
         queue.close()
         redis.stop()
-    # The claim's start → the adapter: the start commit's round trip and the daemon's own work.
+    # The claim's start → the adapter: the claim's reply reaching the worker, then the daemon's own work.
     started = [pickup - claim for pickup, claim in zip(samples, claimed, strict=True)]
     return {
         "hosted": hosted,

@@ -1,16 +1,19 @@
-"""Redis-only parts of the queue: the Lua lifecycle table, hash slots, unreadable stream entries, and
+"""Redis-only parts of the queue: the Lua lifecycle table and clock text, hash slots, unreadable stream entries, and
 a Redis restart (AOF, ``appendfsync always``) in the middle of a backlog."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import random
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from pydantic import TypeAdapter
 from redis.crc import key_slot
 
 from tests.fixtures.redis_server import RedisServer
@@ -35,6 +38,27 @@ def test_lua_lifecycle_table_matches_check_transition(redis_url: str) -> None:
         except IllegalTransition:
             python_says = False
         assert bool(script(keys=[], args=[current.value, new.value])) is python_says, (current, new)
+    client.close()
+
+
+def test_lua_clock_text_matches_python(redis_url: str) -> None:
+    """claim.lua writes a started record's times itself: ``isotime`` must write what pydantic (record
+    JSON) and ``datetime.isoformat`` (events) write, over leap days, month and year ends, whole seconds."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert lua_source("isotime") in lua_source("claim")
+    probe = client.register_script(
+        lua_source("isotime") + "\nlocal s, u = tonumber(ARGV[1]), tonumber(ARGV[2])"
+        "\nreturn {isotime(s, u, true), isotime(s, u, false)}"
+    )
+    pydantic_text = TypeAdapter(datetime)
+    moments = [(0, 0), (951_782_400, 0), (951_868_799, 999_999), (1_709_164_800, 5), (4_102_444_799, 1)]
+    moments += [(s, u) for s in range(1_767_139_200, 1_767_398_400, 86_399) for u in (0, 7, 999_999)]
+    rng = random.Random(17)
+    moments += [(rng.randrange(0, 4_102_444_800), rng.choice([0, rng.randrange(1_000_000)])) for _ in range(500)]
+    for sec, usec in moments:
+        moment = datetime.fromtimestamp(sec, UTC).replace(microsecond=usec)
+        expected = [pydantic_text.dump_json(moment).decode().strip('"'), moment.isoformat()]
+        assert probe(keys=[], args=[sec, usec]) == expected, (sec, usec)
     client.close()
 
 

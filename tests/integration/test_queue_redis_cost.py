@@ -1,12 +1,11 @@
 """What one job costs a worker on Redis, and that the cheap path keeps every rule of the expensive one.
 
-A claim is two calls (``claim.lua`` delivers the entry and reads its job, ``commit.lua`` starts it), also
-for a worker woken from its wait (the wait is pipelined with ``claim.lua``, so the server claims as soon
-as the entry arrives, without a round trip back to the worker between); a
-progress write and a finish are one call each: the holder plans them from the state its own last
-commit left (``redis_jobs``), and the progress note travels in the commit. These tests count the
-calls on a real client and check that a write planned from a remembered state still yields to every
-other writer (a cancel flag, a reaper) and is still fenced.
+A claim is one call (``claim.lua`` delivers the entry, reads its job and starts it), also for a worker
+woken from its wait (the wait is pipelined with ``claim.lua``, so the server claims as soon as the entry
+arrives, without a round trip back to the worker between); a progress write and a finish are one call
+each: the holder plans them from the state its own last commit left (``redis_jobs``), and the progress
+note travels in the commit. These tests count the calls on a real client and check that a write planned
+from a remembered state still yields to every other writer (a cancel flag, a reaper) and is still fenced.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def _counting_queue(redis_url: str, **options: Any) -> tuple[RedisQueue, Countin
     return RedisQueue(client, **options), client
 
 
-def test_a_job_costs_its_worker_four_round_trips(redis_url: str) -> None:
+def test_each_step_of_a_job_costs_its_worker_one_round_trip(redis_url: str) -> None:
     api = RedisQueue(redis_url)
     worker, client = _counting_queue(redis_url)
     api.enqueue(new_record())
@@ -42,7 +41,7 @@ def test_a_job_costs_its_worker_four_round_trips(redis_url: str) -> None:
     client.sent = 0
     claim = worker.claim("w1", ["tiny-wan"])
     assert claim is not None and claim.job_id == record.id
-    assert client.sent == 2  # claim.lua + the start commit
+    assert client.sent == 1  # claim.lua delivered and started it
     client.sent = 0
     assert worker.write_progress(claim, Stage.denoising, 0.0, passed=[Stage.loading]).accepted
     assert client.sent == 1  # the fenced commit, both notes in it
@@ -116,11 +115,11 @@ def test_an_idle_worker_of_several_models_claims_from_the_stream_that_woke_it(re
     timer.join()
     assert claim is not None and claim.job_id == record.id and claim.model == "tiny-ltx2"
     # the scan of both models (one pipeline) + claim.lua of both (nothing yet) + the wait pipelined with
-    # claim.lua of both, which answered with the entry once the enqueue woke it + the start commit
-    assert client.sent == 4
+    # claim.lua of both, which answered with the started job once the enqueue woke it
+    assert client.sent == 3
 
 
-def test_a_blocked_worker_woken_by_a_job_gets_it_in_one_round_trip_then_starts_it(redis_url: str) -> None:
+def test_a_blocked_worker_woken_by_a_job_gets_it_started_in_the_same_round_trip(redis_url: str) -> None:
     api = RedisQueue(redis_url)
     worker, client = _counting_queue(redis_url, block_slice_s=5)  # one wait covers the test
     api.enqueue(new_record())
@@ -136,7 +135,7 @@ def test_a_blocked_worker_woken_by_a_job_gets_it_in_one_round_trip_then_starts_i
     record = api.enqueue(new_record()).record
     waiting.join(timeout=5)
     assert claimed and claimed[0] is not None and claimed[0].job_id == record.id
-    assert client.sent == 3  # the wait's pipeline answered with the entry and its job; + the start commit
+    assert client.sent == 2  # the wait's pipeline answered with the job, started
     running = api.get(record.id)
     assert running is not None and running.status is Status.running and running.attempt == 1
 
@@ -155,6 +154,6 @@ def test_a_wait_times_out_empty_and_a_wait_past_a_lost_script_cache_still_delive
     assert idle.cursors == {"tiny-wan": claim.token.split("|")[0]}
     worker._r.script_flush()  # a restart or a promoted replica: the pipelined EVALSHA answers NOSCRIPT
     other = api.enqueue(new_record()).record
-    delivery = worker._scripts.claim(["tiny-wan"], "w1", wake_from=idle, block_ms=1000)
+    delivery = worker._scripts.claim(["tiny-wan"], "w1", wake_from=idle, block_ms=1000)  # no lease: no start
     assert isinstance(delivery, Delivery) and other.id in delivery.fields["payload"]
     assert delivery.record is not None and other.id in delivery.record

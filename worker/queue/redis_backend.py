@@ -55,7 +55,7 @@ from worker.queue.redis_plans import Plan, Snapshot, holds, split_token
 from worker.queue.redis_reads import RedisReads
 from worker.queue.redis_reclaim import Reaper
 from worker.queue.redis_retention import RedisRetention
-from worker.queue.redis_scripts import Delivery, Due, Idle, Scripts
+from worker.queue.redis_scripts import Delivery, Due, Idle, Scripts, Started
 from worker.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisQueue"]
@@ -339,9 +339,12 @@ class RedisQueue:
         """Deliver new entries of ``models``, the first with one first (``claim.lua``), until one starts a
         job or none is left; ``block_ms`` > 0: then wait up to that long, once, for the next one."""
         idle: Idle | None = None  # the last answer that found nothing: where the wait reads from
+        # claim.lua starts a plain queued job itself (one round trip to a running claim), except where
+        # a start must be confirmed durable before it counts: then Python starts it and waits.
+        lease_ms = None if self.durability.enabled else int(self.lease_ttl_s * 1000)
         while True:
             wait_from = idle if block_ms > 0 else None
-            delivery = self._scripts.claim(models, worker_id, wake_from=wait_from, block_ms=block_ms)
+            delivery = self._scripts.claim(models, worker_id, lease_ms=lease_ms, wake_from=wait_from, block_ms=block_ms)
             if wait_from is not None:
                 block_ms = 0  # waited once: whatever follows is claimed without waiting
             if isinstance(delivery, Due):  # each due retry is promoted or dropped from the zset: this ends
@@ -353,7 +356,10 @@ class RedisQueue:
                 idle = delivery
                 continue
             block_ms = 0  # an entry came: what follows is not waited for
-            claim = self._start(worker_id, delivery.model, delivery.entry, delivery.fields, delivery)
+            if isinstance(delivery, Started):
+                claim = self._started(worker_id, delivery)
+            else:
+                claim = self._start(worker_id, delivery.model, delivery.entry, delivery.fields, delivery)
             if claim is not None:
                 return claim
 
@@ -403,6 +409,21 @@ class RedisQueue:
                 self.reads.remember_model(payload.job_id, model)  # its cancel polls need no index read
                 return claim
         raise RuntimeError(f"job {payload.job_id}: too many concurrent writers")
+
+    def _started(self, worker_id: str, started: Started) -> Claim | None:
+        """The claim of a job ``claim.lua`` started (its record as that start wrote it), held as a
+        commit of this process would leave it (``redis_jobs``)."""
+        model, job_id = started.model, started.job_id
+        try:
+            snap = self._jobs.parse(started.record, str(started.rev), started.entry, str(started.released))
+        except UnreadableRecord as e:  # the script wrote what pydantic writes: a bug, set aside as any
+            self._reaper.set_aside(model, job_id, e, started.entry)
+            return None
+        assert snap is not None
+        self._jobs.hold(job_id, snap)
+        self.reads.remember_model(job_id, model)  # its cancel polls need no index read
+        new = snap.record
+        return Claim(job_id, model, new.attempt, new, token=f"{started.entry}|{worker_id}")
 
     def _resumed(self, worker_id: str, model: str, entry_id: str, snap: Snapshot) -> Claim | None:
         """A delivered entry whose job is already running on it: our own start, applied although its

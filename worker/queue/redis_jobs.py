@@ -65,14 +65,17 @@ class JobWriter:
         reply = self._scripts.commit(plan)
         record = plan.record or snap.record
         if hold and reply.kind == "ok" and record.status is Status.running:
-            after = Snapshot(record, snap.rev + 1, reply.entry, snap.released + plan.released_incr)
-            with self._lock:
-                if len(self._held) >= _HELD_MAX:
-                    self._held.clear()
-                self._held[plan.job_id] = after
+            self.hold(plan.job_id, Snapshot(record, snap.rev + 1, reply.entry, snap.released + plan.released_incr))
         else:
             self.forget(plan.job_id)
         return reply
+
+    def hold(self, job_id: str, after: Snapshot) -> None:
+        """Remember ``after``, the hash as this process's own claim just left it, for the claim's next write."""
+        with self._lock:
+            if len(self._held) >= _HELD_MAX:
+                self._held.clear()
+            self._held[job_id] = after
 
     def forget(self, job_id: str) -> None:
         with self._lock:

@@ -11,8 +11,9 @@ script            KEYS                                        ARGV
                   6 dead-letter stream, 7 running set,        ``notes_cap``; a ``None`` field is left
                   8 job stream XADD counter, 9 job progress   out), 2 new record JSON (``''``: keep)
                   log
-``claim.lua``     1 job stream, 2 delayed zset                1 group, 2 consumer, 3 job hash prefix,
-                                                              4 model
+``claim.lua``     per model i (in order): 4i-3 job stream,    1 group, 2 consumer, 3 lease ms ('': no
+                  4i-2 delayed zset, 4i-1 events stream,      start), 4 events MAXLEN; per model i:
+                  4i running set                              2i+3 job hash prefix, 2i+4 model
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
@@ -27,9 +28,10 @@ Python builds every new record with pydantic (``records``) and every change as a
 ``commit.lua`` is the atomic gate that checks the record's ``rev`` (optimistic check-and-set), the
 fencing fields and the lifecycle table, then writes the record, moves the stream entry, and appends
 the event and the dead letter. ``claim.lua`` delivers an entry and reads its job in one call (the
-job hash is the one key a script builds itself: its name is known only once the entry is read, and
-its prefix carries the pool's hash tag). Scripts run with ``EVALSHA`` (``register_script``), reloaded
-on ``NOSCRIPT``.
+job hash and its events stream are the keys a script builds itself: their names are known only once
+the entry is read, and their prefix carries the pool's hash tag); a plain queued job it also starts
+there, as the start plan would (``Started``), so a claim needs no second round trip. Scripts run
+with ``EVALSHA`` (``register_script``), reloaded on ``NOSCRIPT``.
 """
 
 from __future__ import annotations
@@ -49,16 +51,19 @@ from worker.queue import keys
 from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
 
-__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "commit_call", "lua_source"]
+__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "lua_source"]
+
+
+# The shared pieces each script gets prepended (a script cannot call another).
+_PRELUDES = {"commit": ("transitions",), "claim": ("isotime",)}
 
 
 def lua_source(name: str) -> str:
-    """A script's source; ``commit.lua`` gets the lifecycle table of ``transitions.lua`` prepended."""
+    """A script's source, after its preludes: ``commit.lua`` gets the lifecycle table of
+    ``transitions.lua``, ``claim.lua`` the clock formatting of ``isotime.lua``."""
     folder = resources.files("worker.queue") / "lua"
-    text = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    if name == "commit":
-        text = (folder / "transitions.lua").read_text(encoding="utf-8") + "\n" + text
-    return text
+    parts = [*_PRELUDES.get(name, ()), name]
+    return "\n".join((folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,19 @@ class Delivery:
     rev: str | None
     job_entry: str | None
     released: str | None
+
+
+@dataclass(frozen=True)
+class Started:
+    """``claim.lua``'s answer when it also started the job (``redis_plans.start``, applied in the same
+    call): the entry of ``model``, now pending for the consumer, and the job hash as the start left it."""
+
+    model: str
+    entry: str
+    job_id: str
+    record: str  # the running record's JSON
+    rev: int
+    released: int
 
 
 @dataclass(frozen=True)
@@ -218,11 +236,19 @@ class Scripts:
         raise AssertionError("unreachable")
 
     def claim(
-        self, models: Sequence[str], consumer: str, *, wake_from: Idle | None = None, block_ms: int = 0
-    ) -> Delivery | Due | Idle:
+        self,
+        models: Sequence[str],
+        consumer: str,
+        *,
+        lease_ms: int | None = None,
+        wake_from: Idle | None = None,
+        block_ms: int = 0,
+    ) -> Started | Delivery | Due | Idle:
         """Deliver the next new entry of the first of ``models`` (in this order) that has one to
-        ``consumer``, with its job hash (``claim.lua``): a ``Delivery``, ``Due`` (promote that model's
-        due retries first) or ``Idle`` (nothing new). Several models only on one server (not Cluster).
+        ``consumer``, with its job hash (``claim.lua``): ``Started`` (``lease_ms`` given and the job a
+        plain queued one: started in the same call, under that lease), a ``Delivery`` (for the caller
+        to start or judge), ``Due`` (promote that model's due retries first) or ``Idle`` (nothing new).
+        Several models only on one server (not Cluster).
 
         ``wake_from`` (the last ``Idle``) and ``block_ms`` > 0: first wait up to ``block_ms`` for a new
         entry past its cursors (``XREAD BLOCK``, which delivers nothing), pipelined with the claim. A
@@ -232,9 +258,11 @@ class Scripts:
         back-to-back round trip). A wait that times out claims all the same (and finds nothing, or an
         entry the read did not see)."""
         script_keys: list[str] = []
-        args: list[str] = [keys.CONSUMER_GROUP, consumer]
+        args: list[str] = [keys.CONSUMER_GROUP, consumer, "" if lease_ms is None else str(lease_ms)]
+        args.append(str(self._events_maxlen))
         for model in models:
             script_keys += [keys.job_stream(model), keys.delayed_zset(model)]
+            script_keys += [keys.events_stream(model), keys.running_set(model)]
             args += [keys.job_record_prefix(model), model]
         if wake_from is None or block_ms <= 0:
             reply = self._claim(keys=script_keys, args=args)
@@ -252,6 +280,9 @@ class Scripts:
             )
             reply = self._after(read, self._claim, script_keys, args)
         kind = str(reply[0])
+        if kind == "started":
+            _, entry, job_id, record, rev, released, index = reply
+            return Started(models[int(index) - 1], str(entry), str(job_id), str(record), int(rev), int(released))
         if kind == "due":
             return Due(models[int(reply[1]) - 1])
         if kind == "none":

@@ -1,23 +1,35 @@
--- Deliver the next new entry of the first of some models' streams that has one to a consumer, and
--- read its job, in one call: what a claim needs before Python builds the ``running`` record (the start
--- is a commit.lua plan). One model on a Cluster (every key of a model's pool shares its hash tag);
--- several only on one server.
--- KEYS[2i-1] model i's job stream   KEYS[2i] its delayed zset   (models in the order to try them)
--- ARGV[1] group   ARGV[2] consumer
--- ARGV[2i+1] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
+-- Deliver the next new entry of the first of some models' streams that has one to a consumer, read
+-- its job and, when the job is a plain queued one, start it, in one call. One model on a Cluster
+-- (every key of a model's pool shares its hash tag); several only on one server.
+-- KEYS[4i-3] model i's job stream   KEYS[4i-2] its delayed zset   KEYS[4i-1] its events stream
+-- KEYS[4i] its running set   (models in the order to try them)
+-- ARGV[1] group   ARGV[2] consumer   ARGV[3] the claimer's lease in ms ('': deliver only, never
+-- start: Python starts the job with a commit.lua plan)   ARGV[4] events MAXLEN
+-- ARGV[2i+3] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
 -- entry's job id; it carries the pool's hash tag, so the hash is in the stream's slot)
--- ARGV[2i+2] model i
+-- ARGV[2i+4] model i
+--
+-- The start here is redis_plans.start applied by commit.lua, for the one case that needs no Python:
+-- the entry's payload is exactly what entries.encode_payload writes, the hash says queued on this
+-- entry, and the record is laid out as pydantic writes a queued GenerationRecord (started_json).
+-- The running record is records.started's, on the server's clock. Anything else is delivered for
+-- Python to judge and start, as before. A test compares both starts field by field.
 --
 -- Replies: {'due', i}: model i's delayed retries are due (the caller promotes them, then calls again)
 --          | {'none', cursor 1, ..., cursor n}: nothing new in any stream; cursor i: the group's
---            last-delivered id of stream i ('0-0' when it has no group yet), so an XREAD from the
---            cursors wakes on the next new entry
+--            last-delivered id of stream i ('0-0' when it has no group yet), so an XREAD from it
+--            wakes on the next new entry
+--          | {'started', id, job id, record, rev, released, i}: model i's entry, pending for the
+--            consumer, and its job, now running under this claim: the record and the hash's rev
+--            and released as this call left them
 --          | {'entry', id, {field, value, ...}, record, rev, entry, released, i}: the entry of model
 --            i, now pending for the consumer, and its job hash's fields (all false when the payload
 --            names no job this script can look up: Python reads the payload and dead-letters it)
 local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = #KEYS / 2
+local sec, usec = tonumber(t[1]), tonumber(t[2])
+local now_ms = sec * 1000 + math.floor(usec / 1000)
+local n = #KEYS / 4
+local lease_ms = ARGV[3]
 
 local function last_delivered(stream)
   if redis.call('EXISTS', stream) == 0 then return '0-0' end
@@ -32,8 +44,46 @@ local function last_delivered(stream)
   return '0-0'
 end
 
+-- records.started(record) as pydantic writes it, or nil when the record is not a plain queued one in
+-- that layout. Only the head (up to the progress) and the tail (from the attempt) change; the middle
+-- (parameters, input, price, error...) is kept byte for byte. A quote inside a JSON string is always
+-- escaped, so the unescaped '","' and '":' the patterns anchor on are the record's own keys.
+local function started_json(raw, at)
+  local _, head_end = string.find(raw, '^{"id":"[^"\\]*","object":"generation","project":"[^"\\]*",'
+    .. '"status":"queued","stage":"queued","progress":0%.0,')
+  if not head_end then return nil end
+  local tail, _, attempt, max_attempts, created, started = string.find(raw,
+    ',"attempt":(%d+),"max_attempts":(%d+),"cancel_requested":false,"created_at":"([^"\\]*)",'
+    .. '"started_at":([^,]*),"finished_at":null,"updated_at":"[^"\\]*"}$', head_end)
+  if not tail then return nil end
+  if started == 'null' then started = '"' .. at .. '"' end  -- the first attempt's start stays
+  local head = string.gsub(string.sub(raw, 1, head_end), '"status":"queued"', '"status":"running"', 1)
+  local new_attempt = tonumber(attempt) + 1
+  return head .. string.sub(raw, head_end + 1, tail - 1)
+    .. ',"attempt":' .. new_attempt .. ',"max_attempts":' .. max_attempts
+    .. ',"cancel_requested":false,"created_at":"' .. created .. '","started_at":' .. started
+    .. ',"finished_at":null,"updated_at":"' .. at .. '"}', new_attempt
+end
+
+-- commit.lua's start (redis_plans.start): the hash, the running set, the event in the model's feed
+-- and the job's own stream. rev + 1; entry and released unchanged; the plan id is this claim's.
+local function start(m, id, job_id, job, cur)
+  local record, attempt = started_json(cur[1], isotime(sec, usec, true))
+  if not record then return nil end
+  local rev = tonumber(cur[2]) + 1
+  redis.call('HSET', job, 'rev', rev, 'status', 'running', 'plan', 'claim:' .. id .. ':' .. rev,
+             'lease_ms', lease_ms, 'record', record, 'attempt', attempt, 'cancel', '0',
+             'model', ARGV[2 * m + 4])
+  redis.call('SADD', KEYS[4 * m], job_id)
+  local ev = {'job_id', job_id, 'status', 'running', 'attempt', tostring(attempt),
+              'at', isotime(sec, usec, false), 'reason', 'claimed by ' .. ARGV[2]}
+  local event_id = redis.call('XADD', KEYS[4 * m - 1], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))
+  redis.call('XADD', job .. ':events', event_id, unpack(ev))
+  return {'started', id, job_id, record, rev, cur[4] or '0', m}
+end
+
 for m = 1, n do
-  local stream, delayed, prefix, model = KEYS[2 * m - 1], KEYS[2 * m], ARGV[2 * m + 1], ARGV[2 * m + 2]
+  local stream, delayed, prefix, model = KEYS[4 * m - 3], KEYS[4 * m - 2], ARGV[2 * m + 3], ARGV[2 * m + 4]
   if redis.call('ZCOUNT', delayed, '-inf', now_ms) > 0 then return {'due', m} end
   local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', stream, '>')
   if reply and #reply > 0 and #reply[1][2] > 0 then
@@ -48,11 +98,18 @@ for m = 1, n do
       end
     end
     if not job_id then return {'entry', id, fields, false, false, false, false, m} end
-    local cur = redis.call('HMGET', prefix .. job_id, 'record', 'rev', 'entry', 'released')
+    local job = prefix .. job_id
+    local cur = redis.call('HMGET', job, 'record', 'rev', 'entry', 'released', 'status')
+    -- Started here only on the payload encode_payload writes (what read_payload accepts as it is).
+    if lease_ms ~= '' and cur[1] and cur[2] and cur[5] == 'queued' and cur[3] == id
+       and fields[2] == '{"v":1,"job_id":"' .. job_id .. '","model":"' .. model .. '"}' then
+      local started = start(m, id, job_id, job, cur)
+      if started then return started end
+    end
     return {'entry', id, fields, cur[1], cur[2], cur[3], cur[4], m}
   end
 end
 
 local none = {'none'}
-for m = 1, n do none[m + 1] = last_delivered(KEYS[2 * m - 1]) end
+for m = 1, n do none[m + 1] = last_delivered(KEYS[4 * m - 3]) end
 return none
