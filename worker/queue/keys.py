@@ -27,7 +27,10 @@ __all__ = [
     "events_stream",
     "idempotency",
     "job_events",
+    "job_events_of",
     "job_model_index",
+    "job_progress",
+    "job_progress_of",
     "job_record",
     "job_record_prefix",
     "job_stream",
@@ -132,7 +135,12 @@ def job_record_prefix(model: str) -> str:
 
 def job_events(model: str, job_id: str) -> str:
     """The job's own event stream (same ids as its entries in ``events_stream``): cheap per-job reads."""
-    return f"{job_record(model, job_id)}:events"
+    return job_events_of(job_record(model, job_id))
+
+
+def job_events_of(job_hash: str) -> str:
+    """``job_events`` of the job whose hash is ``job_hash`` (``claim.lua`` appends the same suffix)."""
+    return f"{job_hash}:events"
 
 
 def job_progress(model: str, job_id: str) -> str:
@@ -140,7 +148,12 @@ def job_progress(model: str, job_id: str) -> str:
     ``attempt, stage, progress, at``), ``MAXLEN ~ PROGRESS_NOTES_CAP``. Written by the fenced progress
     commit itself; each write sets its TTL to ``record_ttl``, so it outlives the job by at most that.
     What ``GET /v1/generations/{id}/events`` replays between status events."""
-    return f"{job_record(model, job_id)}:progress"
+    return job_progress_of(job_record(model, job_id))
+
+
+def job_progress_of(job_hash: str) -> str:
+    """``job_progress`` of the job whose hash is ``job_hash``."""
+    return f"{job_hash}:progress"
 
 
 # A job's progress log keeps about this many entries (a stage write per stage, then at most a few

@@ -83,6 +83,8 @@ class RedisQueue:
         if not client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client made with decode_responses=True")
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
+        # Asked once: RedisCluster's isinstance check goes through typing's Protocol machinery (~10 µs).
+        self._on_cluster = isinstance(client, RedisCluster)
         self.durability = durability or Durability()
         self._scripts = Scripts(client, events_maxlen, self.durability, record_ttl_ms=max(1, int(record_ttl_s * 1000)))
         self._retention = RedisRetention(
@@ -157,8 +159,7 @@ class RedisQueue:
             ("ZADD", keys.project_jobs(record.project), record.created_at.timestamp() * 1000, record.id),
             ("SADD", keys.MODELS, record.model),
         ]
-        on_cluster = isinstance(self._r, RedisCluster)
-        if on_cluster:
+        if self._on_cluster:
             # Other slots than the job's: a cluster pipeline may send them after the commit, and the
             # index must come first (a record is found by its id through it).
             pipe = self._r.pipeline(transaction=False)
@@ -218,7 +219,7 @@ class RedisQueue:
             return None
         self._ensure_groups(hosted)
         deadline = time.monotonic() + block_s
-        if isinstance(self._r, RedisCluster) and len(hosted) > 1:
+        if self._on_cluster and len(hosted) > 1:
             return self._claim_rotating(worker_id, hosted, prefer, deadline)
         # Waiting, every hosted stream at once, the preferred (resident) models first: after an idle
         # wait the new entries are seconds old at most, so none starves and the order is order_models'.

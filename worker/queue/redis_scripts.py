@@ -133,21 +133,27 @@ class Scan:
 _SPEC_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "record")
 
 
-@functools.lru_cache(maxsize=4096)
-def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
-    """``commit.lua``'s KEYS for one job: the same for every commit of the job (its claim, its
-    progress writes, its end), so they are built and checked once, not on every call."""
+@functools.lru_cache(maxsize=1024)
+def _pool_keys(model: str) -> tuple[str, ...]:
+    """The model's own keys of ``commit.lua`` (KEYS 2, 3, 4, 6, 7, 8), built and checked once per model."""
     return (
-        keys.job_record(model, job_id),
         keys.job_stream(model),
         keys.delayed_zset(model),
         keys.events_stream(model),
-        keys.job_events(model, job_id),
         keys.dead_stream(model),
         keys.running_set(model),
         keys.job_stream_seq(model),
-        keys.job_progress(model, job_id),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
+    """``commit.lua``'s KEYS for one job: the same for every commit of the job (its claim, its
+    progress writes, its end), so they are built and checked once, not on every call; the job's own
+    keys are its hash's name and a suffix (``keys.job_events``, ``keys.job_progress``)."""
+    stream, delayed, events, dead, running, seq = _pool_keys(model)
+    job = keys.job_record(model, job_id)
+    return (job, stream, delayed, events, keys.job_events_of(job), dead, running, seq, keys.job_progress_of(job))
 
 
 def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:

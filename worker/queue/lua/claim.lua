@@ -47,14 +47,15 @@ end
 -- records.started(record) as pydantic writes it, or nil when the record is not a plain queued one in
 -- that layout. Only the head (up to the progress) and the tail (from the attempt) change; the middle
 -- (parameters, input, price, error...) is kept byte for byte. A quote inside a JSON string is always
--- escaped, so the unescaped '","' and '":' the patterns anchor on are the record's own keys.
+-- escaped, so the unescaped '","' and '":' the patterns anchor on are the record's own keys. The tail
+-- (fixed fields, ~210 bytes) is looked for in the last 320 bytes only: a scan of a long prompt costs.
 local function started_json(raw, at)
   local _, head_end = string.find(raw, '^{"id":"[^"\\]*","object":"generation","project":"[^"\\]*",'
     .. '"status":"queued","stage":"queued","progress":0%.0,')
   if not head_end then return nil end
   local tail, _, attempt, max_attempts, created, started = string.find(raw,
     ',"attempt":(%d+),"max_attempts":(%d+),"cancel_requested":false,"created_at":"([^"\\]*)",'
-    .. '"started_at":([^,]*),"finished_at":null,"updated_at":"[^"\\]*"}$', head_end)
+    .. '"started_at":([^,]*),"finished_at":null,"updated_at":"[^"\\]*"}$', math.max(head_end + 1, #raw - 320))
   if not tail then return nil end
   if started == 'null' then started = '"' .. at .. '"' end  -- the first attempt's start stays
   local head = string.gsub(string.sub(raw, 1, head_end), '"status":"queued"', '"status":"running"', 1)
