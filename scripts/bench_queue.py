@@ -7,7 +7,8 @@ queue position) with 0, 10,000 and 100,000 jobs queued: Redis time per poll (``I
 usec of the calls the poll sends), Redis CPU per poll (``INFO cpu``) and the client's latency, each the
 median over batches, for the last job in the queue (and, as ``spread``, for 200 jobs across it).
 ``retention``: Redis memory per finished job held and after its TTL passed and a purge ran; the SQLite
-file size over repeated bursts with a purge after each.
+file size over repeated bursts with a purge after each. ``redis_pickup_idle``: enqueue → claim into an
+idle consumer, next to bare Streams, on an idle machine and with every core kept busy (``bench_load``).
 
 ``run(quick)`` returns plain JSON-able dicts; ``python scripts/bench_queue.py [--quick]`` prints them.
 """
@@ -35,6 +36,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench_load import busy_cores  # noqa: E402
 from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
 from worker.queue.base import JobQueue, Outcome  # noqa: E402
 from worker.queue.entries import encode_payload  # noqa: E402
@@ -260,14 +262,14 @@ def _sustained(port: int, n: int) -> dict[str, Any]:
 _RAW_CONSUMER = """
 import time, redis
 r = redis.Redis(port={port}, decode_responses=True)
-r.xgroup_create("raw-stream", "raw", id="0", mkstream=True)
+r.xgroup_create("{stream}", "raw", id="0", mkstream=True)
 print("ready", flush=True)
 for _ in range({n}):
     reply = None
     while not reply:
-        reply = r.xreadgroup("raw", "c", {{"raw-stream": ">"}}, count=1, block=250)
+        reply = r.xreadgroup("raw", "c", {{"{stream}": ">"}}, count=1, block=250)
     picked = time.perf_counter()
-    r.xack("raw-stream", "raw", reply[0][1][0][0])
+    r.xack("{stream}", "raw", reply[0][1][0][0])
     print(repr(picked), flush=True)
 """
 
@@ -300,8 +302,18 @@ def _consumer_pickups(code: str, make: Callable[[], Any], enqueue: Callable[[Any
 
 def _pickup_idle(port: int, n: int) -> dict[str, Any]:
     """Pick-up on an idle consumer: from the ``enqueue`` call to ``claim`` returning in a consumer process
-    that waits in its blocking claim (each job enqueued only once the consumer is idle again). Both
-    sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
+    that waits in its blocking claim (each job enqueued only once the consumer is idle again), next to
+    the same measurement of bare Streams; both on an idle machine, then with every core kept busy by a
+    lowest-priority load (``bench_load``: the cost of waking a halted core, measured apart). Both sides
+    read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
+    figures: dict[str, Any] = {"jobs": n, **_pickup_pair(port, n, "idle")}
+    with busy_cores() as spinners:
+        figures["busy_cores"] = {"spinners": spinners, **_pickup_pair(port, n, "busy")}
+    return figures
+
+
+def _pickup_pair(port: int, n: int, tag: str) -> dict[str, Any]:
+    """The queue's idle pick-up, then bare Streams' (the machine's wake-up cost, same conditions)."""
     url = f"redis://127.0.0.1:{port}/0"
     producer = RedisQueue(url, lease_ttl_s=30)
     samples = _consumer_pickups(_CONSUMER.format(root=str(ROOT), url=url, n=n + 5), _record, producer.enqueue, n)
@@ -309,18 +321,13 @@ def _pickup_idle(port: int, n: int) -> dict[str, Any]:
     raw = redis.Redis(port=port, decode_responses=True)
     payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
     floor = _consumer_pickups(
-        _RAW_CONSUMER.format(port=port, n=n + 5),
+        _RAW_CONSUMER.format(port=port, n=n + 5, stream=f"raw-{tag}"),
         lambda: {"payload": payload},
-        lambda job: raw.xadd("raw-stream", job),
+        lambda job: raw.xadd(f"raw-{tag}", job),
         n,
     )
     raw.close()
-    return {
-        "jobs": n,
-        "pickup": _percentiles_ms(samples),
-        # The same measurement with no queue at all: what this machine's wake-ups cost, same run.
-        "raw_streams_pickup": _percentiles_ms(floor),
-    }
+    return {"pickup": _percentiles_ms(samples), "raw_streams_pickup": _percentiles_ms(floor)}
 
 
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)

@@ -13,7 +13,8 @@
   hosting that model alone and with a second hosted model (the multi-stream claim path); split at the
   claim's ``started_at`` (stamped by ``claim.lua`` on the server as it starts the job) into enqueue →
   claim (the producer's create, the wake-up and the claim) and claim → adapter (the claim's reply to
-  the worker, then the daemon's own work).
+  the worker, then the daemon's own work); on an idle machine and with every core kept from idling
+  (``bench_load``: waking a halted core is this VM's largest cost, measured apart).
 
 Run: ``python scripts/bench_worker.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from scripts.bench_load import busy_cores  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
 from worker.core.catalog import Catalog, load_catalog  # noqa: E402
@@ -182,10 +184,14 @@ def worker_env(base: Path, redis_url: str, models_dir: Path, *, overlap: bool) -
     return settings_env(settings)
 
 
-def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = ()) -> dict[str, Any]:
+def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = False) -> dict[str, Any]:
     """Enqueue → adapter called, ``n`` jobs one at a time into an idle worker of ``instant-wan`` (and
     ``also_hosted``, with no jobs), on its own Redis. Each job is enqueued once the previous one ended
-    and the worker is back in its blocking claim; both times are the machine's wall clock."""
+    and the worker is back in its blocking claim; both times are the machine's wall clock. ``busy``:
+    with every core kept from idling by a lowest-priority load (``bench_load``)."""
+    if busy:
+        with busy_cores() as spinners:
+            return {**daemon_pickup(n, also_hosted=also_hosted), "busy_cores": spinners}
     from tests.integration.worker_harness import write_test_catalog
 
     base = Path(tempfile.mkdtemp(prefix="bench-pickup-"))
@@ -291,7 +297,9 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
         for queue in queues.values():
             queue.close()
         redis.stop()
-    pickups = [daemon_pickup(n * 3), daemon_pickup(n * 3, also_hosted=("tiny-wan",))]
+    pickups = [
+        daemon_pickup(n * 3, also_hosted=also, busy=busy) for busy in (False, True) for also in ((), ("tiny-wan",))
+    ]
     on_jpm, off_jpm = statistics.median(throughput[True]), statistics.median(throughput[False])
     return {
         "job": LATENCY_JOB,
@@ -329,7 +337,11 @@ if __name__ == "__main__":
     parser.add_argument("--pickup", type=int, metavar="N", help="only the daemon pick-up, over N jobs")
     args = parser.parse_args()
     if args.pickup:
-        result: Any = [daemon_pickup(args.pickup), daemon_pickup(args.pickup, also_hosted=("tiny-wan",))]
+        result: Any = [
+            daemon_pickup(args.pickup, also_hosted=also, busy=busy)
+            for busy in (False, True)
+            for also in ((), ("tiny-wan",))
+        ]
     else:
         result = run(quick=args.quick)
     print(json.dumps(result, indent=2, default=str))
