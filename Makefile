@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-gpu bench-resume soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -111,6 +111,18 @@ bench-gpu: venv
 bench-resume: venv deps
 	@mkdir -p var/bench
 	$(PY) scripts/bench_resume.py --crashes 5 --out var/bench/resume.json
+
+# Peer queues (issue 17): SAQ's and RQ SimpleWorker's idle pick-up next to ours and bare Streams, same machine
+# and run, idle and with every core busy (docs/benchmarks.md, "Peer queues, same machine"). Not in make bench.
+# The peers get their own venv, var/peers-venv, made once: SAQ's redis extra pins redis<8, the project runs 8.
+PEERS_VENV := var/peers-venv
+bench-peers: venv deps
+	test -f $(PEERS_VENV)/.installed || { rm -rf $(PEERS_VENV) && python3 -m venv $(PEERS_VENV) \
+	  && $(PEERS_VENV)/bin/pip install --quiet saq==0.26.4 rq==3.0.0 "redis<8" hiredis typing_extensions \
+	  && touch $(PEERS_VENV)/.installed; }
+	@mkdir -p bench
+	$(PY) scripts/bench_peers.py --peer-python $(PEERS_VENV)/bin/python > bench/peers.json.tmp
+	mv bench/peers.json.tmp bench/peers.json
 
 # The fault soak (docs/reliability.md): 3 workers + 2 APIs on Redis Sentinel and SeaweedFS, a worker
 # kill -9, a Redis stall, a failover or a store restart every 15 s; exits 1 unless nothing was lost,
