@@ -30,6 +30,7 @@ __all__ = [
     "new_record",
     "open_backend",
     "queue",
+    "raw",
     "read_raw_record",
     "write_raw_record",
 ]
@@ -79,6 +80,14 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 @pytest.fixture
 def queue(make_queue: Callable[..., JobQueue]) -> JobQueue:
     return make_queue()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client of the test's Redis (decoded replies), to read and write keys as another version would."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
 
 
 def write_raw_record(make_queue: Callable[..., JobQueue], record: GenerationRecord, **changes: Any) -> str:

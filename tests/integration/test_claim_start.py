@@ -5,12 +5,12 @@ events as the start plan applied by ``commit.lua``, and the running record byte 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
 import redis
 
+from tests.integration import queue_support
 from tests.integration.queue_support import new_record
 from worker.core.contract import ErrorInfo, GenerationRecord, RecordParameters, Status
 from worker.core.errors import ErrorCode
@@ -20,13 +20,7 @@ from worker.queue.redis_backend import RedisQueue
 from worker.queue.redis_scripts import Delivery, Scripts, Started
 
 MODEL = "tiny-wan"
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
+raw = queue_support.raw  # a plain client of the test's Redis
 
 
 def _python_start(monkeypatch: pytest.MonkeyPatch) -> None:

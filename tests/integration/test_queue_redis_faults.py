@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.integration import queue_support
 from tests.integration.queue_support import new_record
 from worker.core.contract import Stage, Status
 from worker.queue import keys, records, redis_plans
@@ -17,13 +18,7 @@ from worker.queue.redis_jobs import JobWriter
 from worker.queue.redis_scripts import Scripts
 
 MODEL = "tiny-wan"
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
+raw = queue_support.raw  # a plain client of the test's Redis
 
 
 @pytest.fixture
