@@ -61,7 +61,7 @@ from worker.queue.entries import encode_payload  # noqa: E402
 PEER_JOBS = ROOT / "scripts" / "bench_peer_jobs.py"
 PEERS = ("saq", "rq")
 WAITS = {
-    "ours": "XREADGROUP BLOCK on the model's stream (claim.lua: delivered and started in the claim's call)",
+    "ours": "XREAD BLOCK on the model's stream, pipelined with claim.lua (the job started in the wake's reply)",
     "saq": "BLMOVE queued -> active list (no timeout), then GET of the job",
     "rq": "BLMOVE of its one queue into the intermediate list (BLPOP when listening on several)",
     "raw_streams": "XREADGROUP BLOCK, XACK after the pick-up",
