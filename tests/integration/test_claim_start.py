@@ -4,8 +4,13 @@ events as the start plan applied by ``commit.lua``, and the running record byte 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -171,3 +176,96 @@ def test_a_plain_payload_is_started_and_any_other_is_only_delivered(redis_url: s
     assert isinstance(delivered, Delivery) and delivered.entry == entry and delivered.record is not None
     assert api.get(record.id).status is Status.running  # type: ignore[union-attr]
     assert api.get(other.id).status is Status.queued  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("lease_ms", [30_000, None], ids=["started", "delivered"])
+def test_a_re_sent_claim_answers_as_the_first_and_takes_no_second_job(
+    redis_url: str, raw: redis.Redis, lease_ms: int | None
+) -> None:
+    """A claim call re-sent after its reply was lost (a cut connection: redis-py sends the call again)
+    answers with the same entry and job, started once; a new call takes the next job."""
+    api, worker = RedisQueue(redis_url), RedisQueue(redis_url)
+    first, second = (api.enqueue(new_record()).record for _ in range(2))
+    kind = Started if lease_ms else Delivery
+    sent = worker._scripts.claim([MODEL], "w1", lease_ms=lease_ms, token="call-1")
+    again = worker._scripts.claim([MODEL], "w1", lease_ms=lease_ms, token="call-1")  # the re-send
+    assert isinstance(sent, kind) and isinstance(again, kind) and again == sent
+    assert raw.xpending(keys.job_stream(MODEL), keys.CONSUMER_GROUP)["pending"] == 1
+    statuses = [e["status"] for e in _entries(raw, keys.job_events(MODEL, first.id))]
+    assert statuses == (["queued", "running"] if lease_ms else ["queued"])  # started once
+    after = worker._scripts.claim([MODEL], "w1", lease_ms=lease_ms, token="call-2")
+    assert isinstance(after, kind) and after.entry != sent.entry
+    assert second.id in (after.job_id if isinstance(after, Started) else after.fields["payload"])
+
+
+def test_a_removed_consumer_takes_its_last_claim_note_with_it(redis_url: str, raw: redis.Redis) -> None:
+    api, worker = RedisQueue(redis_url), RedisQueue(redis_url, consumer_idle_s=0.1)
+    api.enqueue(new_record())
+    done = Outcome(status=Status.succeeded)
+    assert worker.finish(_claimed(worker, "w-stopped"), done)
+    assert raw.hget(keys.claims(MODEL), "w-stopped") is not None
+    time.sleep(0.2)
+    worker.purge_expired()  # the consumer holds nothing and is idle past the bound: removed
+    assert raw.hget(keys.claims(MODEL), "w-stopped") is None
+
+
+class _LosesOneReply:
+    """A TCP proxy in front of Redis that cuts the connection instead of passing on the first reply
+    holding ``marker``: the call ran on the server, its client never hears of it and sends it again."""
+
+    def __init__(self, port: int, marker: bytes) -> None:
+        self._upstream, self._marker, self.cut = port, marker, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._upstream))
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if replies and not self.cut and self._marker in chunk:
+                    self.cut += 1
+                    break
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_a_claim_whose_reply_is_lost_gets_the_same_job_when_redis_py_sends_it_again(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    api = RedisQueue(redis_url)
+    first, second = (api.enqueue(new_record()).record for _ in range(2))
+    port = urlsplit(redis_url).port
+    assert port is not None
+    proxy = _LosesOneReply(port, b"started")
+    worker = RedisQueue(f"redis://127.0.0.1:{proxy.port}/0")
+    try:
+        claim = worker.claim("w1", [MODEL])
+        assert proxy.cut == 1  # the first reply never reached the worker: redis-py sent the call again
+        assert claim is not None and claim.job_id == first.id and claim.attempt == 1
+        assert raw.xpending(keys.job_stream(MODEL), keys.CONSUMER_GROUP)["pending"] == 1
+        queued = api.get(second.id)
+        assert queued is not None and queued.status is Status.queued  # not taken by the re-send
+        assert worker.finish(claim, Outcome(status=Status.succeeded))
+        statuses = [e["status"] for e in _entries(raw, keys.job_events(MODEL, first.id))]
+        assert statuses == ["queued", "running", "succeeded"]
+    finally:
+        worker.close()
+        proxy.close()

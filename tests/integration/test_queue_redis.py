@@ -76,6 +76,7 @@ def test_every_atomic_step_stays_in_one_hash_slot() -> None:
             keys.events_stream(model),
             keys.dead_stream(model),
             keys.running_set(model),
+            keys.claims(model),
         ]
         assert len({key_slot(k.encode()) for k in slot_keys}) == 1, model
     assert key_slot(keys.job_stream("tiny-wan").encode()) != key_slot(keys.job_stream("tiny-ltx2").encode())

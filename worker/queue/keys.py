@@ -22,6 +22,7 @@ __all__ = [
     "RECORD_TTL_MS",
     "RECORD_TTL_S",
     "WORKERS",
+    "claims",
     "dead_stream",
     "delayed_zset",
     "events_stream",
@@ -117,6 +118,13 @@ def running_set(model: str) -> str:
     """Ids of the model's jobs whose record is ``running`` (kept by ``commit.lua``): how the sweep finds
     a running record that lost its lease (no pending entry), which no reaper would ever see."""
     return f"gw:{pool_tag(model)}:running"
+
+
+def claims(model: str) -> str:
+    """Hash: consumer → its last claim call's token, entry and job id (``claim.lua``), so a call re-sent
+    after its reply was lost (a cut connection, redis-py's retry) answers what the first call did
+    instead of delivering a second job. One field per consumer; removed with the consumer."""
+    return f"gw:{pool_tag(model)}:claims"
 
 
 def job_record(model: str, job_id: str) -> str:

@@ -11,15 +11,16 @@ script            KEYS                                        ARGV
                   6 dead-letter stream, 7 running set,        ``notes_cap``; a ``None`` field is left
                   8 job stream XADD counter, 9 job progress   out), 2 new record JSON (``''``: keep)
                   log
-``claim.lua``     per model i (in order): 4i-3 job stream,    1 group, 2 consumer, 3 lease ms ('': no
-                  4i-2 delayed zset, 4i-1 events stream,      start), 4 events MAXLEN; per model i:
-                  4i running set                              2i+3 job hash prefix, 2i+4 model
+``claim.lua``     per model i (in order): 5i-4 job stream,    1 group, 2 consumer, 3 lease ms ('': no
+                  5i-3 delayed zset, 5i-2 events stream,      start), 4 events MAXLEN, 5 the call's
+                  5i-1 running set, 5i claims hash            token; per model i: 2i+4 job hash prefix,
+                                                              2i+5 model
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
 ``position.lua``  1 job hash, 2 job stream, 3 delayed zset,   1 group, 2 job id
                   4 job stream XADD counter
-``consumers.lua`` 1 job stream                                1 group, 2 minimum idle ms
+``consumers.lua`` 1 job stream, 2 claims hash                 1 group, 2 minimum idle ms
 ``drop.lua``      1 job stream, 2 dead-letter stream          1 group, 2 entry id ('': none), 3 MAXLEN,
                                                               4.. dead-letter field/value pairs (none: none)
 ================  ==========================================  =============================================
@@ -37,12 +38,15 @@ with ``EVALSHA`` (``register_script``), reloaded on ``NOSCRIPT``.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
+import redis.exceptions as rx
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -195,6 +199,9 @@ class Scripts:
         self._position: Script = client.register_script(lua_source("position"))
         self._drop: Script = client.register_script(lua_source("drop"))
         self._consumers: Script = client.register_script(lua_source("consumers"))
+        # Claim call tokens: unique per process (a random prefix) and per call (a counter).
+        self._claim_prefix = f"{uuid.uuid4().hex[:12]}-"
+        self._claim_count = itertools.count()
 
     def commit(self, plan: Plan, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
         """Apply ``plan``; ``illegal`` (the lifecycle table refused the change) is a bug and raises.
@@ -249,6 +256,7 @@ class Scripts:
         lease_ms: int | None = None,
         wake_from: Idle | None = None,
         block_ms: int = 0,
+        token: str | None = None,
     ) -> Started | Delivery | Due | Idle:
         """Deliver the next new entry of the first of ``models`` (in this order) that has one to
         ``consumer``, with its job hash (``claim.lua``): ``Started`` (``lease_ms`` given and the job a
@@ -262,29 +270,28 @@ class Scripts:
         runs the claim the moment the read returns: a woken worker gets the entry and its job in the
         same round trip instead of waking, then asking (an idle wake-up costs several times a
         back-to-back round trip). A wait that times out claims all the same (and finds nothing, or an
-        entry the read did not see)."""
+        entry the read did not see).
+
+        ``token`` (default: a new one) names this call: a re-send of it (its reply lost, redis-py's
+        retry) answers with the same entry and job instead of a second one (``claim.lua``)."""
         script_keys: list[str] = []
         args: list[str] = [keys.CONSUMER_GROUP, consumer, "" if lease_ms is None else str(lease_ms)]
-        args.append(str(self._events_maxlen))
+        args += [str(self._events_maxlen), token or f"{self._claim_prefix}{next(self._claim_count)}"]
         for model in models:
             script_keys += [keys.job_stream(model), keys.delayed_zset(model)]
-            script_keys += [keys.events_stream(model), keys.running_set(model)]
+            script_keys += [keys.events_stream(model), keys.running_set(model), keys.claims(model)]
             args += [keys.job_record_prefix(model), model]
-        if wake_from is None or block_ms <= 0:
-            reply = self._claim(keys=script_keys, args=args)
-        else:
-            streams = [keys.job_stream(m) for m in models]
-            read = (
-                "XREAD",
-                "COUNT",
-                1,
-                "BLOCK",
-                block_ms,
-                "STREAMS",
-                *streams,
-                *(wake_from.cursors[m] for m in models),
-            )
-            reply = self._after(read, self._claim, script_keys, args)
+        read: tuple[Any, ...] = ()
+        if wake_from is not None and block_ms > 0:
+            cursors = [wake_from.cursors[m] for m in models]
+            read = ("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *(keys.job_stream(m) for m in models), *cursors)
+        try:
+            reply = self._run_claim(read, script_keys, args)
+        except (rx.ConnectionError, rx.TimeoutError):
+            # The reply may be lost after the script ran (a job delivered, even started, for us): the
+            # same call again, same token, answers with that job (a new call would take a second one
+            # and leave the first to the reaper). An outage fails this second try as well.
+            reply = self._run_claim(read, script_keys, args)
         kind = str(reply[0])
         if kind == "started":
             _, entry, job_id, record, rev, released, index = reply
@@ -297,17 +304,19 @@ class Scripts:
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         return Delivery(models[int(reply[7]) - 1], str(reply[1]), fields, *reply[3:7])
 
-    def _after(self, command: tuple[Any, ...], script: Script, script_keys: list[str], args: list[str]) -> Any:
-        """``script``'s reply, run in one pipeline after ``command`` (a wait that delivers nothing)."""
+    def _run_claim(self, wait: tuple[Any, ...], script_keys: list[str], args: list[str]) -> Any:
+        """``claim.lua``'s reply; with a ``wait`` (a read that delivers nothing), run in one pipeline after it."""
+        if not wait:
+            return self._claim(keys=script_keys, args=args)
         pipe = self._client.pipeline(transaction=False)
-        pipe.execute_command(*command)
-        pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+        pipe.execute_command(*wait)
+        pipe.execute_command("EVALSHA", self._claim.sha, len(script_keys), *script_keys, *args)
         try:
             return pipe.execute()[1]
         except NoScriptError:
             # The server lost its script cache (a restart, a promoted replica): the wait delivered
             # nothing, so run the script now, without it (the call loads it); the caller waits next time.
-            return script(keys=script_keys, args=args)
+            return self._claim(keys=script_keys, args=args)
 
     def renew(self, model: str, job_id: str, *, consumer: str, attempt: int, entry: str) -> bool:
         """Reset the lease (the entry's idle time); False when the claim is stale."""
@@ -362,7 +371,9 @@ class Scripts:
 
     def remove_idle_consumers(self, model: str, idle_ms: int) -> int:
         """Delete the group's consumers idle ``idle_ms`` or more that hold nothing; how many."""
-        return int(self._consumers(keys=[keys.job_stream(model)], args=[keys.CONSUMER_GROUP, idle_ms]))
+        return int(
+            self._consumers(keys=[keys.job_stream(model), keys.claims(model)], args=[keys.CONSUMER_GROUP, idle_ms])
+        )
 
     def drop_entry(self, model: str, entry_id: str, dead_fields: dict[str, str] | None = None) -> None:
         """Acknowledge and delete an entry that starts no job, dead-lettering it when fields are given."""

@@ -1,13 +1,18 @@
 -- Deliver the next new entry of the first of some models' streams that has one to a consumer, read
 -- its job and, when the job is a plain queued one, start it, in one call. One model on a Cluster
 -- (every key of a model's pool shares its hash tag); several only on one server.
--- KEYS[4i-3] model i's job stream   KEYS[4i-2] its delayed zset   KEYS[4i-1] its events stream
--- KEYS[4i] its running set   (models in the order to try them)
+-- KEYS[5i-4] model i's job stream   KEYS[5i-3] its delayed zset   KEYS[5i-2] its events stream
+-- KEYS[5i-1] its running set   KEYS[5i] its claims hash   (models in the order to try them)
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3] the claimer's lease in ms ('': deliver only, never
 -- start: Python starts the job with a commit.lua plan)   ARGV[4] events MAXLEN
--- ARGV[2i+3] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
+-- ARGV[5] this call's token ('': none)
+-- ARGV[2i+4] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
 -- entry's job id; it carries the pool's hash tag, so the hash is in the stream's slot)
--- ARGV[2i+4] model i
+-- ARGV[2i+5] model i
+--
+-- A re-sent call is safe: each delivery is noted in the claims hash (consumer → token|entry|job id),
+-- and a call whose token is the one noted (its first reply was lost: a cut connection, redis-py's
+-- retry) answers with that entry and its job again, instead of delivering a second one.
 --
 -- The start here is redis_plans.start applied by commit.lua, for the one case that needs no Python:
 -- the entry's payload is exactly what entries.encode_payload writes, the hash says queued on this
@@ -28,8 +33,9 @@
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
-local n = #KEYS / 4
+local n = #KEYS / 5
 local lease_ms = ARGV[3]
+local token = ARGV[5]
 
 local function last_delivered(stream)
   if redis.call('EXISTS', stream) == 0 then return '0-0' end
@@ -74,17 +80,46 @@ local function start(m, id, job_id, job, cur)
   local rev = tonumber(cur[2]) + 1
   redis.call('HSET', job, 'rev', rev, 'status', 'running', 'plan', 'claim:' .. id .. ':' .. rev,
              'lease_ms', lease_ms, 'record', record, 'attempt', attempt, 'cancel', '0',
-             'model', ARGV[2 * m + 4])
-  redis.call('SADD', KEYS[4 * m], job_id)
+             'model', ARGV[2 * m + 5])
+  redis.call('SADD', KEYS[5 * m - 1], job_id)
   local ev = {'job_id', job_id, 'status', 'running', 'attempt', tostring(attempt),
               'at', isotime(sec, usec, false), 'reason', 'claimed by ' .. ARGV[2]}
-  local event_id = redis.call('XADD', KEYS[4 * m - 1], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))
+  local event_id = redis.call('XADD', KEYS[5 * m - 2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))
   redis.call('XADD', job .. ':events', event_id, unpack(ev))
   return {'started', id, job_id, record, rev, cur[4] or '0', m}
 end
 
+-- The first reply of this call again: its entry, started (still running on it) or as delivered; nil
+-- when the entry is gone meanwhile (then the call claims afresh).
+local function again(m, id, job_id)
+  local found = redis.call('XRANGE', KEYS[5 * m - 4], id, id)
+  if #found == 0 then return nil end
+  if job_id == '' then return {'entry', id, found[1][2], false, false, false, false, m} end
+  local cur = redis.call('HMGET', ARGV[2 * m + 4] .. job_id, 'record', 'rev', 'entry', 'released', 'status')
+  if lease_ms ~= '' and cur[5] == 'running' and cur[3] == id then
+    return {'started', id, job_id, cur[1], cur[2], cur[4] or '0', m}
+  end
+  return {'entry', id, found[1][2], cur[1], cur[2], cur[3], cur[4], m}
+end
+
+local function noted(m, reply, id, job_id)
+  if token ~= '' then redis.call('HSET', KEYS[5 * m], ARGV[2], token .. '|' .. id .. '|' .. (job_id or '')) end
+  return reply
+end
+
+if token ~= '' then
+  for m = 1, n do
+    local last = redis.call('HGET', KEYS[5 * m], ARGV[2])
+    local sent, id, job_id = string.match(last or '', '^([^|]*)|([^|]*)|(.*)$')
+    if sent == token then
+      local reply = again(m, id, job_id)
+      if reply then return reply end
+    end
+  end
+end
+
 for m = 1, n do
-  local stream, delayed, prefix, model = KEYS[4 * m - 3], KEYS[4 * m - 2], ARGV[2 * m + 3], ARGV[2 * m + 4]
+  local stream, delayed, prefix, model = KEYS[5 * m - 4], KEYS[5 * m - 3], ARGV[2 * m + 4], ARGV[2 * m + 5]
   if redis.call('ZCOUNT', delayed, '-inf', now_ms) > 0 then return {'due', m} end
   local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', stream, '>')
   if reply and #reply > 0 and #reply[1][2] > 0 then
@@ -98,19 +133,19 @@ for m = 1, n do
         job_id = payload.job_id
       end
     end
-    if not job_id then return {'entry', id, fields, false, false, false, false, m} end
+    if not job_id then return noted(m, {'entry', id, fields, false, false, false, false, m}, id, nil) end
     local job = prefix .. job_id
     local cur = redis.call('HMGET', job, 'record', 'rev', 'entry', 'released', 'status')
     -- Started here only on the payload encode_payload writes (what read_payload accepts as it is).
     if lease_ms ~= '' and cur[1] and cur[2] and cur[5] == 'queued' and cur[3] == id
        and fields[2] == '{"v":1,"job_id":"' .. job_id .. '","model":"' .. model .. '"}' then
       local started = start(m, id, job_id, job, cur)
-      if started then return started end
+      if started then return noted(m, started, id, job_id) end
     end
-    return {'entry', id, fields, cur[1], cur[2], cur[3], cur[4], m}
+    return noted(m, {'entry', id, fields, cur[1], cur[2], cur[3], cur[4], m}, id, job_id)
   end
 end
 
 local none = {'none'}
-for m = 1, n do none[m + 1] = last_delivered(KEYS[4 * m - 3]) end
+for m = 1, n do none[m + 1] = last_delivered(KEYS[5 * m - 4]) end
 return none

@@ -2,7 +2,8 @@
 -- bound: stopped workers (each worker process is a new consumer of every model it hosts). One step,
 -- so a consumer that got an entry since it was listed is kept: no pending entry is dropped with it.
 -- A live worker that is removed anyway (idle that long without a read) is recreated by its next read.
--- KEYS[1] job stream   ARGV[1] group   ARGV[2] minimum idle ms
+-- KEYS[1] job stream   KEYS[2] the pool's claims hash (a removed consumer's field goes with it)
+-- ARGV[1] group   ARGV[2] minimum idle ms
 -- Reply: how many were removed.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local listed = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
@@ -17,6 +18,7 @@ for _, c in ipairs(listed) do
   end
   if name and pending == 0 and idle >= tonumber(ARGV[2]) then
     redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    redis.call('HDEL', KEYS[2], name)
     removed = removed + 1
   end
 end
