@@ -184,8 +184,9 @@ MISSED_TARGETS: dict[str, str] = {
         "`denoise` (the strict re-check of the request and `resolve` ~0.17 ms, the lease, metrics and the "
         "`claimed` line ~0.1 ms, stage bookkeeping ~0.12 ms; the denoising stage's write goes out while "
         "the model starts). No round trip is left on this path; each piece runs cold after the idle gap "
-        "at several times its warm-loop cost. With the cores kept busy the figure sits at the target "
-        "(1.46-1.58 ms over runs); on an idle machine waking the halted cores adds ~0.3 ms."
+        "at several times its warm-loop cost. With the cores kept busy it comes near the target (1.46-1.70 "
+        "ms p50 over this session's runs: a run-to-run spread as large as the gap); on an idle machine "
+        "waking the halted cores adds ~0.3 ms."
     ),
 }
 
