@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -42,21 +41,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import redis
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_load import busy_cores  # noqa: E402
-from scripts.bench_queue import (  # noqa: E402
-    _RAW_CONSUMER,
-    MODEL,
-    _consumer_pickups,
-    _percentiles_ms,
-    _pickup_idle,
-    _start_redis,
-)
-from worker.queue.entries import encode_payload  # noqa: E402
+from scripts.bench_queue import _percentiles_ms, _pickup_idle, _start_redis, raw_streams_pickups  # noqa: E402
 
 PEER_JOBS = ROOT / "scripts" / "bench_peer_jobs.py"
 PEERS = ("saq", "rq")
@@ -82,18 +71,7 @@ def _redis_server() -> Iterator[int]:
 
 def _raw_streams(port: int, n: int, tag: str) -> dict[str, Any]:
     """``_pickup_pair``'s floor: ``XADD`` of a payload the size of ours → a bare consumer's ``XREADGROUP``."""
-    raw = redis.Redis(port=port, decode_responses=True)
-    payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
-    try:
-        samples = _consumer_pickups(
-            _RAW_CONSUMER.format(port=port, n=n + 5, stream=f"raw-{tag}"),
-            lambda: {"payload": payload},
-            lambda job: raw.xadd(f"raw-{tag}", job),
-            n,
-        )
-    finally:
-        raw.close()
-    return {"xreadgroup_returned": _percentiles_ms(samples)}
+    return {"xreadgroup_returned": _percentiles_ms(raw_streams_pickups(port, n, tag))}
 
 
 def _peer(peer_python: str, library: str, port: int, n: int) -> dict[str, Any]:

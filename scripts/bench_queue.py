@@ -318,16 +318,26 @@ def _pickup_pair(port: int, n: int, tag: str) -> dict[str, Any]:
     producer = RedisQueue(url, lease_ttl_s=30)
     samples = _consumer_pickups(_CONSUMER.format(root=str(ROOT), url=url, n=n + 5), _record, producer.enqueue, n)
     producer.close()
+    return {
+        "pickup": _percentiles_ms(samples),
+        "raw_streams_pickup": _percentiles_ms(raw_streams_pickups(port, n, tag)),
+    }
+
+
+def raw_streams_pickups(port: int, n: int, tag: str) -> list[float]:
+    """Bare Streams' pick-ups (s): an ``XADD`` of a payload the size of ours (built once, ahead) waking a
+    bare consumer's ``XREADGROUP`` on its own stream ``raw-<tag>``."""
     raw = redis.Redis(port=port, decode_responses=True)
     payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
-    floor = _consumer_pickups(
-        _RAW_CONSUMER.format(port=port, n=n + 5, stream=f"raw-{tag}"),
-        lambda: {"payload": payload},
-        lambda job: raw.xadd(f"raw-{tag}", job),
-        n,
-    )
-    raw.close()
-    return {"pickup": _percentiles_ms(samples), "raw_streams_pickup": _percentiles_ms(floor)}
+    try:
+        return _consumer_pickups(
+            _RAW_CONSUMER.format(port=port, n=n + 5, stream=f"raw-{tag}"),
+            lambda: {"payload": payload},
+            lambda job: raw.xadd(f"raw-{tag}", job),
+            n,
+        )
+    finally:
+        raw.close()
 
 
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)

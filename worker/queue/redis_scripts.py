@@ -150,6 +150,14 @@ def _pool_keys(model: str) -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _claim_pool(model: str) -> tuple[tuple[str, ...], str]:
+    """``claim.lua``'s KEYS for one model (stream, delayed, events, running, claims) and its job hash
+    prefix, built and checked once per model, not on every claim and every wait slice."""
+    stream, delayed, events, _dead, running, _seq = _pool_keys(model)
+    return (stream, delayed, events, running, keys.claims(model)), keys.job_record_prefix(model)
+
+
 @functools.lru_cache(maxsize=4096)
 def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
     """``commit.lua``'s KEYS for one job: the same for every commit of the job (its claim, its
@@ -278,13 +286,14 @@ class Scripts:
         args: list[str] = [keys.CONSUMER_GROUP, consumer, "" if lease_ms is None else str(lease_ms)]
         args += [str(self._events_maxlen), token or f"{self._claim_prefix}{next(self._claim_count)}"]
         for model in models:
-            script_keys += [keys.job_stream(model), keys.delayed_zset(model)]
-            script_keys += [keys.events_stream(model), keys.running_set(model), keys.claims(model)]
-            args += [keys.job_record_prefix(model), model]
+            pool_keys, prefix = _claim_pool(model)
+            script_keys += pool_keys
+            args += [prefix, model]
         read: tuple[Any, ...] = ()
         if wake_from is not None and block_ms > 0:
+            streams = script_keys[::5]  # each model's first key: its job stream
             cursors = [wake_from.cursors[m] for m in models]
-            read = ("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *(keys.job_stream(m) for m in models), *cursors)
+            read = ("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *streams, *cursors)
         try:
             reply = self._run_claim(read, script_keys, args)
         except (rx.ConnectionError, rx.TimeoutError):
