@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,18 +135,41 @@ def _redis_benchmark_xadd(port: int, n: int, clients: int) -> dict[str, Any]:
     }
 
 
+class _Sends:
+    count = 0
+
+
+class _CountingConnection(redis.Connection):
+    """A real connection that counts its writes: one per round trip (a command, a pipeline, a raw round trip)."""
+
+    def __init__(self, *, sends: _Sends, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        self._sends = sends
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        self._sends.count += 1
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+
 class CountingRedis(redis.Redis):
-    """A real client that counts the commands it sends (a pipeline counts once: one round trip)."""
+    """A real client that counts its round trips (``sent``): the writes of its connections, so a command,
+    a pipeline and a ``redis_round_trip.round_trip`` each count once (connecting counts too: reset
+    ``sent`` after the first call)."""
 
-    sent = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sends = _Sends()
+        pool = self.connection_pool  # no connection made yet: every one will count
+        pool.connection_class = _CountingConnection
+        pool.connection_kwargs["sends"] = self._sends
 
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.sent += 1
-        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+    @property
+    def sent(self) -> int:
+        return self._sends.count
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        self.sent += 1
-        return super().pipeline(transaction, shard_hint)
+    @sent.setter
+    def sent(self, value: int) -> None:
+        self._sends.count = value
 
 
 def _command_delta(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, float]:
@@ -274,38 +298,75 @@ for _ in range({n}):
 """
 
 
-def _consumer_pickups(code: str, make: Callable[[], Any], enqueue: Callable[[Any], Any], n: int) -> list[float]:
-    """Seconds from ``enqueue(job)`` to the consumer process printing its pick-up time, one job at a time
-    into an idle consumer (blocked in its read again), the first 5 left out as warm-up. ``make()``
-    builds the job before the clock starts: building a request is the API's work, not the queue's
-    (the raw floor's payload is built once, ahead of time)."""
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert proc.stdout is not None
-    samples: list[float] = []
-    try:
-        assert proc.stdout.readline().strip() == "ready"
+@dataclass(frozen=True)
+class Lane:
+    """One consumer of an idle pick-up measurement: its process's program (prints ``ready``, then the
+    ``perf_counter`` of each pick-up), how a job is built (before the clock starts) and how it is enqueued."""
+
+    code: str
+    make: Callable[[], Any]
+    enqueue: Callable[[Any], Any]
+
+
+class Consumers:
+    """The consumer processes of ``lanes``, started together (each waits in its blocking read); ``sample(i)``
+    is one pick-up of lane ``i`` in seconds. Each program reads its job count from its own code: the
+    processes are waited for on exit, and killed if they have not ended."""
+
+    def __init__(self, lanes: list[Lane]) -> None:
+        self.lanes = lanes
+        self._procs: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> Consumers:
+        for lane in self.lanes:
+            self._procs.append(
+                subprocess.Popen([sys.executable, "-c", lane.code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            )
+        for proc in self._procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return self
+
+    def sample(self, i: int) -> float:
+        """``enqueue(job)`` → lane ``i``'s consumer printing its pick-up time (the job built first)."""
+        lane, proc = self.lanes[i], self._procs[i]
+        assert proc.stdout is not None
+        job = lane.make()
+        time.sleep(0.01)  # every consumer is back in its blocking read
+        t0 = time.perf_counter()
+        lane.enqueue(job)
+        return float(proc.stdout.readline()) - t0
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=0 if exc[0] else 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def interleaved_pickups(lanes: list[Lane], n: int) -> list[list[float]]:
+    """Per lane, ``n`` idle pick-ups (``Consumers.sample``), one job at a time, the lanes taking turns
+    job by job, so each lane's samples are taken under the same load of the host as the others' (on
+    this VM the cost of an idle wake-up drifts by 2-3x within minutes); the first 5 rounds left out as
+    warm-up (each lane's program takes ``n + 5`` jobs). ``make()`` builds the job before the clock
+    starts: building a request is the API's work, not the queue's."""
+    samples: list[list[float]] = [[] for _ in lanes]
+    with Consumers(lanes) as consumers:
         for i in range(n + 5):
-            job = make()
-            time.sleep(0.01)  # the consumer is back in its blocking read
-            t0 = time.perf_counter()
-            enqueue(job)
-            picked = float(proc.stdout.readline())
-            if i >= 5:
-                samples.append(picked - t0)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            for lane, taken in enumerate(samples):
+                picked = consumers.sample(lane)
+                if i >= 5:
+                    taken.append(picked)
     return samples
 
 
 def _pickup_idle(port: int, n: int) -> dict[str, Any]:
     """Pick-up on an idle consumer: from the ``enqueue`` call to ``claim`` returning in a consumer process
     that waits in its blocking claim (each job enqueued only once the consumer is idle again), next to
-    the same measurement of bare Streams; both on an idle machine, then with every core kept busy by a
-    lowest-priority load (``bench_load``: the cost of waking a halted core, measured apart). Both sides
-    read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process of the machine)."""
+    the same measurement of bare Streams, job by job in turn; both on an idle machine, then with every
+    core kept busy by a lowest-priority load (``bench_load``: the cost of waking a halted core, measured
+    apart). Both sides read ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for every process)."""
     figures: dict[str, Any] = {"jobs": n, **_pickup_pair(port, n, "idle")}
     with busy_cores() as spinners:
         figures["busy_cores"] = {"spinners": spinners, **_pickup_pair(port, n, "busy")}
@@ -313,31 +374,40 @@ def _pickup_idle(port: int, n: int) -> dict[str, Any]:
 
 
 def _pickup_pair(port: int, n: int, tag: str) -> dict[str, Any]:
-    """The queue's idle pick-up, then bare Streams' (the machine's wake-up cost, same conditions)."""
+    """The queue's idle pick-up and bare Streams' (the machine's wake-up cost), interleaved job by job,
+    and their ratio (the figure the host's drift moves least)."""
     url = f"redis://127.0.0.1:{port}/0"
     producer = RedisQueue(url, lease_ttl_s=30)
-    samples = _consumer_pickups(_CONSUMER.format(root=str(ROOT), url=url, n=n + 5), _record, producer.enqueue, n)
-    producer.close()
+    ours = Lane(_CONSUMER.format(root=str(ROOT), url=url, n=n + 5), _record, producer.enqueue)
+    raw, raw_lane = raw_streams_lane(port, n + 5, tag)
+    try:
+        queue, floor = interleaved_pickups([ours, raw_lane], n)
+    finally:
+        producer.close()
+        raw.close()
     return {
-        "pickup": _percentiles_ms(samples),
-        "raw_streams_pickup": _percentiles_ms(raw_streams_pickups(port, n, tag)),
+        "pickup": _percentiles_ms(queue),
+        "raw_streams_pickup": _percentiles_ms(floor),
+        "ratio_to_raw_p50": round(statistics.median(queue) / statistics.median(floor), 2),
     }
 
 
-def raw_streams_pickups(port: int, n: int, tag: str) -> list[float]:
-    """Bare Streams' pick-ups (s): an ``XADD`` of a payload the size of ours (built once, ahead) waking a
-    bare consumer's ``XREADGROUP`` on its own stream ``raw-<tag>``."""
-    raw = redis.Redis(port=port, decode_responses=True)
+def raw_streams_lane(port: int, jobs: int, tag: str) -> tuple[redis.Redis, Lane]:
+    """Bare Streams, ``jobs`` of them: an ``XADD`` of a payload the size of ours (built once, ahead)
+    waking a bare consumer's ``XREADGROUP`` on its own stream ``raw-<tag>``; with the producer's client."""
+    client = redis.Redis(port=port, decode_responses=True)
     payload = encode_payload(f"gen_{uuid.uuid4().hex}", MODEL)
+    code = _RAW_CONSUMER.format(port=port, n=jobs, stream=f"raw-{tag}")
+    return client, Lane(code, lambda: {"payload": payload}, lambda job: client.xadd(f"raw-{tag}", job))
+
+
+def raw_streams_pickups(port: int, n: int, tag: str) -> list[float]:
+    """Bare Streams' pick-ups (s), alone (``raw_streams_lane``)."""
+    client, lane = raw_streams_lane(port, n + 5, tag)
     try:
-        return _consumer_pickups(
-            _RAW_CONSUMER.format(port=port, n=n + 5, stream=f"raw-{tag}"),
-            lambda: {"payload": payload},
-            lambda job: raw.xadd(f"raw-{tag}", job),
-            n,
-        )
+        return interleaved_pickups([lane], n)[0]
     finally:
-        raw.close()
+        client.close()
 
 
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)

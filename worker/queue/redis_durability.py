@@ -50,10 +50,13 @@ class Durability:
         target: dict[str, Any] = {}
         if isinstance(client, RedisCluster):
             target["target_nodes"] = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        pipe.execute_command(*self.wait_command(), **target)
+
+    def wait_command(self) -> tuple[Any, ...]:
+        """The wait, as a raw command to send right after the commit it must cover."""
         if self.aof:
-            pipe.execute_command("WAITAOF", 1, self.replicas, self.timeout_ms, **target)
-        else:
-            pipe.execute_command("WAIT", self.replicas, self.timeout_ms, **target)
+            return ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        return ("WAIT", self.replicas, self.timeout_ms)
 
     def check(self, acked: Any, job_id: str) -> None:
         """Raise ``NotDurable`` unless the wait's reply reached the required counts."""

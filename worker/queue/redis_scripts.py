@@ -54,6 +54,7 @@ from worker.core.contract import utcnow
 from worker.queue import keys
 from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
+from worker.queue.redis_round_trip import lean, round_trip
 
 __all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "lua_source"]
 
@@ -196,6 +197,7 @@ class Scripts:
         record_ttl_ms: int = keys.RECORD_TTL_MS,
     ) -> None:
         self._client = client
+        self._lean = lean(client)  # claims and commits skip redis-py's pipeline (``redis_round_trip``)
         self._events_maxlen = events_maxlen
         self._record_ttl_ms = record_ttl_ms  # retention of terminal jobs (commit.lua step 9)
         self._durability = durability or Durability()
@@ -230,18 +232,12 @@ class Scripts:
     ) -> Any:
         """Run ``commit.lua`` after the commands ``before``; with durability on, in one pipeline with the
         wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
-        if not self._durability.enabled and not before:
+        if not (self._lean or self._durability.enabled or before):
             return self._commit(keys=script_keys, args=args)
+        call = ("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
         for loaded in (False, True):
-            pipe = self._client.pipeline(transaction=False)
-            for command in before:
-                pipe.execute_command(*command)
-            # execute_command: a cluster pipeline blocks its evalsha method, not the command itself.
-            pipe.execute_command("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
-            if self._durability.enabled:
-                self._durability.queue_wait(pipe, self._client, script_keys[0])
             try:
-                replies = pipe.execute()
+                replies = self._commit_round_trip(before, call, script_keys[0])
             except NoScriptError:
                 if loaded:
                     raise
@@ -255,6 +251,19 @@ class Scripts:
                 self._durability.check(replies[-1], job_id)
             return raw
         raise AssertionError("unreachable")
+
+    def _commit_round_trip(self, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str) -> list[Any]:
+        """The replies of ``before``, the commit ``call`` and the durability wait (when on), one round trip."""
+        if self._lean:
+            wait = [self._durability.wait_command()] if self._durability.enabled else []
+            return round_trip(self._client, [*before, call, *wait])
+        pipe = self._client.pipeline(transaction=False)
+        for command in before:
+            pipe.execute_command(*command)
+        pipe.execute_command(*call)  # not pipe.evalsha: a cluster pipeline blocks that method, not the command
+        if self._durability.enabled:
+            self._durability.queue_wait(pipe, self._client, key)
+        return pipe.execute()  # type: ignore[no-any-return]
 
     def claim(
         self,
@@ -314,13 +323,16 @@ class Scripts:
         return Delivery(models[int(reply[7]) - 1], str(reply[1]), fields, *reply[3:7])
 
     def _run_claim(self, wait: tuple[Any, ...], script_keys: list[str], args: list[str]) -> Any:
-        """``claim.lua``'s reply; with a ``wait`` (a read that delivers nothing), run in one pipeline after it."""
-        if not wait:
+        """``claim.lua``'s reply; with a ``wait`` (a read that delivers nothing), run in one round trip after it."""
+        if not (wait or self._lean):
             return self._claim(keys=script_keys, args=args)
-        pipe = self._client.pipeline(transaction=False)
-        pipe.execute_command(*wait)
-        pipe.execute_command("EVALSHA", self._claim.sha, len(script_keys), *script_keys, *args)
+        call = ("EVALSHA", self._claim.sha, len(script_keys), *script_keys, *args)
         try:
+            if self._lean:
+                return round_trip(self._client, [wait, call] if wait else [call])[-1]
+            pipe = self._client.pipeline(transaction=False)
+            pipe.execute_command(*wait)
+            pipe.execute_command(*call)
             return pipe.execute()[1]
         except NoScriptError:
             # The server lost its script cache (a restart, a promoted replica): the wait delivered
