@@ -3,7 +3,7 @@ producer loop that times them, run by the peer virtual environment's python (``v
 
 It imports nothing from the project: SAQ's ``redis`` extra pins redis<8 while the project runs redis 8,
 so the peers get their own venv, where the project's modules (pydantic, redis 8, ...) are not installed.
-``drive`` is ``bench_queue._consumer_pickups``' protocol, with the peers' libraries as producer and
+``drive`` is ``bench_queue.interleaved_pickups``' protocol, with the peers' libraries as producer and
 consumer: a consumer process waits in the library's blocking dequeue; the producer builds the job before
 the clock starts, sleeps 10 ms (the consumer is idle in its blocking read again), takes
 t0 = ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process of the machine), enqueues,

@@ -14,7 +14,9 @@
   claim's ``started_at`` (stamped by ``claim.lua`` on the server as it starts the job) into enqueue →
   claim (the producer's create, the wake-up and the claim) and claim → adapter (the claim's reply to
   the worker, then the daemon's own work); on an idle machine and with every core kept from idling
-  (``bench_load``: waking a halted core is this VM's largest cost, measured apart).
+  (``bench_load``: waking a halted core is this VM's largest cost, measured apart). After each job, one
+  pick-up of bare Streams on the same server (``bench_queue.raw_streams_lane``): the host's wake-up
+  cost at that moment, the floor the daemon's figure is read against (it drifts 2-3x within minutes).
 
 Run: ``python scripts/bench_worker.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from scripts.bench_load import busy_cores  # noqa: E402
+from scripts.bench_queue import Consumers, raw_streams_lane  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
 from worker.core.catalog import Catalog, load_catalog  # noqa: E402
@@ -218,22 +221,28 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
     worker = WorkerProcess(env, base / "worker.log")
     samples: list[float] = []
     claimed: list[float] = []  # of those, the enqueue call → the claim's start (``started_at``)
+    floor: list[float] = []  # bare Streams' pick-up, one after each job: the host's wake-up cost then
+    raw, raw_lane = raw_streams_lane(redis.port, n + 3, "daemon")
     try:
         worker.start().wait_ready()
-        for i in range(n + 3):  # the first 3 warm the worker up and are not counted
-            record = make_record(catalog, "instant-wan", variant="fast", resolution="144p", duration_seconds=1)
-            time.sleep(0.05)  # the worker is back in its blocking claim
-            enqueued_at = time.time()
-            queue.enqueue(record)
-            time.sleep(0.02)  # no poll competes with the pick-up for the 2 cores
-            done, _ = wait_for(queue, record.id, terminal, timeout_s=60, poll_s=0.02)
-            called = dict(line.split("\t") for line in calls.read_text(encoding="utf-8").splitlines())
-            if i >= 3 and done.started_at is not None:
-                samples.append((float(called[record.input.prompt]) - enqueued_at) * 1000)
-                claimed.append((done.started_at.timestamp() - enqueued_at) * 1000)
+        with Consumers([raw_lane]) as bare:
+            for i in range(n + 3):  # the first 3 warm the worker up and are not counted
+                record = make_record(catalog, "instant-wan", variant="fast", resolution="144p", duration_seconds=1)
+                time.sleep(0.05)  # the worker is back in its blocking claim
+                enqueued_at = time.time()
+                queue.enqueue(record)
+                time.sleep(0.02)  # no poll competes with the pick-up for the 2 cores
+                done, _ = wait_for(queue, record.id, terminal, timeout_s=60, poll_s=0.02)
+                called = dict(line.split("\t") for line in calls.read_text(encoding="utf-8").splitlines())
+                raw_ms = bare.sample(0) * 1000
+                if i >= 3 and done.started_at is not None:
+                    samples.append((float(called[record.input.prompt]) - enqueued_at) * 1000)
+                    claimed.append((done.started_at.timestamp() - enqueued_at) * 1000)
+                    floor.append(raw_ms)
     finally:
         worker.stop()
         queue.close()
+        raw.close()
         redis.stop()
     # The claim's start → the adapter: the claim's reply reaching the worker, then the daemon's own work.
     started = [pickup - claim for pickup, claim in zip(samples, claimed, strict=True)]
@@ -246,6 +255,7 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
         "enqueue_to_claim_p99_ms": round(_pct(claimed, 0.99), 3),
         "claim_to_adapter_p50_ms": round(_pct(started, 0.5), 3),
         "claim_to_adapter_p99_ms": round(_pct(started, 0.99), 3),
+        "raw_streams_pickup_p50_ms": round(_pct(floor, 0.5), 3),
         "samples_ms": [round(v, 3) for v in samples],
     }
 
