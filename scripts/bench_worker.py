@@ -182,7 +182,7 @@ def worker_env(base: Path, redis_url: str, models_dir: Path, *, overlap: bool) -
         "store": {"backend": "local", "local_root": str(base / name / "artifacts")},
         "models": {"tiny_models_dir": str(models_dir)},
         "worker": {"overlap": overlap, "preload": ["tiny-wan"]},
-        "log_level": "WARNING",
+        "log_level": "INFO",  # the default: the lines a deployed worker logs
     }
     return settings_env(settings)
 
@@ -211,7 +211,7 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
         "store": {"backend": "local", "local_root": str(base / "data" / "artifacts")},
         "models": {"tiny_models_dir": str(models_dir)},
         "worker": {"hosted_models": hosted, "preload": ["instant-wan"]},
-        "log_level": "WARNING",
+        "log_level": "INFO",  # the default: the lines a deployed worker logs
     }
     env = {**settings_env(settings), "GENWORKER_TEST_CALL_LOG": str(calls)}
     from worker.queue.config import QueueSettings

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -85,6 +86,22 @@ def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
     assert lines[1]["msg"] == "failed: boom" and "ValueError: boom" in lines[1]["exc"]
     assert [line["msg"] for line in lines[2:]] == [f"line {i}" for i in range(100)]
     assert threading.current_thread().name not in target.threads
+
+
+def test_the_writer_writes_what_came_on_its_own_within_a_few_passes() -> None:
+    logger = logging.getLogger("genworker.test-background-timer")
+    logger.propagate, logger.level = False, logging.INFO
+    target = ListHandler()
+    logger.handlers[:] = [target]
+    write_logs_in_background(logger)
+    logger.info("first")  # wakes nobody: the line waits for the writer's next pass
+    deadline = time.monotonic() + 2
+    while not target.lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [json.loads(line)["msg"] for line in target.lines] == ["first"]  # written with no close
+    assert target.threads == {"log-writer"}
+    logger.handlers[0].close()
+    logger.handlers.clear()
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -50,6 +50,10 @@ def configure_logging(level: str = "INFO") -> None:
     """Route every logger to stderr as JSON lines (idempotent: replaces the root handlers)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    # The format has no caller, thread or process fields, so a record need not look them up (the
+    # logging docs' "Optimization": without this every call walks the stack with sys._getframe).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
