@@ -93,7 +93,7 @@ class DirectPath:
         """One job; seconds per stage and in total."""
         from pipelines.adapter import generate
         from worker.core.resolve import resolve
-        from worker.daemon.runner import rebuild_request
+        from worker.daemon.resolutions import rebuild_request
         from worker.media.encoder import encode_video
         from worker.stores.base import artifact_key
 

@@ -11,7 +11,7 @@ from worker.core.catalog import load_catalog
 from worker.core.contract import GenerationRecord
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.resolve import resolve
-from worker.daemon.runner import rebuild_request
+from worker.daemon.resolutions import rebuild_request
 from worker.queue.base import Claim
 
 CATALOG = load_catalog()

@@ -19,7 +19,16 @@ from worker.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Par
 from worker.core.errors import ErrorCode, RequestRejected
 from worker.core.sizes import target_size
 
-__all__ = ["ResolvedJob", "check_inputs", "compute_price", "frames_for", "nearest_ratio", "resolve", "round_up"]
+__all__ = [
+    "ResolvedJob",
+    "check_inputs",
+    "check_prompt",
+    "compute_price",
+    "frames_for",
+    "nearest_ratio",
+    "resolve",
+    "round_up",
+]
 
 _CENT = Decimal("0.01")
 
@@ -158,6 +167,16 @@ def check_inputs(request: CreateRequest, catalog: Catalog) -> bool:
     return True
 
 
+def check_prompt(spec: ModelSpec, prompt: str) -> None:
+    """Reject a prompt longer than ``spec`` accepts (the one check of ``resolve`` that reads the prompt)."""
+    if len(prompt) > spec.prompt_max_chars:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"prompt has {len(prompt)} characters; {spec.id} accepts at most {spec.prompt_max_chars}",
+            "input.prompt",
+        )
+
+
 def nearest_ratio(offered: list[str], width: int, height: int) -> str:
     """The offered ratio closest to ``width``/``height`` in log scale (so 2:1 is as far from 1:1 as 1:2)."""
 
@@ -192,12 +211,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
             ErrorCode.unsupported_parameter, f"{spec.id} does not support prompt_extend", "parameters.prompt_extend"
         )
     prompt = request.input.prompt
-    if len(prompt) > spec.prompt_max_chars:
-        raise _reject(
-            ErrorCode.invalid_parameter,
-            f"prompt has {len(prompt)} characters; {spec.id} accepts at most {spec.prompt_max_chars}",
-            "input.prompt",
-        )
+    check_prompt(spec, prompt)
     width, height = target_size(resolution, ratio)
     keep = duration * spec.fps
     job = ResolvedJob(

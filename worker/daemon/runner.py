@@ -10,7 +10,6 @@ step), so a job reaches the model without waiting for a queue round trip.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import threading
 import time
@@ -21,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.core.catalog import Catalog, ModelSpec, mode_inputs
-from worker.core.contract import MAX_SEED, CreateRequest, Stage, parse_create_request, utcnow
+from worker.core.contract import Stage, utcnow
 from worker.core.errors import ErrorCode, JobError, JobInterrupted
-from worker.core.resolve import ResolvedJob, resolve
+from worker.core.resolve import ResolvedJob
 from worker.daemon.attempt import Attempt, HandOff, Settler
 from worker.daemon.checkpoints import CheckpointSetup, JobCheckpoints
 from worker.daemon.faults import LocalFaults
@@ -32,6 +31,7 @@ from worker.daemon.logs import job_logger, log_stage
 from worker.daemon.metrics import WorkerMetrics
 from worker.daemon.pipeline_run import RunHooks, run_pipeline
 from worker.daemon.progress import JobProgress
+from worker.daemon.resolutions import Resolutions
 from worker.daemon.verdict import FaultKind
 from worker.queue.base import Claim, WorkerQueue
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pipelines.cache import ModelCache
     from worker.stores.base import ArtifactStore
 
-__all__ = ["JobRunner", "rebuild_request", "stage"]
+__all__ = ["JobRunner", "stage"]
 
 _DEFAULT_LIMIT_S = 3600.0
 
@@ -57,24 +57,6 @@ def stage(
     with log_stage(attempt.log, name.value):
         yield
     metrics.stage_seconds.labels(attempt.claim.model, name.value).observe(time.perf_counter() - started)
-
-
-def rebuild_request(claim: Claim) -> CreateRequest:
-    """The record as a strict create request, so a worker re-checks what the API accepted.
-
-    A record without a seed gets one derived from its id, so every attempt renders the same video.
-    """
-    record = claim.record
-    params = record.parameters.model_dump(exclude_none=True)
-    params.setdefault("seed", int.from_bytes(hashlib.sha256(record.id.encode()).digest()[:4]) % (MAX_SEED + 1))
-    body = {
-        "model": record.model,
-        "mode": record.mode,
-        "variant": record.variant,
-        "parameters": params,
-        "input": {"prompt": record.input.prompt},
-    }
-    return parse_create_request(body)
 
 
 class JobRunner:
@@ -96,6 +78,7 @@ class JobRunner:
         overlap_writes: bool = False,
     ) -> None:
         self._catalog = catalog
+        self._resolutions = Resolutions(catalog)
         self._queue = queue
         self._cache = cache
         self._leases = leases
@@ -157,11 +140,7 @@ class JobRunner:
         attempt.progress.check()
         # The input image is the API's checked copy in the store (read by ``_input_image``); the request's URL
         # or data URI is not kept, and the record holds the ratio ``auto`` resolved to.
-        stored = attempt.claim.record.input.image
-        job, _hold = resolve(rebuild_request(attempt.claim), self._catalog, image=stored)
-        spec = self._catalog.get(job.model)
-        assert spec is not None  # resolve() rejects unknown models
-        return job, spec
+        return self._resolutions.resolve(attempt.claim)
 
     def _input_image(self, job: ResolvedJob) -> Image | None:
         """The job's stored input image, checked against its sha256 and fitted (None for text-only jobs)."""
