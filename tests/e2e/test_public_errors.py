@@ -205,7 +205,9 @@ def _wait_terminal(site: dict[str, Any], ids: list[str], timeout_s: float = 180.
     raise AssertionError(f"not terminal in {timeout_s}s:\n{site['worker'].log_tail()}")
 
 
-def _logged(worker: WorkerProcess, job_id: str) -> str:
+def _logged(worker: WorkerProcess, job_id: str, until: str) -> str:
+    """The job's log lines with their tracebacks, once ``until`` is in them (``WorkerProcess.job_log``)."""
+    worker.job_log(job_id, until=until)
     return "\n".join(f"{e['msg']} {e.get('exc', '')}" for e in worker.logs() if e.get("job_id") == job_id)
 
 
@@ -219,7 +221,7 @@ def _assert_failed_cleanly(site: dict[str, Any], job_id: str, code: ErrorCode, d
     assert_public(body["error"], code)
     for secret in (site["endpoint"], str(site["tmp"]), MISSING_WEIGHTS, "faulty_adapters", "Conversion failed"):
         assert secret not in response.text, f"{code}: {secret!r} reached the client"
-    logged = _logged(site["worker"], job_id)
+    logged = _logged(site["worker"], job_id, detail)
     assert detail in logged, f"{code}: {detail!r} not in the worker's log for {job_id}:\n{logged}"
 
 
@@ -263,7 +265,8 @@ def test_an_unreachable_store_neither_fails_the_job_nor_reaches_the_client(site:
         assert response.status_code == 200 and response.json()["status"] in ("queued", "running"), response.text
         assert "error" not in response.json() or response.json()["error"] is None, response.text
         assert site["endpoint"] not in response.text
-        assert site["endpoint"].split("://", 1)[1] in _logged(site["worker"], record.id)  # the detail is logged
+        where = site["endpoint"].split("://", 1)[1]
+        assert where in _logged(site["worker"], record.id, where)  # the detail is logged
     finally:
         site["seaweed"].start()
     _wait_terminal(site, [record.id], timeout_s=120.0)

@@ -138,17 +138,6 @@ def _steps_logged(path: Path, prompt: str) -> list[tuple[int, float]]:
     return [(int(step), float(at)) for p, step, at in rows if p == prompt]
 
 
-def _job_log(worker: WorkerProcess, job_id: str, *, until: str, timeout_s: float = 10.0) -> str:
-    """The job's log messages, once ``until`` is among them (or the timeout passed): the worker writes its
-    log lines on a thread of its own, so a line logged before the terminal write may land just after it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        logged = " ".join(e["msg"] for e in worker.logs() if e.get("job_id") == job_id)
-        if until in logged or time.monotonic() > deadline:
-            return logged
-        time.sleep(0.05)
-
-
 def test_a_pipeline_that_raises_fails_with_a_code_and_the_worker_takes_the_next_job(stack: dict[str, Any]) -> None:
     queue: JobQueue = stack["queue"]
     bad = enqueue(stack, "faulty-raise")
@@ -157,7 +146,7 @@ def test_a_pipeline_that_raises_fails_with_a_code_and_the_worker_takes_the_next_
     assert failed.status is Status.failed
     assert failed.error is not None and failed.error.code is ErrorCode.pipeline_error
     assert failed.error.message == public_message(ErrorCode.pipeline_error)  # details: the worker's log
-    logged = _job_log(stack["worker"], failed.id, until="synthetic pipeline failure")
+    logged = stack["worker"].job_log(failed.id, until="synthetic pipeline failure")
     assert "synthetic pipeline failure" in logged, logged
     assert failed.attempt == 1  # model errors are terminal, not retried
     ok, _ = wait_for(queue, good.id, terminal)
@@ -196,7 +185,7 @@ def test_a_payload_the_catalog_refuses_fails_with_invalid_payload(stack: dict[st
     done, _ = wait_for(stack["queue"], record.id, terminal)
     assert done.status is Status.failed
     assert done.error is not None and done.error.code is ErrorCode.invalid_payload
-    logged = _job_log(stack["worker"], record.id, until="resolution")
+    logged = stack["worker"].job_log(record.id, until="resolution")
     assert "resolution" in logged, logged
 
 

@@ -231,6 +231,17 @@ class WorkerProcess:
                 lines.append(json.loads(line))
         return lines
 
+    def job_log(self, job_id: str, *, until: str, timeout_s: float = 10.0) -> str:
+        """The job's log messages (joined by spaces), once ``until`` is among them or ``timeout_s`` passed:
+        the worker writes its lines from a thread of its own (INFO lines every 50 ms, warnings and errors
+        at once), so a line logged before the job's terminal write may land just after it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            logged = " ".join(str(e.get("msg")) for e in self.logs() if e.get("job_id") == job_id)
+            if until in logged or time.monotonic() > deadline:
+                return logged
+            time.sleep(0.05)
+
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
 

@@ -128,7 +128,7 @@ def test_failing_ffmpeg_fails_the_job_with_encode_failed_and_the_worker_carries_
     expected = "exit 1" if mode == "exit" else "exit -9"
     # The record says only the code's public sentence; ffmpeg's exit and stderr go to the worker's log.
     assert failed.error.message == public_message(ErrorCode.encode_failed), failed.error.message
-    logged = " ".join(e["msg"] for e in env["worker"].logs() if e.get("job_id") == failed.id)
+    logged = env["worker"].job_log(failed.id, until=expected)
     assert expected in logged, logged
     if mode == "exit":
         assert "simulated ffmpeg failure" in logged
@@ -147,6 +147,7 @@ def test_worker_log_holds_no_store_credentials_prompt_or_signed_url(ffmpeg_fault
     env = ffmpeg_fault
     done = run_one(env)
     assert done.status is Status.succeeded
+    env["worker"].job_log(done.id, until="succeeded")  # its last line is written
     text = env["worker"].log_path.read_text(encoding="utf-8", errors="replace")
     assert done.id in text, "the log should name the job (so the check below reads a real log)"
     seaweed: SeaweedServer = env["seaweed"]

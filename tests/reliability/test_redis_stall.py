@@ -75,7 +75,9 @@ def enqueue_slow(stall: dict[str, Any], variant: str) -> str:
 
 
 def stalled_errors(worker: WorkerProcess, job_id: str) -> list[str]:
-    """What the worker logged about this job while Redis did not answer."""
+    """What the worker logged about this job while Redis did not answer (waiting a moment for the lines:
+    the worker writes them from a thread of its own)."""
+    worker.job_log(job_id, until="redis unavailable", timeout_s=5)
     return [
         str(line.get("msg"))
         for line in worker.logs()

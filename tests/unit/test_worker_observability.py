@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from worker.daemon import logs as daemon_logs
 from worker.daemon.health import HealthState, StatusServer
 from worker.daemon.lifecycle import Shutdown
 from worker.daemon.logs import JsonFormatter, job_logger, log_stage, write_logs_in_background
@@ -100,6 +101,25 @@ def test_the_writer_writes_what_came_on_its_own_within_a_few_passes() -> None:
         time.sleep(0.01)
     assert [json.loads(line)["msg"] for line in target.lines] == ["first"]  # written with no close
     assert target.threads == {"log-writer"}
+    logger.handlers[0].close()
+    logger.handlers.clear()
+
+
+def test_a_warning_wakes_the_writer_and_comes_out_after_the_lines_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(daemon_logs, "WRITE_EVERY_S", 60.0)  # no timed pass within this test
+    logger = logging.getLogger("genworker.test-background-wake")
+    logger.propagate, logger.level = False, logging.INFO
+    target = ListHandler()
+    logger.handlers[:] = [target]
+    write_logs_in_background(logger)
+    logger.info("before")
+    time.sleep(0.2)
+    assert target.lines == []  # an INFO line waits for the writer's next pass
+    logger.warning("now")
+    deadline = time.monotonic() + 5
+    while len(target.lines) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [json.loads(line)["msg"] for line in target.lines] == ["before", "now"]
     logger.handlers[0].close()
     logger.handlers.clear()
 

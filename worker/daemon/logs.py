@@ -7,9 +7,10 @@ The daemon writes its lines from a thread of their own (``write_logs_in_backgrou
 between a claim and the model's start (``claimed``, a resident model's ``loading``) costs the GPU
 thread the record and an append, not the JSON, the write, nor waking the writer (a futex wake and,
 on an idle VM, an interrupt to a halted core: the two lines cost the daemon's pick-up 0.08 ms more
-than that, paired A/B at INFO, ``scripts/bench_worker.py``'s protocol). The writer
-wakes on its own every ``WRITE_EVERY_S`` and writes what has come, in the order it was logged. An exit,
-forced or not, writes what is queued; a process killed outright loses the lines of its last 50 ms.
+than that, paired A/B at INFO, ``scripts/bench_worker.py``'s protocol). The writer wakes on its own
+every ``WRITE_EVERY_S``, and at once for a warning or an error, and writes what has come in the order
+it was logged. An exit, forced or not, writes what is queued; a process killed outright loses the INFO
+lines of its last 50 ms at most.
 """
 
 from __future__ import annotations
@@ -53,21 +54,23 @@ def log_stage(log: logging.Logger | JobLogger, stage: str) -> Iterator[None]:
         log.info("stage %s %s", stage, "done" if ok else "stopped", extra={"stage": stage, "elapsed_ms": elapsed_ms})
 
 
-# How often the writer thread wakes to write what has been logged (an idle worker: 20 cheap wake-ups a second).
+# How often the writer thread wakes to write what has been logged (an idle worker: 20 cheap wake-ups a
+# second); a warning or an error wakes it at once.
 WRITE_EVERY_S = 0.05
 
 
 class _Handoff(logging.Handler):
     """Takes records on the thread that logs them, with the message merged with its arguments (the line
-    says what they were when it was logged), into a deque: no lock, no wake-up. The writer thread hands
-    them to ``handlers`` (the root's own) every ``WRITE_EVERY_S``; closing it (``logging.shutdown``, at
-    exit or a forced exit) stops the writer and writes what is left."""
+    says what they were when it was logged), into a deque: no lock, and no wake-up below WARNING. The
+    writer thread hands them to ``handlers`` (the root's own) every ``WRITE_EVERY_S`` or when woken;
+    closing it (``logging.shutdown``, at exit or a forced exit) stops the writer and writes what is left."""
 
     def __init__(self, handlers: list[logging.Handler]) -> None:
         super().__init__()
         self._handlers = handlers
         self._records: deque[logging.LogRecord] = deque()  # append and popleft are atomic
         self._closed = threading.Event()
+        self._wake = threading.Event()
         self._writer = threading.Thread(target=self._write_until_closed, name="log-writer", daemon=True)
         self._writer.start()
 
@@ -84,9 +87,13 @@ class _Handoff(logging.Handler):
             self.handleError(record)
             return
         self._records.append(record)
+        if record.levelno >= logging.WARNING:
+            self._wake.set()  # an operator (or an alert) waits for these: written now, with what came before
 
     def _write_until_closed(self) -> None:
-        while not self._closed.wait(WRITE_EVERY_S):
+        while not self._closed.is_set():
+            self._wake.wait(WRITE_EVERY_S)
+            self._wake.clear()  # a wake-up set after this finds its line in the pass below
             self._write()
         self._write()
 
@@ -101,6 +108,7 @@ class _Handoff(logging.Handler):
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
+            self._wake.set()
             if self._writer is not threading.current_thread():
                 self._writer.join()  # its last pass writes what is queued, in order
             self._write()  # lines logged while it stopped

@@ -230,7 +230,7 @@ class Scripts:
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
     ) -> Any:
-        """Run ``commit.lua`` after the commands ``before``; with durability on, in one pipeline with the
+        """Run ``commit.lua`` after the commands ``before``; with durability on, in one round trip with the
         wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
         if not (self._lean or self._durability.enabled or before):
             return self._commit(keys=script_keys, args=args)
