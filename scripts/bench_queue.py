@@ -5,7 +5,8 @@ one job costs (``INFO commandstats`` delta; the capacity plan needs it), and the
 ``poll_by_depth``: what one ``GET /v1/generations/{id}`` of a queued job costs the queue (record read +
 queue position) with 0, 10,000 and 100,000 jobs queued: Redis time per poll (``INFO commandstats``
 usec of the calls the poll sends), Redis CPU per poll (``INFO cpu``) and the client's latency, each the
-median over batches, for the last job in the queue (and, as ``spread``, for 200 jobs across it).
+median over batches, for the last job in the queue (and, as ``spread``, for 200 jobs across it), in
+batches alternating with the poll of another model's only queued job on the same server (depth 0).
 ``retention``: Redis memory per finished job held and after its TTL passed and a purge ran; the SQLite
 file size over repeated bursts with a purge after each. ``redis_pickup_idle``: enqueue → claim into an
 idle consumer, next to bare Streams, on an idle machine and with every core kept busy (``bench_load``).
@@ -46,13 +47,14 @@ from worker.queue.sqlite_backend import SqliteQueue  # noqa: E402
 from worker.queue.sqlite_clock import Clock  # noqa: E402
 
 MODEL = "bench-model"
+ALONE_MODEL = "bench-model-alone"  # its one job: depth 0 beside a backlog of MODEL
 
 
-def _record() -> GenerationRecord:
+def _record(model: str = MODEL) -> GenerationRecord:
     return GenerationRecord(
         id=f"gen_{uuid.uuid4().hex}",
         project="bench",
-        model=MODEL,
+        model=model,
         mode="text_to_video",
         variant="standard",
         parameters=RecordParameters(resolution="480p", duration_seconds=5, ratio="16:9"),
@@ -437,33 +439,50 @@ def _fill(q: JobQueue, n: int) -> list[str]:
 
 
 def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str, Any]:
-    """Poll the last queued job (the old walk's worst case: every entry ahead of it) at each depth, the
-    same job every time as at depth 0, where it is the only one: the figures differ by depth alone.
-    ``spread``: 200 jobs spread over the backlog instead, each polled once per batch (more of Redis'
-    memory touched per batch than one job's keys, so it runs cooler in the CPU caches than depth 0)."""
+    """Poll the last queued job (the old walk's worst case: every entry ahead of it) at each depth, next to
+    the only queued job of another model on the same server (``depth_0_alongside``), in alternating
+    batches: the two differ by their queue's depth alone, under the same load of the host and the same
+    state of Redis (its memory, its keyspace's rehashing after the fill), so the ratio is the depth's
+    cost. Depth 0 is also measured on its own, on an empty server (``0``). ``spread``: 200 jobs spread
+    over the backlog instead, each polled once per batch (more of Redis' memory touched per batch than
+    one job's keys)."""
     client = redis.Redis(port=port, decode_responses=True)
     out: dict[str, Any] = {}
 
-    def medians(q: JobQueue, sample: list[str]) -> dict[str, float]:
-        _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
-        rows = [_poll_batch(client, q, sample) for _ in range(batches)]
-        return {
-            "redis_usec_per_poll": round(statistics.median(r[0] for r in rows), 2),
-            "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in rows), 2),
-            "client_p50_ms": round(statistics.median(r[2] for r in rows), 3),
-        }
+    def medians(q: JobQueue, *samples: list[str]) -> list[dict[str, float]]:
+        for sample in samples:
+            _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
+        rows: list[list[tuple[float, float, float]]] = [[] for _ in samples]
+        for _ in range(batches):
+            for sample, taken in zip(samples, rows, strict=True):
+                taken.append(_poll_batch(client, q, sample))
+        return [
+            {
+                "redis_usec_per_poll": round(statistics.median(r[0] for r in taken), 2),
+                "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in taken), 2),
+                "client_p50_ms": round(statistics.median(r[2] for r in taken), 3),
+            }
+            for taken in rows
+        ]
 
     for depth in depths:
         client.flushall()
         q = RedisQueue(client, lease_ttl_s=30)
-        ids = _fill(q, max(1, depth))
-        out[str(depth)] = {**medians(q, [ids[-1]] * 200), "position_of_last": q.position(ids[-1])}
+        alone = q.enqueue(_record(ALONE_MODEL)).record.id
+        ids = _fill(q, depth)
+        if not ids:
+            (figures,) = medians(q, [alone] * 200)
+            out[str(depth)] = {**figures, "position_of_last": q.position(alone)}
+            continue
+        deep, beside = medians(q, [ids[-1]] * 200, [alone] * 200)
+        out[str(depth)] = {**deep, "position_of_last": q.position(ids[-1]), "depth_0_alongside": beside}
         if len(ids) >= 200:
-            out[str(depth)]["spread"] = medians(q, [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)])
-    deepest, empty = out[str(depths[-1])], out[str(depths[0])]
+            (out[str(depth)]["spread"],) = medians(q, [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)])
+    deepest = out[str(depths[-1])]
     for key in ("redis_usec_per_poll", "redis_cpu_usec_per_poll", "client_p50_ms"):
-        out[f"ratio_{key.removesuffix('_per_poll')}_deepest_vs_0"] = round(deepest[key] / empty[key], 3)
-    out["batches"] = f"{batches} x 200 polls per depth; medians of the batches"
+        ratio = deepest[key] / deepest["depth_0_alongside"][key]
+        out[f"ratio_{key.removesuffix('_per_poll')}_deepest_vs_0"] = round(ratio, 3)
+    out["batches"] = f"{batches} x 200 polls per depth, alternating with depth 0's; medians of the batches"
     client.close()
     return out
 
