@@ -142,21 +142,30 @@ class _Sends:
 
 
 class _CountingConnection(redis.Connection):
-    """A real connection that counts its writes: one per round trip (a command, a pipeline, a raw round trip)."""
+    """A real connection that counts its writes: one per round trip (a command, a pipeline, a raw round
+    trip), not those of its set-up (``HELLO``, ``CLIENT SETINFO``, ...) when it connects."""
 
     def __init__(self, *, sends: _Sends, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self._sends = sends
+        self._connecting = False
+
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        self._connecting = True
+        try:
+            super().on_connect_check_health(*args, **kwargs)
+        finally:
+            self._connecting = False
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        self._sends.count += 1
+        if not self._connecting:
+            self._sends.count += 1
         super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
 
 class CountingRedis(redis.Redis):
     """A real client that counts its round trips (``sent``): the writes of its connections, so a command,
-    a pipeline and a ``redis_round_trip.round_trip`` each count once (connecting counts too: reset
-    ``sent`` after the first call)."""
+    a pipeline and a ``RoundTrips.send`` each count once; a connection's set-up does not count."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

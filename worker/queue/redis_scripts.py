@@ -54,7 +54,7 @@ from worker.core.contract import utcnow
 from worker.queue import keys
 from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan
-from worker.queue.redis_round_trip import lean, round_trip
+from worker.queue.redis_round_trip import RoundTrips, lean
 
 __all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "lua_source"]
 
@@ -197,7 +197,8 @@ class Scripts:
         record_ttl_ms: int = keys.RECORD_TTL_MS,
     ) -> None:
         self._client = client
-        self._lean = lean(client)  # claims and commits skip redis-py's pipeline (``redis_round_trip``)
+        # Claims and commits skip redis-py's pipeline (``redis_round_trip``) on a pooled single server.
+        self._trips = RoundTrips(client) if lean(client) else None
         self._events_maxlen = events_maxlen
         self._record_ttl_ms = record_ttl_ms  # retention of terminal jobs (commit.lua step 9)
         self._durability = durability or Durability()
@@ -232,7 +233,7 @@ class Scripts:
     ) -> Any:
         """Run ``commit.lua`` after the commands ``before``; with durability on, in one round trip with the
         wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
-        if not (self._lean or self._durability.enabled or before):
+        if not (self._trips or self._durability.enabled or before):
             return self._commit(keys=script_keys, args=args)
         call = ("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
         for loaded in (False, True):
@@ -254,9 +255,9 @@ class Scripts:
 
     def _commit_round_trip(self, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str) -> list[Any]:
         """The replies of ``before``, the commit ``call`` and the durability wait (when on), one round trip."""
-        if self._lean:
+        if self._trips is not None:
             wait = [self._durability.wait_command()] if self._durability.enabled else []
-            return round_trip(self._client, [*before, call, *wait])
+            return self._trips.send([*before, call, *wait])
         pipe = self._client.pipeline(transaction=False)
         for command in before:
             pipe.execute_command(*command)
@@ -324,12 +325,12 @@ class Scripts:
 
     def _run_claim(self, wait: tuple[Any, ...], script_keys: list[str], args: list[str]) -> Any:
         """``claim.lua``'s reply; with a ``wait`` (a read that delivers nothing), run in one round trip after it."""
-        if not (wait or self._lean):
+        if not (wait or self._trips):
             return self._claim(keys=script_keys, args=args)
         call = ("EVALSHA", self._claim.sha, len(script_keys), *script_keys, *args)
         try:
-            if self._lean:
-                return round_trip(self._client, [wait, call] if wait else [call])[-1]
+            if self._trips is not None:
+                return self._trips.send([wait, call] if wait else [call])[-1]
             pipe = self._client.pipeline(transaction=False)
             pipe.execute_command(*wait)
             pipe.execute_command(*call)
