@@ -64,12 +64,18 @@ def test_a_stage_that_raises_is_logged_as_stopped(captured: ListHandler) -> None
     assert json.loads(captured.lines[-1])["msg"] == "stage denoising stopped"
 
 
-def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
-    logger = logging.getLogger("genworker.test-background")
+def _in_background(name: str) -> tuple[logging.Logger, ListHandler]:
+    """A logger of its own whose lines go through the background writer into a ``ListHandler``."""
+    logger = logging.getLogger(name)
     logger.propagate, logger.level = False, logging.INFO
     target = ListHandler()
     logger.handlers[:] = [target]
     write_logs_in_background(logger)
+    return logger, target
+
+
+def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
+    logger, target = _in_background("genworker.test-background")
     log = job_logger("gen_7", "tiny-wan", 1, name=logger.name)
     models = ["tiny-wan"]
     log.info("claimed %s", models, extra={"stage": "claimed"})
@@ -90,11 +96,7 @@ def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
 
 
 def test_the_writer_writes_what_came_on_its_own_within_a_few_passes() -> None:
-    logger = logging.getLogger("genworker.test-background-timer")
-    logger.propagate, logger.level = False, logging.INFO
-    target = ListHandler()
-    logger.handlers[:] = [target]
-    write_logs_in_background(logger)
+    logger, target = _in_background("genworker.test-background-timer")
     logger.info("first")  # wakes nobody: the line waits for the writer's next pass
     deadline = time.monotonic() + 2
     while not target.lines and time.monotonic() < deadline:
@@ -107,11 +109,7 @@ def test_the_writer_writes_what_came_on_its_own_within_a_few_passes() -> None:
 
 def test_a_warning_wakes_the_writer_and_comes_out_after_the_lines_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(daemon_logs, "WRITE_EVERY_S", 60.0)  # no timed pass within this test
-    logger = logging.getLogger("genworker.test-background-wake")
-    logger.propagate, logger.level = False, logging.INFO
-    target = ListHandler()
-    logger.handlers[:] = [target]
-    write_logs_in_background(logger)
+    logger, target = _in_background("genworker.test-background-wake")
     logger.info("before")
     time.sleep(0.2)
     assert target.lines == []  # an INFO line waits for the writer's next pass
