@@ -6,7 +6,7 @@ the API's. Of what that yields, only the prompt and the seed differ between reco
 variant and parameter set, and the prompt's length against the model's limit is the only check that
 reads either. So the first record of a parameter set is resolved in full, and later ones take its
 resolved job with their own prompt and seed, after that check: on an idle worker, the two
-validations it skips are cold code right after the wake-up (0.12 ms of the daemon's pick-up, paired
+validations it skips are cold code right after the wake-up (0.15 ms of the daemon's pick-up, paired
 A/B, ``scripts/bench_worker.py``'s protocol). Image jobs are resolved in full each time (an ``auto``
 ratio reads the image); a record the catalog refuses is never kept, so its next twin is refused alike.
 """

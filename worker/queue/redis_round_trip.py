@@ -8,7 +8,7 @@ cold, right after the wake-up: from the claim's reply arriving to ``Scripts.clai
 139 µs through the pipeline and 84 µs here (medians, this 2-core VM, ``scripts/bench_worker.py``).
 The pool's checkout costs too (a lock, a readiness poll of the socket, four observability calls and an
 event per checkout and release), so one connection stays checked out for these round trips; a thread
-that finds it in use takes one from the pool as before (the daemon's pick-up: -0.045 ms, paired A/B).
+that finds it in use takes one from the pool as before (the daemon's pick-up: -0.05 ms, paired A/B).
 
 What the pipeline did for these calls is kept: the client's pool and its connections (packing, decoding,
 the health check, the connect-time ``HELLO``/``AUTH``/``SELECT``); the retry policy (a connection error
