@@ -74,16 +74,15 @@ class Resolutions:
                     self._kept.clear()
                 self._kept[key] = job
         else:
-            spec = self._catalog.get(kept.model)
-            assert spec is not None  # kept only once resolve() found it
-            check_prompt(spec, record.input.prompt)
             # pipeline_kwargs is the one mutable field: each job gets its own copy, as resolve() gives.
-            update = {
+            own = {
                 "prompt": record.input.prompt,
                 "seed": job_seed(record),
                 "pipeline_kwargs": dict(kept.pipeline_kwargs),
             }
-            job = kept.model_copy(update=update)
+            job = kept.model_copy(update=own)
         spec = self._catalog.get(job.model)
-        assert spec is not None  # resolve() rejects unknown models
+        assert spec is not None  # resolve() rejects unknown models, and only its jobs are kept
+        if kept is not None:
+            check_prompt(spec, record.input.prompt)
         return job, spec
