@@ -33,12 +33,12 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from worker.core.contract import GenerationRecord
 from worker.core.errors import IdempotencyConflict
-from worker.queue import keys, records, redis_plans
+from worker.queue import keys, records
 from worker.queue.base import Polled
 from worker.queue.config import QueueSettings
 from worker.queue.redis_connect import redis_client
 from worker.queue.redis_durability import Durability
-from worker.queue.redis_scripts import commit_call, lua_source
+from worker.queue.redis_scripts import create_call, lua_source
 from worker.queue.redis_wire import RedisWire, WireSettings
 from worker.queue.unavailable import redis_unavailable
 
@@ -350,9 +350,7 @@ class AsyncRedisQueue:
     async def _create(self, record: GenerationRecord, *, listing: bool) -> tuple[str, Any]:
         """One pipeline: (the index and listing writes,) ``commit.lua`` with ``create(record)`` (and
         the durability wait), ``position.lua``; the commit's reply kind and the position."""
-        script_keys, args = commit_call(
-            redis_plans.create(record), events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms
-        )
+        script_keys, args = create_call(record, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
         pipe = self._r.pipeline(transaction=False)
         if listing:
             pipe.set(keys.job_model_index(record.id), record.model)

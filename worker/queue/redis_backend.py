@@ -150,7 +150,7 @@ class RedisQueue:
                     if self.durability.enabled:
                         # The first request may have answered 503 (not confirmed durable): this 202
                         # must not come before the replicas hold the job ('exists' writes, then waits).
-                        self._scripts.commit(redis_plans.create(existing))
+                        self._scripts.create(existing)
                     return EnqueueResult(existing, replayed=True)
                 # The first request stopped between its key and its record: finish it under its id.
                 record = record.model_copy(update={"id": owner_id})
@@ -168,7 +168,7 @@ class RedisQueue:
             pipe.execute()
             index = []
         self.reads.remember_model(record.id, record.model)
-        if self._scripts.commit(redis_plans.create(record), before=index).kind == "exists":
+        if self._scripts.create(record, before=index).kind == "exists":
             stored = self.reads.get(record.id)
             assert stored is not None
             return EnqueueResult(stored, replayed=replayed)

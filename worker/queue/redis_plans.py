@@ -59,6 +59,7 @@ __all__ = [
     "dead_letter",
     "finish",
     "holds",
+    "new_plan_id",
     "progress",
     "promote",
     "reclaim",
@@ -81,6 +82,12 @@ class Snapshot:
     rev: int
     entry: str
     released: int
+
+
+def new_plan_id() -> str:
+    """128 random bits as 32 hex digits, what ``uuid4().hex`` gave, less its UUID object: a create runs
+    this cold, right after a request's wake-up, where that object's Python cost ~35 µs."""
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)
@@ -116,9 +123,7 @@ class Plan:
     dead_message: str | None = None
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
     notes: tuple[tuple[str, str], ...] | None = None  # a progress write: (stage, progress) notes to append
-    # 128 random bits as 32 hex digits, what ``uuid4().hex`` gave, less its UUID object: a create runs
-    # this cold, right after a request's wake-up, where that object's Python cost ~35 µs.
-    plan_id: str = field(default_factory=lambda: os.urandom(16).hex())
+    plan_id: str = field(default_factory=new_plan_id)
 
 
 def split_token(token: str) -> tuple[str, str]:

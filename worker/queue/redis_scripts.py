@@ -50,13 +50,15 @@ import redis.exceptions as rx
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from worker.core.contract import utcnow
+from worker.core.contract import GenerationRecord, Status, utcnow
 from worker.queue import keys
+from worker.queue.entries import encode_payload
+from worker.queue.policy import EventReason
 from worker.queue.redis_durability import Durability
-from worker.queue.redis_plans import Plan
+from worker.queue.redis_plans import Plan, new_plan_id
 from worker.queue.redis_round_trip import RoundTrips, lean
 
-__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "lua_source"]
+__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "create_call", "lua_source"]
 
 
 # The shared pieces each script gets prepended (a script cannot call another).
@@ -185,6 +187,27 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
     return list(_commit_keys(plan.model, plan.job_id)), [json.dumps(spec), record_json]
 
 
+def create_call(record: GenerationRecord, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
+    """``commit_call(redis_plans.create(record), ...)``, the same KEYS and the same plan, written straight
+    from the record. A create is the hot write (every enqueue, every POST), run cold right after a
+    request's wake-up, where building the plan, walking its fields and the JSON encoder cost ~55 µs
+    more (this VM, ``scripts/bench_queue.py``). Its event is stamped with the record's ``updated_at``
+    (``records.enqueued``: the enqueue's time). Every value written unquoted is safe in JSON as it is:
+    the id and the model passed ``_commit_keys``' check, the rest are constants, digits, an ISO time
+    and hex. ``tests/integration/test_api_async.py`` holds it to ``commit_call``."""
+    script_keys = list(_commit_keys(record.model, record.id))  # first: it checks the id and the model
+    at = (record.updated_at or utcnow()).isoformat()
+    payload = json.dumps(encode_payload(record.id, record.model))  # a JSON string in JSON: escaped
+    spec = (
+        f'{{"group":"{keys.CONSUMER_GROUP}","events_maxlen":"{events_maxlen}","at":"{at}",'
+        f'"record_ttl_ms":{record_ttl_ms},"notes_cap":{keys.PROGRESS_NOTES_CAP},"job_id":"{record.id}",'
+        f'"model":"{record.model}","attempt":0,"rev":0,"create":true,"status":"{Status.queued.value}",'
+        f'"cancel":false,"unleased":false,"undelay":false,"payload":{payload},"released_incr":0,'
+        f'"event":"{EventReason.enqueued.value}","plan_id":"{new_plan_id()}"}}'
+    )
+    return script_keys, [spec, record.model_dump_json()]
+
+
 class Scripts:
     """The registered scripts of one client, one typed method per script."""
 
@@ -220,13 +243,12 @@ class Scripts:
         ``before``: idempotent commands (e.g. ``("SET", key, value)``) sent ahead of the commit in the
         same pipeline, so they take effect first and cost no round trip of their own."""
         script_keys, args = commit_call(plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        raw = self._run_commit(plan.job_id, script_keys, args, before)
-        kind = str(raw[0])
-        if kind == "illegal":
-            raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {plan.job_id}")
-        if kind not in ("ok", "applied"):
-            return Reply(kind)
-        return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
+        return _reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
+
+    def create(self, record: GenerationRecord, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
+        """``commit(redis_plans.create(record), before=before)``, laid out by ``create_call``."""
+        script_keys, args = create_call(record, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
+        return _reply(self._run_commit(record.id, script_keys, args, before), record.id)
 
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
@@ -403,3 +425,13 @@ class Scripts:
         for name, value in (dead_fields or {}).items():
             args += [name, value]
         self._drop(keys=[keys.job_stream(model), keys.dead_stream(model)], args=args)
+
+
+def _reply(raw: Any, job_id: str) -> Reply:
+    """``commit.lua``'s answer; ``illegal`` (the lifecycle table refused the change) is a bug and raises."""
+    kind = str(raw[0])
+    if kind == "illegal":
+        raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {job_id}")
+    if kind not in ("ok", "applied"):
+        return Reply(kind)
+    return Reply(kind, entry=str(raw[1]))  # raw[2], the event's id, is not needed by any caller
