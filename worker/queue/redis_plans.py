@@ -184,7 +184,8 @@ def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) ->
 
 # ------------------------------------------------------------------------------------------ API side
 def create(record: GenerationRecord) -> Plan:
-    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken)."""
+    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken).
+    ``redis_scripts.create_call`` lays this plan out straight from the record, on the create's hot path."""
     return Plan(
         job_id=record.id,
         model=record.model,
