@@ -171,6 +171,7 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
         ("redis_usec_per_poll", "Redis µs"),
         ("redis_cpu_usec_per_poll", "Redis CPU µs"),
         ("client_p50_ms", "p50 ms"),
+        ("client_p99_ms", "p99 ms"),
     )
     for key, what in polls:
         deep, empty = _get(poll, f"{deepest}.{key}"), _get(poll, f"{deepest}.depth_0_alongside.{key}")
@@ -198,6 +199,10 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
                 _le(sizes[-1], sizes[0], 1.1),
             )
         )
+    fds = _get(q, "sqlite_retention.open_fds_after_each_burst") or []
+    if fds:
+        figure = "SQLite descriptors on its files after the last burst of new polling threads vs the first"
+        rows.append(_row(figure, fds[-1], fds[0], "≤ 1.1", _le(fds[-1], fds[0], 1.1)))
     for count in ("2", "4"):
         jps, one = _get(scale, f"workers.{count}.jobs_per_s"), _get(scale, "workers.1.jobs_per_s")
         rows.append(_row(f"jobs/s, {count} workers vs 1 ({os.cpu_count()} cores)", jps, one, "see notes", ""))

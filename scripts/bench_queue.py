@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_load import busy_cores  # noqa: E402
+from tests.integration.thread_bursts import THREADS_PER_BURST, burst, open_fds_under  # noqa: E402
 from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
 from worker.queue.base import JobQueue, Outcome  # noqa: E402
 from worker.queue.entries import encode_payload  # noqa: E402
@@ -424,8 +425,8 @@ def raw_streams_pickups(port: int, n: int, tag: str) -> list[float]:
 _POLL_COMMANDS = ("evalsha", "hget", "get")  # what RedisReads.get + position send (the model is cached)
 
 
-def _poll_batch(client: redis.Redis, q: JobQueue, ids: list[str]) -> tuple[float, float, float]:
-    """One batch of polls: (Redis usec per poll, Redis CPU usec per poll, client median ms)."""
+def _poll_batch(client: redis.Redis, q: JobQueue, ids: list[str]) -> tuple[float, float, float, float]:
+    """One batch of polls: (Redis usec per poll, Redis CPU usec per poll, client median ms, client p99 ms)."""
     stats_before, cpu_before = client.info("commandstats"), client.info("cpu")
     latencies = []
     for job_id in ids:
@@ -440,7 +441,8 @@ def _poll_batch(client: redis.Redis, q: JobQueue, ids: list[str]) -> tuple[float
         for c in _POLL_COMMANDS
     )
     cpu_s = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_sys", "used_cpu_user"))
-    return usec / len(ids), cpu_s * 1e6 / len(ids), statistics.median(latencies) * 1000
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    return usec / len(ids), cpu_s * 1e6 / len(ids), statistics.median(latencies) * 1000, p99 * 1000
 
 
 def _fill(q: JobQueue, n: int) -> list[str]:
@@ -461,7 +463,7 @@ def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str
     def medians(q: JobQueue, *samples: list[str]) -> list[dict[str, float]]:
         for sample in samples:
             _poll_batch(client, q, sample[:20])  # warm-up: scripts loaded, models cached
-        rows: list[list[tuple[float, float, float]]] = [[] for _ in samples]
+        rows: list[list[tuple[float, float, float, float]]] = [[] for _ in samples]
         for _ in range(batches):
             for sample, taken in zip(samples, rows, strict=True):
                 taken.append(_poll_batch(client, q, sample))
@@ -470,6 +472,7 @@ def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str
                 "redis_usec_per_poll": round(statistics.median(r[0] for r in taken), 2),
                 "redis_cpu_usec_per_poll": round(statistics.median(r[1] for r in taken), 2),
                 "client_p50_ms": round(statistics.median(r[2] for r in taken), 3),
+                "client_p99_ms": round(statistics.median(r[3] for r in taken), 3),  # the batches' median p99
             }
             for taken in rows
         ]
@@ -488,7 +491,7 @@ def _poll_by_depth(port: int, depths: tuple[int, ...], batches: int) -> dict[str
         if len(ids) >= 200:
             (out[str(depth)]["spread"],) = medians(q, [ids[round(i * (len(ids) - 1) / 199)] for i in range(200)])
     deepest = out[str(depths[-1])]
-    for key in ("redis_usec_per_poll", "redis_cpu_usec_per_poll", "client_p50_ms"):
+    for key in ("redis_usec_per_poll", "redis_cpu_usec_per_poll", "client_p50_ms", "client_p99_ms"):
         ratio = deepest[key] / deepest["depth_0_alongside"][key]
         out[f"ratio_{key.removesuffix('_per_poll')}_deepest_vs_0"] = round(ratio, 3)
     out["batches"] = f"{batches} x 200 polls per depth, alternating with depth 0's; medians of the batches"
@@ -539,21 +542,39 @@ def _redis_retention(port: int, n: int) -> dict[str, Any]:
 
 
 def _sqlite_retention(directory: Path, bursts: int, n: int) -> dict[str, Any]:
+    """Bursts of ``n`` jobs (idempotency keys, claim, finish) on one SQLite file, each followed by polls
+    from ``THREADS_PER_BURST`` new threads (as the embedded API's threadpool makes them) and a purge past
+    the TTLs: the file's size and this process's descriptors on the database's files (``directory``, its
+    own) after each."""
     now = [time.time()]
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "retention.db"
     q = SqliteQueue(path, durable=False, record_ttl_s=3600, clock=Clock(wall=lambda: now[0]))
     done = Outcome(status=Status.succeeded)
-    sizes = []
-    for burst in range(bursts):
+    sizes, fds = [], []
+    for round_ in range(bursts):
         for i in range(n):
-            q.enqueue(_record(), idempotency_key=f"{burst}-{i}", request_hash="h")
+            last = q.enqueue(_record(), idempotency_key=f"{round_}-{i}", request_hash="h").record.id
             claim = q.claim("bench-worker", [MODEL])
             assert claim is not None and q.finish(claim, done)
+
+        def poll(job_id: str = last) -> None:  # a GET of the job: each new thread opens its own connection
+            assert q.get(job_id) is not None
+            q.position(job_id)
+
+        burst(poll)
         now[0] += 25 * 3600  # past the record TTL and the idempotency keys' 24 h
         q.purge_expired()
         sizes.append(path.stat().st_size)
+        fds.append(open_fds_under(directory))
     q.close()
-    return {"bursts": bursts, "jobs_per_burst": n, "file_bytes_after_each_purge": sizes}
+    return {
+        "bursts": bursts,
+        "jobs_per_burst": n,
+        "polling_threads_per_burst": THREADS_PER_BURST,
+        "file_bytes_after_each_purge": sizes,
+        "open_fds_after_each_burst": fds,
+    }
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -582,7 +603,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             proc.wait(timeout=10)
         result["sqlite_durable"] = _measure_queue(SqliteQueue(Path(tmp) / "durable.db", durable=True), n // 2)
         result["sqlite_normal"] = _measure_queue(SqliteQueue(Path(tmp) / "normal.db", durable=False), n // 2)
-        result["sqlite_retention"] = _sqlite_retention(Path(tmp), 5, 200 if quick else 1000)
+        result["sqlite_retention"] = _sqlite_retention(Path(tmp) / "retention", 5, 200 if quick else 1000)
     return result
 
 
