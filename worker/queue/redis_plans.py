@@ -85,8 +85,8 @@ class Snapshot:
 
 
 def new_plan_id() -> str:
-    """128 random bits as 32 hex digits, what ``uuid4().hex`` gave, less its UUID object: a create runs
-    this cold, right after a request's wake-up, where that object's Python cost ~35 µs."""
+    """128 random bits as 32 hex digits, the shape ``uuid4().hex`` gave (122 random bits), less its UUID
+    object: a create runs this cold, right after a request's wake-up, where that object's Python cost ~35 µs."""
     return os.urandom(16).hex()
 
 
