@@ -38,7 +38,7 @@ from worker.queue.base import Polled
 from worker.queue.config import QueueSettings
 from worker.queue.redis_connect import redis_client
 from worker.queue.redis_durability import Durability
-from worker.queue.redis_scripts import create_call, lua_source
+from worker.queue.redis_scripts import commit_reply, create_call, lua_source
 from worker.queue.redis_wire import RedisWire, WireSettings
 from worker.queue.unavailable import redis_unavailable
 
@@ -362,9 +362,7 @@ class AsyncRedisQueue:
         pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(record.model, record.id))
         replies = await self._execute(pipe)
         raw, position = replies[3 if listing else 0], replies[-1]
-        kind = str(raw[0])
-        if kind == "illegal":
-            raise RuntimeError(f"commit refused an illegal transition {raw[1]} -> {raw[2]} for job {record.id}")
+        kind = commit_reply(raw, record.id).kind  # an illegal transition raises, as on the sync path
         if self.durability.enabled and kind in ("ok", "applied", "exists"):
             self.durability.check(replies[-2], record.id)
         return kind, position

@@ -58,7 +58,19 @@ from worker.queue.redis_durability import Durability
 from worker.queue.redis_plans import Plan, new_plan_id
 from worker.queue.redis_round_trip import RoundTrips, lean
 
-__all__ = ["Delivery", "Due", "Idle", "Reply", "Scan", "Scripts", "Started", "commit_call", "create_call", "lua_source"]
+__all__ = [
+    "Delivery",
+    "Due",
+    "Idle",
+    "Reply",
+    "Scan",
+    "Scripts",
+    "Started",
+    "commit_call",
+    "commit_reply",
+    "create_call",
+    "lua_source",
+]
 
 
 # The shared pieces each script gets prepended (a script cannot call another).
@@ -243,12 +255,12 @@ class Scripts:
         ``before``: idempotent commands (e.g. ``("SET", key, value)``) sent ahead of the commit in the
         same pipeline, so they take effect first and cost no round trip of their own."""
         script_keys, args = commit_call(plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        return _reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
+        return commit_reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
 
     def create(self, record: GenerationRecord, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
         """``commit(redis_plans.create(record), before=before)``, laid out by ``create_call``."""
         script_keys, args = create_call(record, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        return _reply(self._run_commit(record.id, script_keys, args, before), record.id)
+        return commit_reply(self._run_commit(record.id, script_keys, args, before), record.id)
 
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
@@ -427,7 +439,7 @@ class Scripts:
         self._drop(keys=[keys.job_stream(model), keys.dead_stream(model)], args=args)
 
 
-def _reply(raw: Any, job_id: str) -> Reply:
+def commit_reply(raw: Any, job_id: str) -> Reply:
     """``commit.lua``'s answer; ``illegal`` (the lifecycle table refused the change) is a bug and raises."""
     kind = str(raw[0])
     if kind == "illegal":
