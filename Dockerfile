@@ -25,6 +25,7 @@ RUN pip install --upgrade "pip>=25"
 # accelerate, imageio-ffmpeg) plus the client distribution its `genworker client` commands use.
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY foundation ./foundation
 COPY genworker ./genworker
 COPY worker ./worker
 COPY pipelines ./pipelines

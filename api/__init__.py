@@ -1,5 +1,4 @@
 """The HTTP tier: the public contract over the queue, the artifact store and the catalog.
 
-It imports ``worker.core``, ``worker.queue``, ``worker.stores`` and ``worker.settings``; never the daemon
-and never a model (``pipelines``): the API runs no model and talks to workers only through the queue.
+It imports ``foundation`` (core, queue, stores, settings); never the daemon and never a model (``pipelines``): the API runs no model and talks to workers only through the queue.
 """

@@ -3,7 +3,7 @@
 The id is the client's own ``X-Request-Id`` when it is sane (1-128 characters of letters, digits and
 ``-_.:``), otherwise a new random one; either way it is returned in the response's ``X-Request-Id``
 and put in ``scope["state"]["request_id"]`` for handlers. The line goes to the ``genworker.api.access``
-logger in the worker's format (``worker.core.logs``) with ``request_id``, ``method``, ``path``,
+logger in the worker's format (``foundation.core.logs``) with ``request_id``, ``method``, ``path``,
 ``status``, ``bytes``, ``elapsed_ms`` and ``client``. The path is logged without its query string: a
 signed artifact URL carries its signature there. Probe and scrape paths (``/healthz``, ``/readyz``,
 ``/metrics``) are logged at DEBUG so a kubelet polling every few seconds does not drown the log.

@@ -36,13 +36,13 @@ from api.playground import install_playground
 from api.routes import events, generations, models
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
-from worker.core.catalog import Catalog
-from worker.core.contract import CreateRequest
-from worker.queue.async_api import OffloadedQueue
-from worker.queue.base import ApiQueue, AsyncApiQueue
-from worker.settings import Settings
-from worker.stores.base import ArtifactStore
-from worker.stores.local import ARTIFACTS_PATH
+from foundation.core.catalog import Catalog
+from foundation.core.contract import CreateRequest
+from foundation.queue.async_api import OffloadedQueue
+from foundation.queue.base import ApiQueue, AsyncApiQueue
+from foundation.settings import Settings
+from foundation.stores.base import ArtifactStore
+from foundation.stores.local import ARTIFACTS_PATH
 
 __all__ = ["create_app"]
 

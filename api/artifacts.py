@@ -3,7 +3,7 @@
 The API mounts it where signed URLs point::
 
     from api.artifacts import artifact_app
-    from worker.stores.local import ARTIFACTS_PATH  # "/v1/artifacts"
+    from foundation.stores.local import ARTIFACTS_PATH  # "/v1/artifacts"
     app.mount(ARTIFACTS_PATH, artifact_app(store))   # store: LocalStore
 
 ``GET``/``HEAD /v1/artifacts/<key>?expires=<unix>&sig=<hex>``:
@@ -36,8 +36,8 @@ from urllib.parse import parse_qs
 
 from starlette.responses import FileResponse
 
-from worker.core.errors import ErrorCode, GenworkerError, TransientError
-from worker.stores.local import InvalidKey, LocalStore
+from foundation.core.errors import ErrorCode, GenworkerError, TransientError
+from foundation.stores.local import InvalidKey, LocalStore
 
 __all__ = ["ByteRange", "RangeNotSatisfiable", "artifact_app", "parse_range"]
 
@@ -108,7 +108,7 @@ def _position(text: str) -> int | None:
 
 
 def artifact_app(store: LocalStore, *, chunk_bytes: int = _CHUNK_BYTES) -> ASGIApp:
-    """The ASGI app serving ``store``; mount it at ``worker.stores.local.ARTIFACTS_PATH``."""
+    """The ASGI app serving ``store``; mount it at ``foundation.stores.local.ARTIFACTS_PATH``."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # only when run on its own rather than mounted

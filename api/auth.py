@@ -45,9 +45,9 @@ from api.limits import (
     TokenBucketLimiter,
     note_decision,
 )
-from worker.core.errors import ErrorCode
-from worker.queue.base import AsyncApiQueue, Polled
-from worker.queue.redis_async import AsyncRedisQueue
+from foundation.core.errors import ErrorCode
+from foundation.queue.base import AsyncApiQueue, Polled
+from foundation.queue.redis.async_queue import AsyncRedisQueue
 
 __all__ = ["KEY_CACHE_MAX", "KEY_CACHE_TTL_S", "Authenticator", "KeyCache", "Principal", "bearer", "presented_key"]
 

@@ -15,7 +15,7 @@ from api.keys import ApiKey, InvalidProject, KeyStore, RedisKeyStore, Scope, Sql
 from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
-    from worker.settings import Settings
+    from foundation.settings import Settings
 
 __all__ = ["keys_location", "register"]
 
@@ -39,7 +39,7 @@ def _open_keys(data_dir: Path | None, redis_url: str | None, config: Path | None
         path = data_dir.expanduser().absolute() / "keys.db"
         return SqliteKeyStore(path), str(path)
     from api.server import open_key_store
-    from worker.settings import load_settings
+    from foundation.settings import load_settings
 
     settings = load_settings(config)
     return open_key_store(settings), keys_location(settings)
@@ -141,8 +141,8 @@ def api_command(
 ) -> None:
     """Run the HTTP API alone over the configured queue, store and key store (distributed mode)."""
     from api.server import build_app, make_server, serve
-    from worker.core.logs import configure_logging
-    from worker.settings import load_settings, state_paths
+    from foundation.core.logs import configure_logging
+    from foundation.settings import load_settings, state_paths
 
     settings = load_settings(config)
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v is not None})

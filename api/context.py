@@ -1,6 +1,6 @@
 """``ApiContext``: what every route works with (settings, backends, catalog, auth), built once by
 ``create_app`` and passed to the router factories. ``queue`` is the sync queue (list, cancel, models);
-``aqueue`` its asyncio face for the poll and create routes (``worker/queue/async_api.py``)."""
+``aqueue`` its asyncio face for the poll and create routes (``foundation/queue/async_api.py``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from api.auth import Authenticator
 from api.keys import KeyStore
-from worker.core.catalog import Catalog
-from worker.queue.base import ApiQueue, AsyncApiQueue
-from worker.settings import Settings
-from worker.stores.base import ArtifactStore
+from foundation.core.catalog import Catalog
+from foundation.queue.base import ApiQueue, AsyncApiQueue
+from foundation.settings import Settings
+from foundation.stores.base import ArtifactStore
 
 __all__ = ["ApiContext"]
 

@@ -16,15 +16,21 @@ from typing import TYPE_CHECKING
 
 from api.errors import ApiError
 from api.input_image import read_image_source, stored_image
-from worker.core.catalog import Catalog
-from worker.core.contract import CreateRequest, GenerationRecord, RecordInput, RecordParameters, parse_create_request
-from worker.core.errors import ErrorCode
-from worker.core.images import CheckedImage, check_image
-from worker.core.resolve import check_inputs, resolve
+from foundation.core.catalog import Catalog
+from foundation.core.contract import (
+    CreateRequest,
+    GenerationRecord,
+    RecordInput,
+    RecordParameters,
+    parse_create_request,
+)
+from foundation.core.errors import ErrorCode
+from foundation.core.images import CheckedImage, check_image
+from foundation.core.resolve import check_inputs, resolve
 
 if TYPE_CHECKING:
-    from worker.queue.base import WorkerHeartbeat
-    from worker.settings import InputSettings, Settings
+    from foundation.queue.base import WorkerHeartbeat
+    from foundation.settings import InputSettings, Settings
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

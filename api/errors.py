@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from worker.core.errors import ErrorCode, GenworkerError, RequestRejected, TransientError
+from foundation.core.errors import ErrorCode, GenworkerError, RequestRejected, TransientError
 
 __all__ = [
     "ERROR_RESPONSES",

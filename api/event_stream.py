@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from worker.core.contract import Status
-from worker.queue.base import Event, ProgressNote
+from foundation.core.contract import Status
+from foundation.queue.base import Event, ProgressNote
 
 __all__ = [
     "Cursor",

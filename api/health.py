@@ -20,9 +20,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from worker.core.errors import GenworkerError
-from worker.queue.base import ApiQueue
-from worker.stores.base import ArtifactStore
+from foundation.core.errors import GenworkerError
+from foundation.queue.base import ApiQueue
+from foundation.stores.base import ArtifactStore
 
 __all__ = ["CHECK_TIMEOUT_S", "Check", "Readiness", "build_router", "check_readiness"]
 

@@ -1,7 +1,7 @@
 """The input image of an ``image_to_video`` create: read it once, check it, store the checked copy.
 
 At create, before anything is enqueued: the bytes come from ``input.image`` (a ``data:`` URI) or
-``input.image_url`` (fetched through the outbound guard, ``api.outbound``); ``worker.core.images.check_image``
+``input.image_url`` (fetched through the outbound guard, ``api.outbound``); ``foundation.core.images.check_image``
 sniffs, bounds, decodes and orients them (the rules and what is kept are described there). The checked copy
 is stored in the artifact store under the generation's prefix (``input_image_key``); workers read only it
 (``StoredImage``), so GPU nodes need no internet and a retry never refetches.
@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 
 from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
-from worker.core.contract import InputSpec, StoredImage
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.core.images import CheckedImage
-from worker.settings import InputSettings
-from worker.stores.base import ArtifactStore, artifact_prefix
+from foundation.core.contract import InputSpec, StoredImage
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.images import CheckedImage
+from foundation.settings import InputSettings
+from foundation.stores.base import ArtifactStore, artifact_prefix
 
 __all__ = [
     "input_image_key",

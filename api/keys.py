@@ -11,7 +11,7 @@ for such a name would fail every create with a 500, and an embedded service may 
 
 Both stores translate their client library's "cannot answer now" errors (connection refused, timeout,
 a locked database, a failover) into ``BackendUnavailable`` at each public method, with the queue's
-own rules (``worker.queue.unavailable``): the keys live beside the queue, on the same backend, so the
+own rules (``foundation.queue.unavailable``): the keys live beside the queue, on the same backend, so the
 HTTP tier answers 503 for them without importing redis or sqlite3.
 """
 
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from worker.core.errors import GenworkerError
-from worker.queue import keys as queue_keys
-from worker.queue.sqlite_db import SqliteFile
-from worker.queue.unavailable import redis_unavailable, sqlite_unavailable
+from foundation.core.errors import GenworkerError
+from foundation.queue import keys as queue_keys
+from foundation.queue.sqlite.db import SqliteFile
+from foundation.queue.unavailable import redis_unavailable, sqlite_unavailable
 
 if TYPE_CHECKING:
     import redis
@@ -76,7 +76,7 @@ class ApiKey(BaseModel):
 
 
 class InvalidProject(GenworkerError, ValueError):
-    """A project name the queue's Redis key scheme cannot hold (``worker.queue.keys``)."""
+    """A project name the queue's Redis key scheme cannot hold (``foundation.queue.keys``)."""
 
 
 def check_project(project: str) -> str:

@@ -35,9 +35,9 @@ from limits.util import WindowStats
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
-from worker.core.errors import ErrorCode, GenworkerError
-from worker.queue.redis_async import execute_commands
-from worker.queue.unavailable import redis_unavailable
+from foundation.core.errors import ErrorCode, GenworkerError
+from foundation.queue.redis.async_queue import execute_commands
+from foundation.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
     import redis

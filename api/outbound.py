@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from worker.core.errors import GenworkerError
+from foundation.core.errors import GenworkerError
 
 __all__ = [
     "FetchFailed",

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Depends, Request
 
 from api.errors import ApiError
-from worker.core.errors import ErrorCode
+from foundation.core.errors import ErrorCode
 
 __all__ = ["only_query"]
 

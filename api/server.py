@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
 from api.limits import AsyncRateLimiter, AsyncRedisWindowLimiter, RateLimiter, RedisWindowLimiter, TokenBucketLimiter
-from worker.core.errors import GenworkerError
-from worker.core.logs import configure_logging
-from worker.settings import Settings
+from foundation.core.errors import GenworkerError
+from foundation.core.logs import configure_logging
+from foundation.settings import Settings
 
 if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
     from starlette.types import ASGIApp
 
-    from worker.queue.base import AsyncApiQueue
-    from worker.stores.base import ArtifactStore
+    from foundation.queue.base import AsyncApiQueue
+    from foundation.stores.base import ArtifactStore
 
 __all__ = [
     "artifacts_app_for",
@@ -54,7 +54,7 @@ def _keys_redis_url(settings: Settings) -> str:
 
 def _keys_redis(settings: Settings) -> Any:
     """A client in the queue's Redis mode (single, cluster, sentinel; TLS/ACL): keys live beside the queue."""
-    from worker.queue.redis_connect import redis_client
+    from foundation.queue.redis.connect import redis_client
 
     return redis_client(settings.queue, url=_keys_redis_url(settings))
 
@@ -77,7 +77,7 @@ def open_async_limiter(settings: Settings, queue: AsyncApiQueue | None = None) -
     server; None otherwise (the in-process bucket needs none; Sentinel and Cluster use the sync one).
     Where the counter lives on the queue's own server and ``queue`` is the asyncio Redis queue, the
     limiter runs on that queue's client, so a poll can carry its hit (``Authenticator.authorize_poll``)."""
-    from worker.queue.redis_async import AsyncRedisQueue, async_redis_client
+    from foundation.queue.redis.async_queue import AsyncRedisQueue, async_redis_client
 
     if keys_backend(settings) != "redis":
         return None
@@ -93,7 +93,7 @@ def open_async_limiter(settings: Settings, queue: AsyncApiQueue | None = None) -
 def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
     """The local store serves its own signed files; an S3 store's URLs point at S3 instead."""
     from api.artifacts import artifact_app
-    from worker.stores.local import LocalStore
+    from foundation.stores.local import LocalStore
 
     return artifact_app(store) if isinstance(store, LocalStore) else None
 
@@ -102,10 +102,10 @@ def build_app(settings: Settings) -> FastAPI:
     """The app over the backends the settings name (queue, store, keys, catalog)."""
     from api.app import create_app
     from api.webhooks.service import open_webhooks
-    from worker.core.catalog import load_catalog
-    from worker.queue.async_api import open_async_queue
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.core.catalog import load_catalog
+    from foundation.queue.async_api import open_async_queue
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
 
     store = open_store(settings.store, data_dir=settings.data_dir)
     queue = open_queue(settings.queue)

@@ -2,7 +2,7 @@
 
 Records keep object keys; views carry freshly signed URLs instead. Catalog views carry capabilities
 and rates; never weights, hub ids, adapters or endpoints. A failed generation's ``error.message`` is
-always the code's fixed public sentence (``worker.core.errors.PUBLIC_MESSAGES``), whatever the
+always the code's fixed public sentence (``foundation.core.errors.PUBLIC_MESSAGES``), whatever the
 record holds: workers store only that sentence, and records written by older workers, whose messages
 could carry store endpoints, paths, class names or ffmpeg's stderr, are cleaned on the way out.
 """
@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from worker.core.catalog import ModelSpec, mode_inputs
-from worker.core.contract import (
+from foundation.core.catalog import ModelSpec, mode_inputs
+from foundation.core.contract import (
     Artifact,
     AudioInfo,
     ErrorInfo,
@@ -30,8 +30,8 @@ from worker.core.contract import (
     Status,
     Usage,
 )
-from worker.core.errors import public_message
-from worker.stores.base import ArtifactStore
+from foundation.core.errors import public_message
+from foundation.stores.base import ArtifactStore
 
 __all__ = [
     "ArtifactView",

@@ -22,7 +22,7 @@ app = App(name="genworker", help="GPU worker daemon and HTTP tier for video gene
 @app.command()
 def catalog(path: str | None = typer.Option(None, help="Catalog file (default: configs/models.yaml).")) -> None:
     """Validate the catalog and print its models as JSON."""
-    from worker.core.catalog import CatalogError, load_catalog
+    from foundation.core.catalog import CatalogError, load_catalog
 
     try:
         cat = load_catalog(path)
@@ -129,8 +129,8 @@ def pipeline_new(
     typer.echo("next: fill in the recipe (FILL-ME) in catalog.yaml with its sources, then run the test", err=True)
 
 
-# The worker daemon and the one-shot generator (worker/daemon/cli.py).
-from worker.daemon import cli as _worker_cli  # noqa: E402
+# The worker daemon and the one-shot generator (worker/cli.py).
+from worker import cli as _worker_cli  # noqa: E402
 
 app.command("worker")(_worker_cli.worker_command)
 app.command("generate")(_worker_cli.generate_command)

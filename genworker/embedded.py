@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from api.keys import KeyStore, Scope, SqliteKeyStore
-from worker.settings import Settings, load_settings, settings_env
+from foundation.settings import Settings, load_settings, settings_env
 
 __all__ = [
     "EmbeddedPaths",
@@ -91,8 +91,8 @@ def embedded_hosted_models() -> list[str]:
     """What the embedded worker hosts: the ``worker.hosted_models`` the environment or the YAML file sets,
     else every tiny model of the catalog (all built on first start), so that each model the playground and
     ``GET /v1/models`` offer in the embedded mode is one its worker runs."""
-    from worker.core.catalog import load_catalog
-    from worker.settings import WorkerSettings
+    from foundation.core.catalog import load_catalog
+    from foundation.settings import WorkerSettings
 
     settings = load_settings()
     if settings.worker.hosted_models != WorkerSettings().hosted_models:
@@ -213,7 +213,7 @@ def run_embedded(data_dir: Path | None, *, host: str, port: int, models_dir: Pat
     paths.root.mkdir(parents=True, exist_ok=True)
     models = (models_dir or paths.root / "models").absolute()
 
-    from pipelines.tiny import TINY_MODELS, build_all, is_built
+    from pipelines.tiny.builders import TINY_MODELS, build_all, is_built
 
     if not all(is_built(models / name) for name in TINY_MODELS):
         typer.echo(f"building the tiny CPU models into {models} (first start only) ...", err=True)

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from worker.settings import ENV_PREFIX, Settings, load_settings
+from foundation.settings import ENV_PREFIX, Settings, load_settings
 
 __all__ = ["Fleet", "FleetError", "fleet_settings", "init_env_file", "read_env_file", "run_fleet"]
 
@@ -211,8 +211,8 @@ class Fleet:
         self._wait("weed", self._bucket_ready)
 
     def _bucket_ready(self) -> bool:
-        from worker.core.errors import GenworkerError
-        from worker.stores.s3 import S3Store
+        from foundation.core.errors import GenworkerError
+        from foundation.stores.s3 import S3Store
 
         s3 = S3Store(self.settings.store.model_copy(update={"s3_max_attempts": 1}))
         try:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from pipelines.memory_plan import ModelPlan
-    from worker.core.catalog import ModelSpec
+    from foundation.core.catalog import ModelSpec
+    from pipelines.planning.memory_plan import ModelPlan
 
 __all__ = ["format_plan", "plan_command"]
 
@@ -36,7 +36,7 @@ def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
 
 def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> str:
     """The plans as Markdown: a heading and table per model, skipped models and unpinned weights listed."""
-    from pipelines.memory_plan import OFFLOAD_MODES, reserve_gb
+    from pipelines.planning.memory_plan import OFFLOAD_MODES, reserve_gb
 
     reserve = reserve_gb(device_gb)
     lines = [
@@ -84,10 +84,10 @@ def plan_command(
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
 ) -> None:
     """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
-    from pipelines.memory_plan import plan_model
-    from pipelines.runtime import runtime_profile
-    from worker.core.catalog import CatalogError, load_catalog
-    from worker.settings import load_settings
+    from foundation.core.catalog import CatalogError, load_catalog
+    from foundation.settings import load_settings
+    from pipelines.planning.memory_plan import plan_model
+    from pipelines.runtime.profile import runtime_profile
 
     settings = load_settings(config)
     try:

@@ -6,11 +6,11 @@ a method of its own or carries a ``guider``) and writes, into ``OUT/NAME/``:
 - ``catalog.yaml``: a catalog of one tiny entry (``tiny-NAME``) for the generic adapter, valid once its recipe is
   filled in (the ``FILL-ME`` values), plus the real entry to copy into ``configs/models.yaml`` as a comment;
 - ``tiny_NAME.py``: a tiny-model builder, one explicit constructor call per component with configs shrunk the
-  way diffusers' own fast tests shrink them (``pipelines.tiny_generic.SHRUNK_COMPONENTS``);
+  way diffusers' own fast tests shrink them (``pipelines.tiny.generic.SHRUNK_COMPONENTS``);
 - ``test_NAME.py``: the family through the shared checks (``tests/pipelines/family_checks.py``).
 
 The contributor fills in the recipe and its sources, runs the test, then merges: the entries into
-``configs/models.yaml``, the builder into ``pipelines/tiny_generic.py`` (``GENERIC_BUILDERS``), the test into
+``configs/models.yaml``, the builder into ``pipelines/tiny/generic.py`` (``GENERIC_BUILDERS``), the test into
 ``tests/pipelines/`` (docs/adding-a-pipeline.md).
 """
 
@@ -57,7 +57,7 @@ def inspect_pipeline(name: str) -> Family:
     import diffusers
     import torch
 
-    from pipelines.tiny_generic import SHRUNK_COMPONENTS, SHRUNK_TEXT
+    from pipelines.tiny.generic import SHRUNK_COMPONENTS, SHRUNK_TEXT
 
     cls: Any = getattr(diffusers, name, None)
     if not isinstance(cls, type) or not hasattr(cls, "from_pretrained"):
@@ -81,7 +81,7 @@ def inspect_pipeline(name: str) -> Family:
     if missing:
         raise ScaffoldError(
             f"{name}: no shrunk config for {', '.join(missing)}: add one to SHRUNK_COMPONENTS in "
-            "pipelines/tiny_generic.py (copy diffusers' get_dummy_components for that class)"
+            "pipelines/tiny/generic.py (copy diffusers' get_dummy_components for that class)"
         )
     call = set(inspect.signature(cls.__call__).parameters)
     return Family(
@@ -137,7 +137,7 @@ models:
   - id: tiny-{name}
     display_name: Tiny {family.pipeline} (random weights, CPU)
     family: diffusers
-    adapter: pipelines.generic:DiffusersTextToVideo
+    adapter: pipelines.families.generic:DiffusersTextToVideo
     diffusers:
 {block}
     weights: tiny-{name}
@@ -163,7 +163,7 @@ models:
 # The real entry (copy into configs/models.yaml with the tiny one):
 #  - id: {name}
 #    family: diffusers
-#    adapter: pipelines.generic:DiffusersTextToVideo
+#    adapter: pipelines.families.generic:DiffusersTextToVideo
 #    diffusers: (the block above)
 #    weights: <hub id>   revision: <commit>
 #    fps / frame_rule / stride / resolutions / durations: the model card's
@@ -173,7 +173,7 @@ models:
 
 
 def _builder(name: str, family: Family) -> str:
-    from pipelines.tiny_generic import SHRUNK_COMPONENTS, SHRUNK_TEXT
+    from pipelines.tiny.generic import SHRUNK_COMPONENTS, SHRUNK_TEXT
 
     imports = sorted({c for c in family.components.values() if c in SHRUNK_COMPONENTS} | {family.pipeline})
     lines = []
@@ -188,7 +188,7 @@ def _builder(name: str, family: Family) -> str:
     call = "".join(f"        {p}={p},\n" for p in family.components)
     return f'''"""Tiny random-weight {family.pipeline} for tests (`genworker pipeline new {name}`).
 
-Configs shrunk as diffusers' fast tests shrink them (pipelines/tiny_generic.py SHRUNK_COMPONENTS); VAEs keep the
+Configs shrunk as diffusers' fast tests shrink them (pipelines/tiny/generic.py SHRUNK_COMPONENTS); VAEs keep the
 real compression. Seeded before each component: builds are byte-identical.
 """
 
@@ -200,8 +200,8 @@ from pathlib import Path
 import torch
 from diffusers import {", ".join(imports)}
 
-from pipelines.tiny import BUILDER_VERSION, MARKER
-from pipelines.tiny_generic import byte_t5
+from pipelines.tiny.builders import BUILDER_VERSION, MARKER
+from pipelines.tiny.generic import byte_t5
 
 NAME = "tiny-{name}"
 
@@ -228,18 +228,18 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.adapter import Adapter
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import load_adapter
+from pipelines.runtime.adapter import Adapter
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.family_checks import (
     check_cancel_within_one_step,
     check_offered_outputs,
     check_seed_determinism,
     request,
 )
-from worker.core.catalog import ModelSpec, load_catalog
-from worker.core.resolve import ResolvedJob, resolve
-from worker.settings import Settings
+from foundation.core.catalog import ModelSpec, load_catalog
+from foundation.core.resolve import ResolvedJob, resolve
+from foundation.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 MODEL = "tiny-{name}"

@@ -1,7 +1,7 @@
-"""Model families behind one adapter contract (``pipelines.adapter``), loaded lazily from the catalog.
+"""Model families behind one adapter contract (``pipelines.runtime.adapter``), loaded lazily from the catalog.
 
 Modules: ``adapter`` (the Adapter protocol: ``denoise`` to the family's ``Latents``, ``decode`` to
-``worker.core.media.Media``), ``registry`` (catalog entry -> adapter, weights, device),
+``foundation.core.media.Media``), ``registry`` (catalog entry -> adapter, weights, device),
 ``cache`` (ModelCache), ``wan``, ``wan_i2v`` and ``ltx2`` (the families), ``generic`` (any diffusers
 text-to-video pipeline of the common call shape, driven by the catalog entry's ``diffusers`` block),
 ``prompt_extend`` (extension and fallback),

@@ -288,7 +288,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
-    from worker.settings import settings_env
+    from foundation.settings import settings_env
 
     queue: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(data / "queue.db")}
     if redis_url:
@@ -313,7 +313,7 @@ class _Api:
     """One ``genworker api`` process, a key for it and one generation to poll."""
 
     def __init__(self, tmp: Path, name: str, redis_url: str | None) -> None:
-        from worker.settings import Settings
+        from foundation.settings import Settings
 
         self.data = tmp / name
         self.data.mkdir()

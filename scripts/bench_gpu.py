@@ -7,7 +7,7 @@ against the physical floor (the denoising FLOPs divided by the device's dense bf
 
 A run loads each model once per profile (``default``: the catalog's runtime profile; ``fp8``: fp8 storage;
 ``compile``: regional compile), runs each variant's default job once to warm up and once timed. FLOPs are
-counted on the real model code (``pipelines.flops``), so MFU needs no per-model formula. The dry run
+counted on the real model code (``pipelines.planning.flops``), so MFU needs no per-model formula. The dry run
 computes the floors of the Wan text-to-video models from their architecture configs on the meta device
 (other families' denoiser inputs are their pipelines' own: they are counted when run).
 """
@@ -32,8 +32,8 @@ TEXT_TOKENS = 512  # UMT5 context of every Wan checkpoint
 
 
 def _job(catalog: Any, model: str, variant: str) -> Any:
-    from worker.core.contract import CreateRequest
-    from worker.core.resolve import resolve
+    from foundation.core.contract import CreateRequest
+    from foundation.core.resolve import resolve
 
     spec = catalog.models[model]
     mode = next(iter(spec.modes))
@@ -54,7 +54,7 @@ def wan_floor(catalog: Any, model: str, variant: str) -> dict[str, Any] | None:
     import torch
     from diffusers import WanTransformer3DModel
 
-    from pipelines.flops import forward_flops
+    from pipelines.planning.flops import forward_flops
 
     spec = catalog.models[model]
     arch = ROOT / "configs" / "arch" / model / "transformer.json"
@@ -90,7 +90,7 @@ def wan_floor(catalog: Any, model: str, variant: str) -> dict[str, Any] | None:
 
 
 def dry_run(models: list[str], variants: list[str] | None) -> dict[str, Any]:
-    from worker.core.catalog import load_catalog
+    from foundation.core.catalog import load_catalog
 
     catalog = load_catalog()
     plan: dict[str, Any] = {}
@@ -104,9 +104,9 @@ def dry_run(models: list[str], variants: list[str] | None) -> dict[str, Any]:
 def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, device: str) -> dict[str, Any]:
     import torch
 
-    from pipelines.config import ModelRuntimeSettings
-    from pipelines.flops import DenoiseFlops, achieved
-    from pipelines.registry import load_adapter
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.planning.flops import DenoiseFlops, achieved
+    from pipelines.runtime.registry import load_adapter
 
     spec = catalog.models[model]
     runtime = ModelRuntimeSettings(
@@ -150,7 +150,7 @@ def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, d
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from worker.core.catalog import load_catalog
+    from foundation.core.catalog import load_catalog
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", help="catalog ids (default: every real model)")

@@ -56,8 +56,8 @@ def _synthetic_chunks(frames: int, spent: list[float]) -> Any:
 
 
 def _child_encode(seconds: int, preset: str) -> dict[str, Any]:
-    from worker.core.media import Media
-    from worker.media.encoder import EncoderSettings, encode_video
+    from foundation.core.media import Media
+    from foundation.media.encoder import EncoderSettings, encode_video
 
     frames = seconds * FPS
     source_s = [0.0]
@@ -85,8 +85,8 @@ def _child_encode(seconds: int, preset: str) -> dict[str, Any]:
 def _child_upload(backend: str, path: str, settings_json: str) -> dict[str, Any]:
     import httpx
 
-    from worker.stores.config import StoreSettings
-    from worker.stores.factory import open_store
+    from foundation.stores.config import StoreSettings
+    from foundation.stores.factory import open_store
 
     settings = StoreSettings.model_validate_json(settings_json)
     store = open_store(settings, data_dir=Path(path).parent)

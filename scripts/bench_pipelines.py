@@ -32,8 +32,8 @@ STAGES = ("load", "prompt", "denoise", "decode", "to_uint8")
 
 
 def _job(catalog: Any, model: str, seed: int) -> Any:
-    from worker.core.contract import CreateRequest
-    from worker.core.resolve import resolve
+    from foundation.core.contract import CreateRequest
+    from foundation.core.resolve import resolve
 
     spec = catalog.models[model]
     params = dict(spec.defaults)
@@ -51,7 +51,7 @@ def _job(catalog: Any, model: str, seed: int) -> Any:
 
 
 def _one_job(cache: Any, spec: Any, job: Any) -> dict[str, float]:
-    from pipelines.prompt_extend import extend_or_fallback
+    from pipelines.runtime.prompt_extend import extend_or_fallback
 
     started = time.perf_counter()
     adapter = cache.get(spec)
@@ -103,10 +103,10 @@ def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
     import diffusers  # noqa: F401  (timed: paid once per process)
 
     import_s = time.perf_counter() - started
-    from pipelines.cache import ModelCache
-    from pipelines.config import ModelRuntimeSettings
-    from pipelines.tiny import build_all
-    from worker.core.catalog import load_catalog
+    from foundation.core.catalog import load_catalog
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.cache import ModelCache
+    from pipelines.tiny.builders import build_all
 
     catalog = load_catalog()
     models = list(TINY)

@@ -38,14 +38,14 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from foundation.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from foundation.queue.base import JobQueue, Outcome  # noqa: E402
+from foundation.queue.redis.backend import RedisQueue  # noqa: E402
+from foundation.queue.redis.entries import encode_payload  # noqa: E402
+from foundation.queue.sqlite.backend import SqliteQueue  # noqa: E402
+from foundation.queue.sqlite.clock import Clock  # noqa: E402
 from scripts.bench_load import busy_cores  # noqa: E402
 from tests.integration.thread_bursts import THREADS_PER_BURST, burst, open_fds_under  # noqa: E402
-from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
-from worker.queue.base import JobQueue, Outcome  # noqa: E402
-from worker.queue.entries import encode_payload  # noqa: E402
-from worker.queue.redis_backend import RedisQueue  # noqa: E402
-from worker.queue.sqlite_backend import SqliteQueue  # noqa: E402
-from worker.queue.sqlite_clock import Clock  # noqa: E402
 
 MODEL = "bench-model"
 ALONE_MODEL = "bench-model-alone"  # its one job: depth 0 beside a backlog of MODEL
@@ -243,9 +243,9 @@ _CONSUMER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from scripts.bench_queue import MODEL
-from worker.core.contract import Status
-from worker.queue.base import Outcome
-from worker.queue.redis_backend import RedisQueue
+from foundation.core.contract import Status
+from foundation.queue.base import Outcome
+from foundation.queue.redis.backend import RedisQueue
 q = RedisQueue({url!r}, lease_ttl_s=30)
 done = Outcome(status=Status.succeeded)
 print("ready", flush=True)
@@ -261,7 +261,7 @@ _PRODUCER = """
 import sys
 sys.path.insert(0, {root!r})
 from scripts.bench_queue import _record
-from worker.queue.redis_backend import RedisQueue
+from foundation.queue.redis.backend import RedisQueue
 q = RedisQueue({url!r}, lease_ttl_s=30)
 for _ in range({n}):
     q.enqueue(_record())

@@ -66,8 +66,8 @@ class _Recorder:
 
 
 def _job(catalog: Any, model: str) -> Any:
-    from worker.core.contract import CreateRequest
-    from worker.core.resolve import resolve
+    from foundation.core.contract import CreateRequest
+    from foundation.core.resolve import resolve
 
     spec = catalog.models[model]
     params = {**spec.defaults, "seed": 3, "prompt_extend": False, "audio": spec.audio}
@@ -129,7 +129,7 @@ def _latent_tensors(checkpoint: Any) -> int:
 
 
 def _bench_tiny(cache: Any, catalog: Any, model: str, repeats: int, work: Path) -> dict[str, Any]:
-    from worker.stores.local import LocalStore
+    from foundation.stores.local import LocalStore
 
     spec = catalog.models[model]
     adapter = cache.get(spec)
@@ -182,8 +182,8 @@ def _formula_tensors(spec: Any, *, two_stage_in_stage_2: bool) -> int:
 
 
 def _real_size(catalog: Any, model: str) -> dict[str, Any]:
-    from worker.core.resolve import round_up
-    from worker.core.sizes import SIZE_TABLE
+    from foundation.core.resolve import round_up
+    from foundation.core.sizes import SIZE_TABLE
 
     spec = catalog.models[model]
     resolution = spec.resolutions[-1]
@@ -226,11 +226,11 @@ def _crash_loss(crashes: int, *, resume: bool, work: Path, seed: int) -> dict[st
     import random
     import signal
 
+    from foundation.core.catalog import load_catalog
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.settings import settings_env
     from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for, write_test_catalog
-    from worker.core.catalog import load_catalog
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.settings import settings_env
 
     rng = random.Random(seed)
     catalog_path = write_test_catalog(work / "catalog.yaml")
@@ -293,7 +293,7 @@ def _steps_done(step_log: Path, prompt: str) -> int:
 
 
 def crash_run(crashes: int, seed: int = 1) -> dict[str, Any]:
-    from pipelines.tiny import build_all
+    from pipelines.tiny.builders import build_all
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-resume-crash-") as tmp:
@@ -314,10 +314,10 @@ def crash_run(crashes: int, seed: int = 1) -> dict[str, Any]:
 
 
 def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
-    from pipelines.cache import ModelCache
-    from pipelines.config import ModelRuntimeSettings
-    from pipelines.tiny import build_all
-    from worker.core.catalog import load_catalog
+    from foundation.core.catalog import load_catalog
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.cache import ModelCache
+    from pipelines.tiny.builders import build_all
 
     catalog = load_catalog()
     repeats = 3 if quick else 7

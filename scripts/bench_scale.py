@@ -5,7 +5,7 @@
   (SIGTERM) and it runs on 2, then on 1. jobs/s = batch ÷ (enqueue of the first job → last finish).
 - **backlog**: with one idle worker, pick-up latency (enqueue → ``running``) of tiny-wan jobs with an
   empty queue, then with 10,000 jobs of a model no worker hosts queued; and the queue's own claim→finish
-  round trip on one model at depth 10,000 vs depth 0 (``worker.queue`` directly, no worker).
+  round trip on one model at depth 10,000 vs depth 0 (``foundation.queue`` directly, no worker).
 
 Run: ``python scripts/bench_scale.py [--quick]`` (prints JSON), or as a section of ``make bench``.
 """
@@ -28,13 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from foundation.core.catalog import Catalog, load_catalog  # noqa: E402
+from foundation.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from foundation.queue.base import JobQueue, Outcome  # noqa: E402
+from foundation.settings import settings_env  # noqa: E402
 from scripts.bench_worker import queue_job  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
-from worker.core.catalog import Catalog, load_catalog  # noqa: E402
-from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
-from worker.queue.base import JobQueue, Outcome  # noqa: E402
-from worker.settings import settings_env  # noqa: E402
 
 JOB: dict[str, Any] = {"model": "tiny-wan", "variant": "fast", "resolution": "144p", "duration_seconds": 1}
 BACKLOG = 10_000
@@ -117,9 +117,9 @@ def _fill(queue: JobQueue, model: str, n: int) -> float:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from pipelines.tiny import build_all
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from pipelines.tiny.builders import build_all
 
     batch, samples = (8, 5) if quick else (24, 25)
     phases: dict[str, float] = {}
@@ -205,7 +205,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "only time-share the same cores, so jobs/s flattens at about the 2-worker figure (the 2-core "
         "ceiling). On GPU nodes one worker drives one GPU: the fleet scales with GPUs, not processes per "
         "node. Backlog: the 10,000 queued jobs are of a model no worker hosts (pick-up of hosted work must "
-        "not notice them); the claim figures (no worker: worker.queue directly) claim that model's jobs "
+        "not notice them); the claim figures (no worker: foundation.queue directly) claim that model's jobs "
         "with 10,000 of them queued vs with its stream empty."
     )
     return result

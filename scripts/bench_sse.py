@@ -42,7 +42,7 @@ OPEN_WAVE = 50  # streams being opened at once (a client opening 1,000 in one in
 def _api(tmp: Path, redis_url: str, streams: int) -> tuple[subprocess.Popen[bytes], int, str]:
     from api.keys import Scope
     from api.server import open_key_store
-    from worker.settings import Settings, settings_env
+    from foundation.settings import Settings, settings_env
 
     port = _free_port()
     settings = {
@@ -93,9 +93,9 @@ class _Sampler(threading.Thread):
 
 def _play_worker(redis_url: str, n: int) -> None:
     """Claim every job and write what a worker writes, on the real queue."""
-    from worker.core.contract import Stage, Status
-    from worker.queue.base import Outcome
-    from worker.queue.redis_backend import RedisQueue
+    from foundation.core.contract import Stage, Status
+    from foundation.queue.base import Outcome
+    from foundation.queue.redis.backend import RedisQueue
 
     queue = RedisQueue(redis_url)
     try:

@@ -37,14 +37,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from foundation.core.catalog import Catalog, load_catalog  # noqa: E402
+from foundation.core.contract import GenerationRecord  # noqa: E402
+from foundation.queue.base import JobQueue  # noqa: E402
+from foundation.settings import settings_env  # noqa: E402
 from scripts.bench_load import busy_cores  # noqa: E402
 from scripts.bench_queue import Consumers, raw_streams_lane  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for  # noqa: E402
-from worker.core.catalog import Catalog, load_catalog  # noqa: E402
-from worker.core.contract import GenerationRecord  # noqa: E402
-from worker.queue.base import JobQueue  # noqa: E402
-from worker.settings import settings_env  # noqa: E402
 
 # One job shape for overhead/latency, one where encoding weighs about as much as denoising.
 LATENCY_JOB: dict[str, Any] = {"model": "tiny-wan", "variant": "standard", "resolution": "144p", "duration_seconds": 2}
@@ -71,8 +71,8 @@ class DirectPath:
     """The same work as a worker job, called directly in this process: resolve, generate, encode, upload."""
 
     def __init__(self, settings: Any, catalog: Catalog) -> None:
-        from pipelines.cache import ModelCache
-        from worker.stores.factory import open_store
+        from foundation.stores.factory import open_store
+        from pipelines.runtime.cache import ModelCache
 
         self.settings, self.catalog = settings, catalog
         self.store = open_store(settings.store, data_dir=settings.data_dir)
@@ -91,11 +91,11 @@ class DirectPath:
 
     def run_job(self, shape: dict[str, Any], seed: int) -> dict[str, float]:
         """One job; seconds per stage and in total."""
-        from pipelines.adapter import generate
-        from worker.core.resolve import resolve
-        from worker.daemon.resolutions import rebuild_request
-        from worker.media.encoder import encode_video
-        from worker.stores.base import artifact_key
+        from foundation.core.resolve import resolve
+        from foundation.media.encoder import encode_video
+        from foundation.stores.base import artifact_key
+        from pipelines.runtime.adapter import generate
+        from worker.resolutions import rebuild_request
 
         record = _record(self.catalog, shape, seed)
         t0 = time.perf_counter()
@@ -120,7 +120,7 @@ class DirectPath:
 
 
 def rebuild_request_from(record: GenerationRecord, rebuild: Any) -> Any:
-    from worker.queue.base import Claim
+    from foundation.queue.base import Claim
 
     return rebuild(Claim(job_id=record.id, model=record.model, attempt=1, record=record))
 
@@ -214,8 +214,8 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
         "log_level": "INFO",  # the default: the lines a deployed worker logs
     }
     env = {**settings_env(settings), "GENWORKER_TEST_CALL_LOG": str(calls)}
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
 
     queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url))
     worker = WorkerProcess(env, base / "worker.log")
@@ -262,10 +262,10 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
 
 def run(quick: bool = False, gpu: bool = False) -> dict[str, Any]:
     """Both workers (overlap on / off) idle on separate Redis databases; measurements alternate."""
-    from pipelines.tiny import build_all
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.settings import load_settings
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.settings import load_settings
+    from pipelines.tiny.builders import build_all
 
     n, batch, rounds = (6, 6, 2) if quick else (20, 12, 3)
     base = Path(tempfile.mkdtemp(prefix="bench-worker-"))

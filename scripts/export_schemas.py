@@ -1,7 +1,7 @@
 """Write the JSON Schemas of the create request and the generation record to docs/schemas/.
 
 `tests/unit/test_schemas.py` fails when the committed files drift from the models; re-run
-`make schemas` after changing `worker/core/contract.py`.
+`make schemas` after changing `foundation/core/contract.py`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worker.core.contract import CreateRequest, GenerationRecord  # noqa: E402
+from foundation.core.contract import CreateRequest, GenerationRecord  # noqa: E402
 
 SCHEMAS = {
     "create-request.schema.json": CreateRequest,

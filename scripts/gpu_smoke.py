@@ -3,7 +3,7 @@
 For every real catalog model with an architecture config (configs/arch/), under its runtime profile:
 - the denoising transformer(s) from the real config with ``num_layers`` cut to ``--layers`` (real width,
   random weights, the production dtype layout), a forward pass at the job's token count: the measured peak
-  above the weights is the activation the plan estimates (``pipelines.memory_plan.activation_gb``), and
+  above the weights is the activation the plan estimates (``pipelines.planning.memory_plan.activation_gb``), and
   s/step is measured, then scaled to the real depth;
 - the real VAE (full size, random weights, the profile's dtype and tiling) decoding latents of the job's
   size: the measured peak above its weights against ``decode_gb``;
@@ -32,16 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipelines.memory_plan import (  # noqa: E402
+from foundation.core.catalog import ModelSpec, RuntimeProfile, load_catalog  # noqa: E402
+from foundation.core.resolve import frames_for, round_up  # noqa: E402
+from foundation.core.sizes import SIZE_TABLE  # noqa: E402
+from pipelines.planning.memory_plan import (  # noqa: E402
     JobShape,
     activation_gb,
     arch_dir,
     decode_gb,
     load_components,
 )
-from worker.core.catalog import ModelSpec, RuntimeProfile, load_catalog  # noqa: E402
-from worker.core.resolve import frames_for, round_up  # noqa: E402
-from worker.core.sizes import SIZE_TABLE  # noqa: E402
 
 GB = 1e9
 
@@ -260,11 +260,11 @@ def _smoke_clip(spec: ModelSpec, args: argparse.Namespace, r: Result) -> None:
     if "text_to_video" not in spec.modes:
         print(f"gpu-smoke: {spec.id}: no text_to_video mode, no clip")
         return
-    from pipelines.adapter import generate
-    from pipelines.config import ModelRuntimeSettings
-    from pipelines.registry import load_adapter
-    from worker.core.contract import CreateRequest
-    from worker.core.resolve import resolve
+    from foundation.core.contract import CreateRequest
+    from foundation.core.resolve import resolve
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.adapter import generate
+    from pipelines.runtime.registry import load_adapter
 
     catalog = load_catalog()
     runtime = ModelRuntimeSettings(device=args.device, weights_dir=str(args.weights))
@@ -312,8 +312,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     args = _args(argv)
     import torch
 
-    from pipelines.config import ModelRuntimeSettings
-    from pipelines.runtime import runtime_profile
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.profile import runtime_profile
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("gpu-smoke: no CUDA device (use --dry-run for the CPU form)")

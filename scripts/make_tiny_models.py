@@ -2,7 +2,7 @@
 
     python scripts/make_tiny_models.py --out var/models [--force]
 
-Complete builds of the current builder version are skipped unless --force. See pipelines/tiny.py.
+Complete builds of the current builder version are skipped unless --force. See pipelines/tiny/builders.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipelines.tiny import build_all
+from pipelines.tiny.builders import build_all
 
 
 def main(argv: list[str] | None = None) -> int:

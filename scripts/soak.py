@@ -56,10 +56,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from foundation.queue.config import QueueSettings  # noqa: E402
+from foundation.settings import settings_env  # noqa: E402
 from tests.fixtures.redis_server import start_redis  # noqa: E402
 from tests.fixtures.seaweed import SeaweedServer, running_seaweed  # noqa: E402
-from worker.queue.config import QueueSettings  # noqa: E402
-from worker.settings import settings_env  # noqa: E402
 
 TERMINAL = {"succeeded", "failed", "canceled"}
 TINY_MODELS = ["tiny-wan", "tiny-ltx2"]
@@ -266,7 +266,7 @@ class StoreCheck:
 
 def check_store(weed: SeaweedServer, gids: list[str], queue_settings: QueueSettings) -> StoreCheck:
     """Read every accepted job back from the queue and every object from the bucket."""
-    from worker.queue.factory import open_queue
+    from foundation.queue.factory import open_queue
 
     s3 = weed.client()
     queue = open_queue(queue_settings)
@@ -303,9 +303,9 @@ def sweep_objects(weed: SeaweedServer, queue_settings: QueueSettings) -> int:
     """One pass of the workers' sweeper over the bucket, every job being terminal now (so no age
     bound is needed): what the faults left behind (a killed worker's upload, one cut off by a store
     restart) goes; what a record points at stays. How many objects it removed."""
-    from worker.daemon.sweeper import Sweeper
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
+    from worker.sweeper import Sweeper
 
     queue = open_queue(queue_settings)
     store = open_store(weed.store_settings(), data_dir=Path(tempfile.mkdtemp(prefix="soak-sweep-")))
@@ -329,10 +329,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from foundation.core.catalog import load_catalog
     from scripts.soak_faults import FAULTS, Fleet, Injector, start_redis_group
     from tests.integration.worker_harness import write_test_catalog
     from tests.reliability.support import RestartableSeaweed
-    from worker.core.catalog import load_catalog
 
     work = Path(tempfile.mkdtemp(prefix="genworker-soak-"))
     logs = work / "logs"
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         catalog = load_catalog(catalog_path)
         models_dir = Path(args.models_dir) if args.models_dir else work / "models"
         if not args.models_dir:
-            from pipelines.tiny import build_all
+            from pipelines.tiny.builders import build_all
 
             build_all(models_dir)
         env = base_env(plan, weed, models_dir, work / "data", catalog_path)

@@ -27,9 +27,9 @@ from typing import Any
 
 import redis
 
+from foundation.settings import settings_env
 from tests.fixtures.redis_sentinel import SentinelGroup, start_sentinel_group
 from tests.reliability.support import RestartableSeaweed
-from worker.settings import settings_env
 
 __all__ = ["FAULTS", "Fleet", "Injector", "start_redis_group"]
 

@@ -22,10 +22,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import ApiError
 from api.playground.guard import RequestGuard
-from worker.core.catalog import Catalog
-from worker.core.contract import parse_create_request
-from worker.core.errors import ErrorCode
-from worker.core.resolve import resolve
+from foundation.core.catalog import Catalog
+from foundation.core.contract import parse_create_request
+from foundation.core.errors import ErrorCode
+from foundation.core.resolve import resolve
 
 __all__ = ["API_PATH", "PlaygroundApi"]
 

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from api.errors import ApiError
 from api.playground.session import COOKIE_NAME, CSRF_HEADER, Session, SessionSigner
-from worker.core.errors import ErrorCode
-from worker.settings import Settings
+from foundation.core.errors import ErrorCode
+from foundation.settings import Settings
 
 __all__ = ["RequestGuard", "allowed_hosts"]
 

@@ -32,9 +32,9 @@ from api.errors import ApiError, responses_for
 from api.event_stream import Cursor, StreamSlots, comment, is_terminal, merge, note_message, status_message
 from api.keys import Scope
 from api.query import only_query
-from worker.core.contract import Status, utcnow
-from worker.core.errors import ErrorCode
-from worker.queue.base import ApiQueue, Event, ProgressNote
+from foundation.core.contract import Status, utcnow
+from foundation.core.errors import ErrorCode
+from foundation.queue.base import ApiQueue, Event, ProgressNote
 
 __all__ = ["build_router"]
 

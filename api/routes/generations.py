@@ -2,7 +2,7 @@
 
 Create and read, the calls a client repeats (a poll every few seconds per generation), are async
 routes: the key comes from the key cache (``api/auth.py``), the queue is awaited through the API's
-``AsyncApiQueue`` (``worker/queue/async_api.py``), and the view's JSON is rendered once into the
+``AsyncApiQueue`` (``foundation/queue/async_api.py``), and the view's JSON is rendered once into the
 response (``api/views.view_json``), so no threadpool hop and no second validation of the view. List
 and cancel stay sync routes over the sync queue. Both paths answer with the same bodies and headers.
 """
@@ -36,9 +36,9 @@ from api.input_image import store_image
 from api.keys import Scope
 from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
-from worker.core.contract import GenerationRecord, Status, StoredImage, utcnow
-from worker.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
-from worker.settings import ApiSettings
+from foundation.core.contract import GenerationRecord, Status, StoredImage, utcnow
+from foundation.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
+from foundation.settings import ApiSettings
 
 __all__ = ["CREATE_ROUTE", "POLL_ROUTE", "answer_create", "answer_poll", "build_router", "retry_after_s"]
 

@@ -8,7 +8,7 @@ from api.context import ApiContext
 from api.errors import responses_for
 from api.query import only_query
 from api.views import ModelList, ModelView, model_view
-from worker.core.catalog import ModelSpec
+from foundation.core.catalog import ModelSpec
 
 __all__ = ["build_router"]
 

@@ -23,7 +23,7 @@ from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
     from api.webhooks.service import Webhooks
-    from worker.settings import Settings
+    from foundation.settings import Settings
 
 __all__ = ["webhooks_app"]
 
@@ -36,7 +36,7 @@ _Config = Annotated[Path | None, typer.Option("--config", help="YAML settings fi
 
 
 def _settings(data_dir: Path | None, config: Path | None) -> Settings:
-    from worker.settings import load_settings
+    from foundation.settings import load_settings
 
     if data_dir is None:
         return load_settings(config)
@@ -165,8 +165,8 @@ def serve(data_dir: _DataDir = None, config: _Config = None) -> None:
     """Run a sender until SIGTERM/SIGINT: fan queue events out to deliveries and send them."""
     from api.webhooks.sender import Sender
     from api.webhooks.service import open_webhooks
-    from worker.core.logs import configure_logging
-    from worker.queue.factory import open_queue
+    from foundation.core.logs import configure_logging
+    from foundation.queue.factory import open_queue
 
     settings = _settings(data_dir, config)
     configure_logging(settings.log_level)

@@ -23,8 +23,8 @@ import json
 from typing import Any
 
 from api.webhooks.models import Delivery, Endpoint, EventType, delivery_id
-from worker.core.contract import GenerationRecord, Status
-from worker.queue.base import Event
+from foundation.core.contract import GenerationRecord, Status
+from foundation.queue.base import Event
 
 __all__ = ["body_for", "deliveries_for", "event_type"]
 

@@ -21,7 +21,7 @@ import httpx
 
 from api.outbound import OutboundPolicy, Target, UrlNotAllowed, check_url
 from api.webhooks.transport import PostResult, UrlRefused
-from worker.settings import Settings, WebhookSettings
+from foundation.settings import Settings, WebhookSettings
 
 __all__ = ["GuardedTransport", "open_transport", "policy_for"]
 

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from api.webhooks.models import Delivery, DeliveryState, Endpoint
 from api.webhooks.store import LOG_KEPT, RETENTION, epoch_ms
-from worker.queue.unavailable import redis_unavailable
+from foundation.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
-    from worker.queue.redis_connect import RedisClient
+    from foundation.queue.redis.connect import RedisClient
 
 __all__ = ["RedisWebhookStore"]
 

@@ -19,7 +19,7 @@ from api.query import only_query
 from api.webhooks.models import Attempt, Delivery, DeliveryState, Endpoint, EventType
 from api.webhooks.service import MAX_URL_LENGTH, UnknownDelivery, UnknownEndpoint, Webhooks
 from api.webhooks.transport import UrlRefused
-from worker.core.errors import ErrorCode
+from foundation.core.errors import ErrorCode
 
 __all__ = ["build_router"]
 

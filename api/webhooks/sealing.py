@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from worker.core.errors import GenworkerError
+from foundation.core.errors import GenworkerError
 
 __all__ = ["SECRET_PREFIX", "Sealer", "SealingError", "new_secret", "server_key"]
 

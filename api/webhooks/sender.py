@@ -34,11 +34,11 @@ from api.webhooks.models import ATTEMPTS_KEPT, Attempt, Delivery, DeliveryState,
 from api.webhooks.sealing import Sealer, SealingError
 from api.webhooks.store import WebhookStore
 from api.webhooks.transport import PostResult, Transport
+from foundation.core.contract import GenerationRecord
+from foundation.core.errors import BackendUnavailable
+from foundation.queue.base import ApiQueue
+from foundation.settings import WebhookSettings
 from genworker_client.retry import backoff_s
-from worker.core.contract import GenerationRecord
-from worker.core.errors import BackendUnavailable
-from worker.queue.base import ApiQueue
-from worker.settings import WebhookSettings
 
 __all__ = ["Sender", "signed_headers"]
 

@@ -19,8 +19,8 @@ from api.webhooks.sealing import Sealer, new_secret, server_key
 from api.webhooks.sender import Sender, SenderThread
 from api.webhooks.store import SqliteWebhookStore, WebhookStore
 from api.webhooks.transport import Transport, UrlRefused
-from worker.queue.base import ApiQueue
-from worker.settings import Settings, WebhookSettings
+from foundation.queue.base import ApiQueue
+from foundation.settings import Settings, WebhookSettings
 
 __all__ = ["ALL_EVENTS", "UnknownDelivery", "UnknownEndpoint", "Webhooks", "open_webhook_store", "open_webhooks"]
 
@@ -117,7 +117,7 @@ def check_url_shape(url: str) -> None:
 def open_webhook_store(settings: Settings) -> WebhookStore:
     if settings.queue.backend == "redis":
         from api.webhooks.redis_store import RedisWebhookStore
-        from worker.queue.redis_connect import redis_client
+        from foundation.queue.redis.connect import redis_client
 
         return RedisWebhookStore(redis_client(settings.queue, url=settings.queue.redis_url))
     return SqliteWebhookStore(Path(settings.data_dir) / "webhooks.db")

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from api.webhooks.models import Delivery, DeliveryState, Endpoint
-from worker.queue.sqlite_db import SqliteFile
-from worker.queue.unavailable import sqlite_unavailable
+from foundation.queue.sqlite.db import SqliteFile
+from foundation.queue.unavailable import sqlite_unavailable
 
 if TYPE_CHECKING:
     import sqlite3

@@ -12,7 +12,7 @@ from typing import Protocol
 
 __all__ = ["PostResult", "Transport", "UrlRefused"]
 
-from worker.core.errors import GenworkerError
+from foundation.core.errors import GenworkerError
 
 
 class UrlRefused(GenworkerError, ValueError):

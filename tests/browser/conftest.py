@@ -24,8 +24,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
+from foundation.settings import settings_env
 from tests.e2e.conftest import free_port
-from worker.settings import settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("GENWORKER_CHROMIUM", "/usr/bin/chromium")

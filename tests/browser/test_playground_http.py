@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from api.keys import Scope, SqliteKeyStore
 from api.playground.page import STATIC_DIR
 from api.playground.session import COOKIE_NAME, SessionSigner
+from foundation.settings import Settings
 from genworker.embedded import EmbeddedPaths, embedded_settings
 from tests.e2e.conftest import Stack, assert_error, create_body, start_stack
-from worker.settings import Settings
 
 TOKEN = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from foundation.settings import settings_env
 from genworker_client import Client, Generation
-from worker.settings import settings_env
 
 URL_TTL_S = 2
 RETRY_AFTER_EARLY_S = 0  # while a generation is younger than RETRY_AFTER_WINDOW_S

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from worker.daemon.metrics import WorkerMetrics
+from worker.metrics import WorkerMetrics
 
 # Metrics of the exporters the deployment runs beside the workers (deploy/kubernetes/redis-single:
 # redis_exporter; GPU nodes: NVIDIA's dcgm-exporter) and Prometheus' own per-target series.

@@ -6,7 +6,7 @@
 - each worker pod's probes, ports, grace period and resources are checked against the ``Settings``
   its own environment produces (one source of truth: the manifest's env and the settings defaults,
   never a number copied into the test);
-- the KEDA triggers read the streams and group named by ``worker/queue/keys.py``, on the Redis the
+- the KEDA triggers read the streams and group named by ``foundation/queue/keys.py``, on the Redis the
   pods use; the HPA reads the recording rule ``deploy/prometheus`` defines;
 - every secret the pods reference is one ``deploy/kubernetes/secrets`` makes.
 """
@@ -25,6 +25,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from foundation.core.catalog import load_catalog
+from foundation.queue import keys
+from foundation.settings import ENV_PREFIX, Settings, load_settings
 from tests.deploy.kube import (
     KUBE,
     OVERLAYS,
@@ -39,10 +42,7 @@ from tests.deploy.kube import (
     secret_refs,
     worker_deployments,
 )
-from worker.core.catalog import load_catalog
-from worker.daemon import loop
-from worker.queue import keys
-from worker.settings import ENV_PREFIX, Settings, load_settings
+from worker import loop
 
 # The oldest Kubernetes these manifests are written for, and the newest schemas the package ships.
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
+from foundation.settings import settings_env
 from tests.deploy.kube import ROOT
 from tests.deploy.prometheus_server import PrometheusServer
 from tests.deploy.promql import EXTERNAL, metric_names, worker_metric_names
 from tests.e2e.conftest import Stack, start_stack
 from tests.integration.worker_harness import WorkerProcess
-from worker.settings import settings_env
 
 PROM = ROOT / "deploy" / "prometheus"
 RULES = PROM / "rules.yaml"

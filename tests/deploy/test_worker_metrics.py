@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.daemon.health import HealthState
-from worker.daemon.metrics import WorkerMetrics
+from worker.health import HealthState
+from worker.metrics import WorkerMetrics
 
 
 def _samples(metrics: WorkerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -19,12 +19,12 @@ from api.app import create_app
 from api.keys import KeyStore, Scope, SqliteKeyStore
 from api.limits import TokenBucketLimiter
 from api.server import artifacts_app_for
-from worker.core.catalog import Catalog, load_catalog
-from worker.queue.base import JobQueue
-from worker.queue.factory import open_queue
-from worker.settings import Settings
-from worker.stores.base import ArtifactStore
-from worker.stores.factory import open_store
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.queue.base import JobQueue
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings
+from foundation.stores.base import ArtifactStore
+from foundation.stores.factory import open_store
 
 READ = Scope.generations_read
 WRITE = Scope.generations_write

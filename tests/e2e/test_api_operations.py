@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from foundation.settings import settings_env
 from tests.e2e.conftest import Stack, add_keys, free_port, start_stack
 from tests.fixtures.redis_server import RedisServer
-from worker.settings import settings_env
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
 

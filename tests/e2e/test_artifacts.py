@@ -17,12 +17,12 @@ import httpx
 import numpy as np
 import pytest
 
+from foundation.core.contract import Status, Usage
+from foundation.core.media import Media
+from foundation.media.encoder import EncoderSettings, encode_video
+from foundation.queue.base import Claim, Outcome
+from foundation.stores.base import artifact_key, claim_tag
 from tests.e2e.conftest import Stack, add_keys, assert_error, create_body, start_stack
-from worker.core.contract import Status, Usage
-from worker.core.media import Media
-from worker.media.encoder import EncoderSettings, encode_video
-from worker.queue.base import Claim, Outcome
-from worker.stores.base import artifact_key, claim_tag
 
 
 def claim_job(stack: Stack, job_id: str) -> Claim:
@@ -167,8 +167,8 @@ def test_cancel_of_a_running_generation_sets_the_flag_and_a_finished_one_is_409(
 
 @pytest.mark.parametrize("status", [Status.succeeded, Status.failed])
 def test_terminal_generation_is_not_cancelable(fresh_stack: Stack, status: Status, tmp_path: Path) -> None:
-    from worker.core.contract import ErrorInfo
-    from worker.core.errors import ErrorCode
+    from foundation.core.contract import ErrorInfo
+    from foundation.core.errors import ErrorCode
 
     stack = fresh_stack
     with stack.client("alpha") as c:

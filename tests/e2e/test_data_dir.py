@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from foundation.settings import Settings, state_paths
 from tests.e2e.conftest import create_body, free_port
 from tests.e2e.test_embedded_mode import poll_until_terminal, wait_until_available
-from worker.settings import Settings, state_paths
 
 
 @pytest.fixture

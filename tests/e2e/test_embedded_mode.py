@@ -20,8 +20,8 @@ import httpx
 import psutil
 import pytest
 
+from foundation.settings import settings_env
 from tests.e2e.conftest import create_body, free_port
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 

@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from foundation.core.contract import Stage, Status
+from foundation.queue.base import Outcome
+from foundation.settings import settings_env
 from genworker.cli import app
 from genworker_client import AsyncClient, Client, StreamEvent
 from genworker_client.events import SseParser
 from tests.client.proxy import DroppingProxy
 from tests.e2e.conftest import Stack, add_keys, assert_error, create_body, start_stack
 from tests.integration.worker_harness import WorkerProcess, redis_db_url
-from worker.core.contract import Stage, Status
-from worker.queue.base import Outcome
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 

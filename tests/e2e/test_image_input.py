@@ -17,14 +17,14 @@ from api.app import create_app
 from api.keys import SqliteKeyStore
 from api.limits import TokenBucketLimiter
 from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
+from foundation.core.catalog import load_catalog
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings
+from foundation.stores.s3 import S3Store
 from tests.e2e.conftest import Stack, add_keys, assert_error, free_port, serve_app, start_stack
 from tests.fixtures.image_server import ImageServer, Route, serve_images
 from tests.fixtures.seaweed import SeaweedServer
 from tests.image_samples import bomb_png, data_uri, image_bytes
-from worker.core.catalog import load_catalog
-from worker.queue.factory import open_queue
-from worker.settings import Settings
-from worker.stores.s3 import S3Store
 
 OK = image_bytes(96, 64)
 OTHER = image_bytes(64, 64, color=(0, 200, 0))

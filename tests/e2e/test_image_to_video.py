@@ -25,19 +25,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.cache import ModelCache
+from foundation.core.contract import Status
+from pipelines.runtime.cache import ModelCache
 from tests.e2e.conftest import Stack, add_keys, start_stack
 from tests.e2e.test_image_input import fleet_stack  # noqa: F401  # the distributed stack, as a fixture here
 from tests.fixtures.image_server import Route, serve_images
 from tests.pipelines.i2v_support import pattern, psnr, wan_round_trip
-from worker.core.contract import Status
-from worker.daemon.attempt import Settler
-from worker.daemon.faults import LocalFaults
-from worker.daemon.input_image import fit_image
-from worker.daemon.lease import LeaseKeeper
-from worker.daemon.metrics import WorkerMetrics
-from worker.daemon.postprocess import PostProcessor
-from worker.daemon.runner import JobRunner
+from worker.attempt import Settler
+from worker.faults import LocalFaults
+from worker.input_image import fit_image
+from worker.lease import LeaseKeeper
+from worker.metrics import WorkerMetrics
+from worker.postprocess import PostProcessor
+from worker.runner import JobRunner
 
 MODEL = "tiny-wan-ti2v"
 # Luma PSNR after H.264: yuv420p halves the chroma resolution, and the tiny VAE's frames carry pixel-level

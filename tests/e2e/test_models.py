@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from foundation.queue.base import WorkerHeartbeat
 from tests.e2e.conftest import Stack, create_body
-from worker.queue.base import WorkerHeartbeat
 
 
 def models(stack: Stack) -> dict[str, dict]:

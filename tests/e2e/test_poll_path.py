@@ -33,17 +33,17 @@ from api.keys import Scope, SqliteKeyStore
 from api.routes.generations import CREATE_ROUTE, POLL_ROUTE
 from api.server import artifacts_app_for, open_async_limiter, open_limiter
 from api.views import GenerationView, generation_view
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import ErrorInfo, GenerationRecord, Status, Usage, parse_create_request
+from foundation.core.errors import ErrorCode
+from foundation.queue.async_api import OffloadedQueue, open_async_queue
+from foundation.queue.base import JobQueue, Outcome
+from foundation.queue.factory import open_queue
+from foundation.queue.redis.async_queue import AsyncRedisQueue, WiredRedis
+from foundation.settings import Settings
+from foundation.stores.factory import open_store
 from tests.e2e.conftest import assert_error, create_body, free_port
 from tests.integration.queue_support import video_artifact
-from worker.core.catalog import load_catalog
-from worker.core.contract import ErrorInfo, GenerationRecord, Status, Usage, parse_create_request
-from worker.core.errors import ErrorCode
-from worker.queue.async_api import OffloadedQueue, open_async_queue
-from worker.queue.base import JobQueue, Outcome
-from worker.queue.factory import open_queue
-from worker.queue.redis_async import AsyncRedisQueue, WiredRedis
-from worker.settings import Settings
-from worker.stores.factory import open_store
 
 # Retry-After stays at poll_first_s for an hour, so the two APIs' hints compare equal.
 API = {"poll_first_s": 3, "poll_first_window_s": 3600.0, "rate_limit_per_s": 1000.0, "rate_limit_burst": 1000}

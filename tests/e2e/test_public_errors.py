@@ -27,15 +27,15 @@ import pytest
 import redis
 import yaml
 
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.contract import ErrorInfo, GenerationRecord, Status
+from foundation.core.errors import PUBLIC_MESSAGES, ErrorCode
+from foundation.media.ffmpeg import ffmpeg_exe
+from foundation.queue.base import Outcome
+from foundation.settings import settings_env
 from tests.e2e.conftest import Stack, add_keys, create_body, start_stack
 from tests.integration.worker_harness import WorkerProcess, make_record, redis_db_url, write_test_catalog
 from tests.reliability.support import TERMINAL, RestartableSeaweed, s3_store_env
-from worker.core.catalog import Catalog, load_catalog
-from worker.core.contract import ErrorInfo, GenerationRecord, Status
-from worker.core.errors import PUBLIC_MESSAGES, ErrorCode
-from worker.media.ffmpeg import ffmpeg_exe
-from worker.queue.base import Outcome
-from worker.settings import settings_env
 
 # What must never reach a client: a URL, an absolute or relative path, a ``package.module:Class``
 # adapter path, a CamelCase class name (``ValueError``, ``OutOfMemoryError``), ffmpeg's words.
@@ -50,7 +50,7 @@ _LEAKS = {
 # An older worker's message: every kind of detail at once.
 _LEAKY = (
     "upload to http://10.0.7.12:8333/genworker-artifacts/generations/gen_x/1-0123456789ab/video.mp4 failed; "
-    "/var/lib/genworker/work/gen_x/video.mp4: pipelines.wan:WanTextToVideo raised RuntimeError; "
+    "/var/lib/genworker/work/gen_x/video.mp4: pipelines.families.wan:WanTextToVideo raised RuntimeError; "
     "ffmpeg exited 1: [libx264 @ 0x55d0] Conversion failed!"
 )
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from foundation.queue.base import WorkerHeartbeat
 from tests.e2e.conftest import add_keys, assert_error, create_body, start_stack
-from worker.queue.base import WorkerHeartbeat
 
 UNHOSTED = "wan2.1-t2v-1.3b"  # in the catalog, not in the default worker.hosted_models
 

@@ -21,14 +21,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from pipelines.adapter import Latents
-from pipelines.config import ModelRuntimeSettings
-from pipelines.ltx2 import LTX2TextToVideo
-from pipelines.wan import WanTextToVideo
-from pipelines.wan_i2v import WanImageToVideo
-from worker.core.catalog import ModelSpec
-from worker.core.media import Media, StepCallback
-from worker.core.resolve import ResolvedJob
+from foundation.core.catalog import ModelSpec
+from foundation.core.media import Media, StepCallback
+from foundation.core.resolve import ResolvedJob
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.ltx2 import LTX2TextToVideo
+from pipelines.families.wan import WanTextToVideo
+from pipelines.families.wan_i2v import WanImageToVideo
+from pipelines.runtime.adapter import Latents
 
 __all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowLtx2", "SlowWan", "SlowWanI2V"]
 

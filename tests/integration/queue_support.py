@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from worker.core.contract import Artifact, GenerationRecord, Money, RecordInput, RecordParameters
-from worker.queue import keys
-from worker.queue.base import JobQueue
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.sqlite_backend import SqliteQueue
+from foundation.core.contract import Artifact, GenerationRecord, Money, RecordInput, RecordParameters
+from foundation.queue import keys
+from foundation.queue.base import JobQueue
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.sqlite.backend import SqliteQueue
 
 __all__ = [
     "BACKENDS",

@@ -21,16 +21,17 @@ from api.create import build_record
 from api.errors import ApiError
 from api.keys import Scope, SqliteKeyStore
 from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, parse_create_request
+from foundation.queue import keys, records
+from foundation.queue.config import QueueSettings
+from foundation.queue.redis import plans as redis_plans
+from foundation.queue.redis.async_queue import AsyncRedisQueue
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.durability import NotDurable
+from foundation.queue.redis.scripts import Scripts, commit_call, create_call
 from tests.e2e.conftest import create_body
 from tests.fixtures.redis_server import start_redis
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, parse_create_request
-from worker.queue import keys, records, redis_plans
-from worker.queue.config import QueueSettings
-from worker.queue.redis_async import AsyncRedisQueue
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_durability import NotDurable
-from worker.queue.redis_scripts import Scripts, commit_call, create_call
 
 
 def _record(seed: int = 1) -> GenerationRecord:

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import redis
 
+from foundation.core.contract import Artifact, Status
+from foundation.queue import keys
+from foundation.queue.base import Claim, Outcome
+from foundation.queue.redis.backend import RedisQueue
+from foundation.stores.base import ArtifactStore, artifact_key, claim_tag
+from foundation.stores.local import LocalStore
+from foundation.stores.s3 import S3Store
 from tests.fixtures.seaweed import SeaweedServer
 from tests.integration.queue_support import new_record
-from worker.core.contract import Artifact, Status
-from worker.daemon.postprocess import discard_objects, upload_artifacts
-from worker.queue import keys
-from worker.queue.base import Claim, Outcome
-from worker.queue.redis_backend import RedisQueue
-from worker.stores.base import ArtifactStore, artifact_key, claim_tag
-from worker.stores.local import LocalStore
-from worker.stores.s3 import S3Store
+from worker.postprocess import discard_objects, upload_artifacts
 
 
 @pytest.fixture(params=["local", "s3"])

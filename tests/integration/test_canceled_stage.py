@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from foundation.core.contract import Stage, Status
+from foundation.queue.base import JobQueue, Outcome
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.core.contract import Stage, Status
-from worker.queue.base import JobQueue, Outcome
 
 make_queue = queue_support.make_queue
 queue = queue_support.queue

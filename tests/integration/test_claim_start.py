@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from foundation.core.contract import ErrorInfo, GenerationRecord, RecordParameters, Status
+from foundation.core.errors import ErrorCode
+from foundation.queue import keys, records
+from foundation.queue.base import Claim, Outcome
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.scripts import Delivery, Scripts, Started
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.core.contract import ErrorInfo, GenerationRecord, RecordParameters, Status
-from worker.core.errors import ErrorCode
-from worker.queue import keys, records
-from worker.queue.base import Claim, Outcome
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_scripts import Delivery, Scripts, Started
 
 MODEL = "tiny-wan"
 raw = queue_support.raw  # a plain client of the test's Redis

@@ -19,16 +19,16 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from foundation.core.contract import Stage, Status
+from foundation.core.errors import BackendUnavailable
+from foundation.queue import keys
+from foundation.queue.base import JobQueue, WorkerHeartbeat
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.redis.connect import parse_address
 from tests.fixtures.redis_server import RedisServer
 from tests.integration.queue_support import new_record
 from tests.integration.test_queue_contract import _success
-from worker.core.contract import Stage, Status
-from worker.core.errors import BackendUnavailable
-from worker.queue import keys
-from worker.queue.base import JobQueue, WorkerHeartbeat
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.redis_connect import parse_address
 
 TLS = Path(__file__).with_name("cluster_tls")
 START_TIMEOUT_S = 15.0

@@ -16,6 +16,11 @@ import pytest
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from foundation.queue import keys
+from foundation.queue.base import JobQueue
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.redis.backend import RedisQueue
 from tests.fixtures.redis_cluster import LocalCluster
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
@@ -41,11 +46,6 @@ from tests.integration.test_queue_contract import (  # noqa: F401  (collected he
     test_unknown_ids,
     test_warm_model_first_without_starving_cold_ones,
 )
-from worker.queue import keys
-from worker.queue.base import JobQueue
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.redis_backend import RedisQueue
 
 queue = queue_support.queue  # uses the make_queue below
 

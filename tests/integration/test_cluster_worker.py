@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Stage, Status
+from foundation.queue import keys
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.settings import settings_env
+from foundation.stores.factory import open_store
 from tests.fixtures.redis_cluster import LocalCluster
 from tests.integration.worker_harness import WorkerProcess, make_record, seaweed_env, terminal, wait_for
 from tests.integration.worker_media import assert_playable_mp4, fetch_object
-from worker.core.catalog import load_catalog
-from worker.core.contract import Stage, Status
-from worker.queue import keys
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.settings import settings_env
-from worker.stores.factory import open_store
 
 MODELS = ["tiny-wan", "tiny-ltx2"]
 

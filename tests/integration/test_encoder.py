@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from worker.core.errors import ErrorCode, JobError
-from worker.core.media import AudioTrack, Media
-from worker.media.encoder import EncodedVideo, EncoderSettings, encode_video
-from worker.media.ffmpeg import ffmpeg_exe, list_encoders
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.media import AudioTrack, Media
+from foundation.media.encoder import EncodedVideo, EncoderSettings, encode_video
+from foundation.media.ffmpeg import ffmpeg_exe, list_encoders
 
 # Fast presets keep the suite quick on 2 cores; the command line is the same as production's.
 FAST = EncoderSettings(codec="libx264", preset="ultrafast", crf=18)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.errors import EncoderUnavailable, ErrorCode, JobError
+from foundation.media.encoder import encode_video
 from tests.integration.test_encoder import FAST, make_media
-from worker.core.errors import EncoderUnavailable, ErrorCode, JobError
-from worker.media.encoder import encode_video
 
 
 def encode(out_dir: Path, settings: object = FAST) -> None:

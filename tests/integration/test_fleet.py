@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.contract import GenerationRecord, Status
+from foundation.queue.base import JobQueue
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings, settings_env
+from foundation.stores.config import StoreSettings
 from tests.integration.worker_harness import WorkerProcess, claimed_by, make_record, wait_until, write_test_catalog
-from worker.core.catalog import Catalog, load_catalog
-from worker.core.contract import GenerationRecord, Status
-from worker.queue.base import JobQueue
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.settings import Settings, settings_env
-from worker.stores.config import StoreSettings
 
 FLEET = {
     "fleet-wan": ["tiny-wan"],
@@ -132,7 +132,7 @@ def test_each_of_100_jobs_runs_once_on_a_worker_that_hosts_its_model(fleet: Flee
         ran_on[record.model][workers[0]] += 1
 
     # Load spreads: every worker ran some jobs. Which model fleet-both helps with is not fixed: it takes
-    # the model whose oldest waiting job is older (worker/queue/ordering.py), and that depends on how
+    # the model whose oldest waiting job is older (foundation/queue/ordering.py), and that depends on how
     # fast the single-model workers drain their own queues.
     assert set(ran_on["tiny-wan"]) | set(ran_on["tiny-ltx2"]) == set(FLEET), ran_on
     assert "fleet-wan" in ran_on["tiny-wan"] and "fleet-ltx" in ran_on["tiny-ltx2"], ran_on

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from foundation.settings import WorkerSettings
 from scripts.gen_config_reference import all_names
-from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = ["Dockerfile", "Dockerfile.gpu"]

@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from foundation.core.contract import ErrorInfo, Money, Stage, Status, Usage
+from foundation.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from foundation.queue.base import JobQueue, Outcome, ProgressWrite, WorkerHeartbeat
+from foundation.queue.policy import DeadReason, ReleaseReason
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record, video_artifact
-from worker.core.contract import ErrorInfo, Money, Stage, Status, Usage
-from worker.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
-from worker.queue.base import JobQueue, Outcome, ProgressWrite, WorkerHeartbeat
-from worker.queue.policy import DeadReason, ReleaseReason
 
 # The per-backend fixtures (redis, sqlite): every test here runs against both.
 make_queue = queue_support.make_queue

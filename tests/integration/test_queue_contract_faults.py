@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from foundation.core.contract import Status
+from foundation.queue.base import JobQueue, Outcome
+from foundation.queue.policy import DeadReason
 from tests.integration import queue_support
 from tests.integration.queue_support import drop_lease, new_record, read_raw_record, write_raw_record
-from worker.core.contract import Status
-from worker.queue.base import JobQueue, Outcome
-from worker.queue.policy import DeadReason
 
 make_queue = queue_support.make_queue  # per-backend fixture: redis and sqlite
 MakeQueue = Callable[..., JobQueue]

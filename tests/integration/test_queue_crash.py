@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.contract import Status
+from foundation.queue.base import JobQueue, Outcome
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.core.contract import Status
-from worker.queue.base import JobQueue, Outcome
 
 make_queue = queue_support.make_queue  # per-backend fixture: redis and sqlite
 

@@ -16,13 +16,13 @@ import redis
 from pydantic import TypeAdapter
 from redis.crc import key_slot
 
+from foundation.core.contract import IllegalTransition, Status, check_transition
+from foundation.queue import keys
+from foundation.queue.base import Outcome
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.scripts import lua_source
 from tests.fixtures.redis_server import RedisServer
 from tests.integration.queue_support import new_record
-from worker.core.contract import IllegalTransition, Status, check_transition
-from worker.queue import keys
-from worker.queue.base import Outcome
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_scripts import lua_source
 
 
 def test_lua_lifecycle_table_matches_check_transition(redis_url: str) -> None:

@@ -14,12 +14,12 @@ import threading
 import time
 from typing import Any
 
+from foundation.core.contract import Stage, Status
+from foundation.queue.base import Outcome
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.scripts import Delivery, Idle
 from scripts.bench_queue import CountingRedis  # a real client that counts its round trips
 from tests.integration.queue_support import new_record
-from worker.core.contract import Stage, Status
-from worker.queue.base import Outcome
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_scripts import Delivery, Idle
 
 DONE = Outcome(status=Status.succeeded)
 

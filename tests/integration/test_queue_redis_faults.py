@@ -8,14 +8,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from foundation.core.contract import Stage, Status
+from foundation.queue import keys, records
+from foundation.queue.base import Claim, Outcome
+from foundation.queue.redis import plans as redis_plans
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.jobs import JobWriter
+from foundation.queue.redis.scripts import Scripts
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.core.contract import Stage, Status
-from worker.queue import keys, records, redis_plans
-from worker.queue.base import Claim, Outcome
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_jobs import JobWriter
-from worker.queue.redis_scripts import Scripts
 
 MODEL = "tiny-wan"
 raw = queue_support.raw  # a plain client of the test's Redis

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import redis
 
+from foundation.core.contract import ErrorInfo, Status
+from foundation.core.errors import ErrorCode
+from foundation.queue import keys
+from foundation.queue.base import JobQueue, Outcome
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.queue.sqlite.clock import Clock
 from tests.integration import queue_support
 from tests.integration.queue_support import new_record
-from worker.core.contract import ErrorInfo, Status
-from worker.core.errors import ErrorCode
-from worker.queue import keys
-from worker.queue.base import JobQueue, Outcome
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.sqlite_backend import SqliteQueue
-from worker.queue.sqlite_clock import Clock
 
 make_queue = queue_support.make_queue
 queue = queue_support.queue
@@ -215,7 +215,7 @@ def test_sqlite_file_stays_flat_over_bursts_once_purged(tmp_path: Path) -> None:
 
 
 def test_sqlite_caps_events_and_dead_letters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.queue import sqlite_backend
+    from foundation.queue.sqlite import backend as sqlite_backend
 
     monkeypatch.setattr(sqlite_backend, "EVENTS_CAP", 10)
     monkeypatch.setattr(sqlite_backend, "DEAD_LETTERS_CAP", 2)

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.contract import ErrorInfo, GenerationRecord, Status
+from foundation.core.errors import ErrorCode
+from foundation.queue import records
+from foundation.queue.base import Claim, Outcome, WorkerHeartbeat
+from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.queue.sqlite.clock import Clock, read_boot_id
 from tests.integration.queue_support import new_record
-from worker.core.contract import ErrorInfo, GenerationRecord, Status
-from worker.core.errors import ErrorCode
-from worker.queue import records
-from worker.queue.base import Claim, Outcome, WorkerHeartbeat
-from worker.queue.sqlite_backend import SqliteQueue
-from worker.queue.sqlite_clock import Clock, read_boot_id
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_S = 30.0
@@ -162,7 +162,7 @@ _LEGACY_JOBS = """CREATE TABLE jobs (
     attempt INTEGER NOT NULL DEFAULT 0, released INTEGER NOT NULL DEFAULT 0,
     cancel INTEGER NOT NULL DEFAULT 0, record TEXT NOT NULL, created_ms REAL NOT NULL,
     ready_at REAL, queue_seq INTEGER, token TEXT, lease_expires_at REAL)"""
-_OPEN = "import sys; from worker.queue.sqlite_backend import SqliteQueue; SqliteQueue(sys.argv[1]).close()"
+_OPEN = "import sys; from foundation.queue.sqlite.backend import SqliteQueue; SqliteQueue(sys.argv[1]).close()"
 
 
 def write_legacy_file(path: Path) -> tuple[GenerationRecord, GenerationRecord, GenerationRecord]:

@@ -11,8 +11,8 @@ import pytest
 import redis
 import redis.exceptions as rx
 
+from foundation.queue.redis.round_trip import RoundTrips, lean
 from scripts.bench_queue import CountingRedis
-from worker.queue.redis_round_trip import RoundTrips, lean
 
 
 def test_replies_come_raw_and_in_order_in_one_write(redis_url: str) -> None:

@@ -14,10 +14,10 @@ import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rx
 
-from worker.core.errors import BackendUnavailable
-from worker.queue.config import QueueSettings
-from worker.queue.redis_async import WiredRedis, _round_trip, async_redis_client, execute_commands
-from worker.queue.unavailable import redis_unavailable
+from foundation.core.errors import BackendUnavailable
+from foundation.queue.config import QueueSettings
+from foundation.queue.redis.async_queue import WiredRedis, _round_trip, async_redis_client, execute_commands
+from foundation.queue.unavailable import redis_unavailable
 
 # A script and what it answers: the ARGV back, an integer, a nested error reply, a nil in an array.
 _ECHO = "return {ARGV[1], 7, redis.error_reply('MINE oops'), false, ARGV[2]}"

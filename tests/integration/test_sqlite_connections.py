@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from api.keys import Scope, SqliteKeyStore
+from foundation.core.catalog import load_catalog
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.sqlite.backend import SqliteQueue
 from tests.integration.thread_bursts import THREADS_PER_BURST, burst, open_fds_under
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.sqlite_backend import SqliteQueue
 
 BURSTS = 6
 

@@ -1,4 +1,4 @@
-"""Group commit on a real SQLite file (``worker/queue/sqlite_group.py``): concurrent writes share
+"""Group commit on a real SQLite file (``foundation/queue/sqlite/group.py``): concurrent writes share
 transactions, a failing write fails alone, a failing commit fails its whole batch, the queue's creates
 keep their idempotency when they land in one transaction, and the API's creates go in batches."""
 
@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from api.create import build_record
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, parse_create_request
+from foundation.core.errors import IdempotencyConflict
+from foundation.queue.async_api import OffloadedQueue
+from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.queue.sqlite.db import SqliteFile
+from foundation.queue.sqlite.group import GroupCommit
 from tests.e2e.conftest import create_body
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, parse_create_request
-from worker.core.errors import IdempotencyConflict
-from worker.queue.async_api import OffloadedQueue
-from worker.queue.sqlite_backend import SqliteQueue
-from worker.queue.sqlite_db import SqliteFile
-from worker.queue.sqlite_group import GroupCommit
 
 
 def _file(path: Path) -> SqliteFile:

@@ -24,13 +24,13 @@ from pydantic import SecretStr
 from starlette.applications import Starlette
 
 from api.artifacts import artifact_app
+from foundation.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
+from foundation.stores.base import ArtifactStore, artifact_key
+from foundation.stores.config import StoreSettings
+from foundation.stores.factory import SECRET_FILE, open_store
+from foundation.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore
+from foundation.stores.s3 import S3Store
 from tests.fixtures.seaweed import SeaweedServer
-from worker.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
-from worker.stores.base import ArtifactStore, artifact_key
-from worker.stores.config import StoreSettings
-from worker.stores.factory import SECRET_FILE, open_store
-from worker.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore
-from worker.stores.s3 import S3Store
 
 SECRET = b"local-test-secret-0123456789abcdef"
 BIG_BYTES = 17 * 1024 * 1024  # above 16 MiB: two 8 MiB parts and a tail on S3

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.contract import Status
+from foundation.queue.base import Claim, Outcome
+from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.stores.base import ArtifactStore, artifact_key
+from foundation.stores.local import LocalStore
+from foundation.stores.s3 import S3Store
 from tests.fixtures.seaweed import SeaweedServer
 from tests.integration.queue_support import new_record, video_artifact
-from worker.core.contract import Status
-from worker.daemon.sweeper import Sweeper
-from worker.queue.base import Claim, Outcome
-from worker.queue.sqlite_backend import SqliteQueue
-from worker.stores.base import ArtifactStore, artifact_key
-from worker.stores.local import LocalStore
-from worker.stores.s3 import S3Store
+from worker.sweeper import Sweeper
 
 MIN_AGE_S = 600.0
 AHEAD_S = 3600.0  # the sweeper's clock: every file written by the test is an hour old to it
@@ -49,7 +49,7 @@ def _put(store: ArtifactStore, key: str, tmp_path: Path) -> str:
 
 
 def _work_dir(root: Path, job_id: str, attempt: int) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"{job_id}-{attempt}-", dir=root))  # as worker.daemon.runner does
+    return Path(tempfile.mkdtemp(prefix=f"{job_id}-{attempt}-", dir=root))  # as worker.runner does
 
 
 def _claim(queue: SqliteQueue, model: str = "tiny-wan") -> Claim:
@@ -143,7 +143,7 @@ def test_a_denoising_checkpoint_lives_while_its_generation_runs(tmp_path: Path) 
     """A checkpoint (``generations/<id>/checkpoint/denoise.ckpt``) is any attempt's to resume from: kept while
     the record is queued or running, whatever its age; removed once the generation ended or is gone (what a
     worker killed before deleting it leaves behind)."""
-    from worker.daemon.checkpoints import checkpoint_key
+    from worker.checkpoints import checkpoint_key
 
     store = LocalStore(tmp_path / "artifacts", b"0123456789abcdef0123", "http://127.0.0.1:1", 60)
     queue = SqliteQueue(tmp_path / "queue.db")

@@ -1,5 +1,5 @@
 """Worker deaths and shutdowns with real processes, Redis and S3: no job is lost, none succeeds twice, and
-none starts over (denoising checkpoints, ``pipelines.resume``; slow-wan checkpoints every 4 steps).
+none starts over (denoising checkpoints, ``pipelines.runtime.resume``; slow-wan checkpoints every 4 steps).
 
 Three worker processes in sequence, each with a 3 s lease:
 A is killed with SIGKILL mid-denoise after a checkpoint, and B finishes its job as attempt 2 from that
@@ -21,6 +21,11 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
+from foundation.stores.s3 import S3Store
 from tests.integration.worker_harness import (
     WorkerProcess,
     make_record,
@@ -33,12 +38,7 @@ from tests.integration.worker_harness import (
     write_test_catalog,
 )
 from tests.integration.worker_media import decoded_frames, fetch_object
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, Stage, Status
-from worker.daemon.checkpoints import checkpoint_key
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
-from worker.stores.s3 import S3Store
+from worker.checkpoints import checkpoint_key
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,8 @@ pytestmark = pytest.mark.slow
 def crash_env(
     tmp_path_factory: pytest.TempPathFactory, redis_server: Any, seaweed: Any, tiny_models_dir: Path
 ) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
 
     redis_url = redis_db_url(redis_server, 3)
     tmp = tmp_path_factory.mktemp("worker-crash")

@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Status
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
 from tests.integration.worker_harness import (
     WorkerProcess,
     make_record,
@@ -22,16 +26,12 @@ from tests.integration.worker_harness import (
     write_test_catalog,
 )
 from tests.integration.worker_media import assert_playable_mp4
-from worker.core.catalog import load_catalog
-from worker.core.contract import Status
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
 
     tmp = tmp_path_factory.mktemp("worker-embedded")
     data = tmp / "var"

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from foundation.settings import settings_env
 from tests.integration.worker_harness import ROOT
 from tests.integration.worker_media import assert_playable_mp4
-from worker.settings import settings_env
 
 
 def run_generate(args: list[str], tiny_models_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.core.errors import ErrorCode, public_message
+from foundation.queue.base import JobQueue
 from tests.integration.worker_harness import (
     WorkerProcess,
     make_record,
@@ -28,10 +32,6 @@ from tests.integration.worker_harness import (
     write_test_catalog,
 )
 from tests.integration.worker_media import assert_playable_mp4, fetch_object
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, Stage, Status
-from worker.core.errors import ErrorCode, public_message
-from worker.queue.base import JobQueue
 
 HOSTED = ["tiny-wan", "tiny-ltx2", "slow-wan", "faulty-raise", "faulty-oom", "faulty-oom-once", "timeout-wan"]
 
@@ -43,9 +43,9 @@ ENQUEUED: list[str] = []
 def stack(
     tmp_path_factory: pytest.TempPathFactory, redis_server: Any, seaweed: Any, tiny_models_dir: Path
 ) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
 
     redis_url = redis_db_url(redis_server, 2)
     tmp = tmp_path_factory.mktemp("worker-redis")

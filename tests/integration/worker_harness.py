@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.core.catalog import Catalog, default_catalog_path, load_catalog
-from worker.core.contract import GenerationRecord, RecordInput, RecordParameters, Status, parse_create_request
-from worker.core.resolve import resolve
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
+from foundation.core.catalog import Catalog, default_catalog_path, load_catalog
+from foundation.core.contract import GenerationRecord, RecordInput, RecordParameters, Status, parse_create_request
+from foundation.core.resolve import resolve
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).with_name("catalog_faults.yaml")

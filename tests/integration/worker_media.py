@@ -8,7 +8,7 @@ import urllib.request
 import av
 import numpy as np
 
-from worker.stores.base import ArtifactStore
+from foundation.stores.base import ArtifactStore
 
 
 def fetch_object(store: ArtifactStore, key: str) -> bytes:

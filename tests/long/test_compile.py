@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from pipelines.compile import compiled_graphs, warm_up, warmup_jobs
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import load_adapter
+from foundation.core.catalog import Catalog
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.compile import compiled_graphs, warm_up, warmup_jobs
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
-from worker.core.catalog import Catalog
 
 
 # Inductor's CPU path calls torch.jit.script_method, deprecated in this torch: not ours to fix, and with warnings

@@ -24,10 +24,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.integration.worker_harness import WorkerProcess, terminal, wait_for
-from tests.pipelines.i2v_support import pattern
-from worker.core.catalog import Catalog, default_catalog_path, load_catalog
-from worker.core.contract import (
+from foundation.core.catalog import Catalog, default_catalog_path, load_catalog
+from foundation.core.contract import (
     GenerationRecord,
     RecordInput,
     RecordParameters,
@@ -36,14 +34,16 @@ from worker.core.contract import (
     StoredImage,
     parse_create_request,
 )
-from worker.core.resolve import resolve
-from worker.daemon.checkpoints import checkpoint_key
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.settings import settings_env
-from worker.stores.base import ArtifactStore
-from worker.stores.config import StoreSettings
-from worker.stores.factory import open_store
+from foundation.core.resolve import resolve
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.settings import settings_env
+from foundation.stores.base import ArtifactStore
+from foundation.stores.config import StoreSettings
+from foundation.stores.factory import open_store
+from tests.integration.worker_harness import WorkerProcess, terminal, wait_for
+from tests.pipelines.i2v_support import pattern
+from worker.checkpoints import checkpoint_key
 
 pytestmark = pytest.mark.slow
 

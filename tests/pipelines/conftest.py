@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from worker.core.catalog import Catalog, load_catalog
-from worker.core.contract import CreateRequest
-from worker.core.resolve import ResolvedJob, resolve
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.contract import CreateRequest
+from foundation.core.resolve import ResolvedJob, resolve
 
 MakeJob = Callable[..., ResolvedJob]
 

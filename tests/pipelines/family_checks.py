@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.adapter import Adapter
+from foundation.core.catalog import ModelSpec
+from foundation.core.contract import CreateRequest
+from foundation.core.errors import JobCanceled
+from foundation.core.resolve import ResolvedJob
+from foundation.settings import Settings
+from pipelines.runtime.adapter import Adapter
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import ModelSpec
-from worker.core.contract import CreateRequest
-from worker.core.errors import JobCanceled
-from worker.core.resolve import ResolvedJob
-from worker.settings import Settings
 
 __all__ = [
     "check_cancel_within_one_step",
@@ -59,7 +59,7 @@ def check_offered_outputs(settings: Settings, spec: ModelSpec, out_dir: Path) ->
     """Each offered shape through the one-shot path: the MP4 has the exact size, frames and duration."""
     import av
 
-    from worker.daemon.generate import generate_once, prepare_job
+    from worker.generate import generate_once, prepare_job
 
     for resolution, ratio, seconds in offered_shapes(spec):
         job = prepare_job(settings, request(spec.id, resolution=resolution, ratio=ratio, duration_seconds=seconds))

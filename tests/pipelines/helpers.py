@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.resume import DenoiseCheckpoint
-from worker.core.media import Media
+from foundation.core.media import Media
+from pipelines.runtime.resume import DenoiseCheckpoint
 
 
 def frames_of(media: Media) -> np.ndarray:

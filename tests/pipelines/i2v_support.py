@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from worker.core.catalog import Catalog
-from worker.core.contract import CreateRequest
-from worker.core.resolve import ResolvedJob, resolve
-from worker.daemon.input_image import fit_image
+from foundation.core.catalog import Catalog
+from foundation.core.contract import CreateRequest
+from foundation.core.resolve import ResolvedJob, resolve
+from worker.input_image import fit_image
 
 
 def i2v_job(catalog: Catalog, model: str, *, variant: str = "fast", **params: Any) -> ResolvedJob:

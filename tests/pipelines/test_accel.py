@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.runtime import apply_cache, lora_adapter_name
-from pipelines.tiny_i2v import TINY_EXPERT_LORAS
+from foundation.core.catalog import Catalog
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.profile import apply_cache, lora_adapter_name
+from pipelines.tiny.i2v import TINY_EXPERT_LORAS
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 from tests.pipelines.i2v_support import fitted, i2v_job, psnr
-from worker.core.catalog import Catalog
 
 SMALL = {"ratio": "1:1", "duration_seconds": 1}
 
@@ -168,7 +168,7 @@ def test_a_lora_the_model_would_ignore_is_refused_at_load(
 ) -> None:
     from pydantic import ValidationError
 
-    from worker.core.catalog import ModelSpec
+    from foundation.core.catalog import ModelSpec
 
     data = catalog.models[model].model_dump(mode="json")
     data["modes"]["text_to_video"]["variants"]["distilled"] = {"steps": 4, "guidance_scale": 1.0, **variant}
@@ -179,8 +179,8 @@ def test_a_lora_the_model_would_ignore_is_refused_at_load(
 def test_a_two_expert_lora_missing_one_file_is_not_loaded_at_all(
     catalog: Catalog, tiny_runtime: ModelRuntimeSettings
 ) -> None:
-    from pipelines.registry import ModelLoadError, load_adapter
-    from worker.core.catalog import LoraSpec
+    from foundation.core.catalog import LoraSpec
+    from pipelines.runtime.registry import ModelLoadError, load_adapter
 
     base = catalog.models["tiny-wan-i2v-a14b"]
     i2v = base.modes["image_to_video"]

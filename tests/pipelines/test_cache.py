@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
+from foundation.core.catalog import Catalog
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog
 
 WAN, LTX = "tiny-wan", "tiny-ltx2"
 
@@ -120,7 +120,7 @@ def test_concurrent_gets_load_once(tiny_runtime: ModelRuntimeSettings, catalog: 
 def test_load_failure_leaves_the_cache_usable(
     tiny_runtime: ModelRuntimeSettings, catalog: Catalog, budget_gb: float
 ) -> None:
-    from pipelines.registry import ModelLoadError
+    from pipelines.runtime.registry import ModelLoadError
 
     cache = _cache(tiny_runtime, budget_gb)
     broken = catalog.models[WAN].model_copy(update={"id": "tiny-missing", "weights": "tiny-missing"})

@@ -1,4 +1,4 @@
-"""Cache-accelerated recipes (a variant's ``cache``, diffusers' own hooks via ``pipelines.runtime.apply_cache``)
+"""Cache-accelerated recipes (a variant's ``cache``, diffusers' own hooks via ``pipelines.runtime.profile.apply_cache``)
 on tiny Wan: the attention modules run on exactly the steps the schedule says, the video stays close to the
 uncached one, and the next uncached job on the same loaded model is bit-identical to a fresh uncached run."""
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
+from foundation.core.catalog import CacheSpec, Catalog
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import CacheSpec, Catalog
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:

@@ -1,4 +1,4 @@
-"""One job across two processes (``models.gpus_per_job = 2``, ``pipelines.context_parallel``) on CPU with gloo.
+"""One job across two processes (``models.gpus_per_job = 2``, ``pipelines.runtime.context_parallel``) on CPU with gloo.
 
 This process is rank 0; rank 1 is a real ``genworker worker`` follower started as torchrun would start it
 (``RANK``/``WORLD_SIZE``/``MASTER_*``). Tiny Wan under diffusers' Ulysses context parallel gives the same latents
@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from pipelines import context_parallel
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import load_adapter
+from foundation.core.catalog import Catalog
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime import context_parallel
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
-from worker.core.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 _GROUP_TIMEOUT = timedelta(seconds=90)  # forming the group (the follower imports diffusers) and each collective

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.config import ModelRuntimeSettings
-from pipelines.prompt_extend import ChatLLM
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.prompt_extend import ChatLLM
 
 
 def _visits(llm: ChatLLM, calls: list[str], fail: bool = False) -> None:

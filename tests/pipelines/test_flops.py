@@ -1,4 +1,4 @@
-"""FLOPs of denoising counted on meta copies of the real denoisers (``pipelines.flops``): equal to what torch
+"""FLOPs of denoising counted on meta copies of the real denoisers (``pipelines.planning.flops``): equal to what torch
 counts on the real run, not counting the calls a resume replays, and at Wan 2.1 14B 720p equal to the
 closed-form transformer count within 1 %."""
 
@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipelines.cache import ModelCache
-from pipelines.flops import DenoiseFlops, _meta_model, achieved, forward_flops, peak_tflops
+from foundation.core.catalog import Catalog
+from pipelines.planning.flops import DenoiseFlops, _meta_model, achieved, forward_flops, peak_tflops
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import MemoryCheckpoints, StepLog
-from worker.core.catalog import Catalog
 
 ARCH = Path(__file__).resolve().parents[2] / "configs" / "arch"
 

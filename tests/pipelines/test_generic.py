@@ -1,4 +1,4 @@
-"""The generic diffusers adapter (pipelines/generic.py) on its tiny families, and a model added by a catalog
+"""The generic diffusers adapter (pipelines/families/generic.py) on its tiny families, and a model added by a catalog
 entry alone.
 
 Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered shape through
@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.generic import DiffusersLatents, DiffusersTextToVideo
+from foundation.core.catalog import Catalog, CatalogError, default_catalog_path, load_catalog
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.resolve import resolve
+from foundation.settings import Settings
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.generic import DiffusersLatents, DiffusersTextToVideo
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.family_checks import (
     check_cancel_within_one_step,
@@ -26,10 +30,6 @@ from tests.pipelines.family_checks import (
     request,
 )
 from tests.pipelines.helpers import StepLog
-from worker.core.catalog import Catalog, CatalogError, default_catalog_path, load_catalog
-from worker.core.errors import ErrorCode, JobError
-from worker.core.resolve import resolve
-from worker.settings import Settings
 
 FAMILIES = ["tiny-hunyuan15", "tiny-skyreels-v2"]
 
@@ -174,8 +174,8 @@ def test_each_generic_entry_matches_its_pipeline_class(catalog: Catalog) -> None
     options), constructor components (profile dtypes and denoisers)."""
     import inspect
 
-    from pipelines.generic import pipeline_class
-    from worker.core.catalog import GENERIC_ARGUMENTS
+    from foundation.core.catalog import GENERIC_ARGUMENTS
+    from pipelines.families.generic import pipeline_class
 
     generic = [spec for spec in catalog.models.values() if spec.diffusers is not None]
     served = {"hunyuanvideo-1.5-480p", "hunyuanvideo-1.5-720p", "skyreels-v2-t2v-14b-720p", *FAMILIES}

@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.ltx2 import LTX2Latents
-from pipelines.registry import load_adapter
+from foundation.core.catalog import Catalog
+from foundation.core.errors import ErrorCode, JobCanceled, JobError
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.ltx2 import LTX2Latents
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.helpers import StepLog, frames_of
 from tests.pipelines.i2v_support import fitted, i2v_job, psnr, wan_round_trip
-from worker.core.catalog import Catalog
-from worker.core.errors import ErrorCode, JobCanceled, JobError
 
 # decode(encode(image)) vs the first generated frame: equal up to rounding when the image is latent frame 0.
 FIRST_FRAME_MIN_DB = 50.0

@@ -15,11 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines.cache import ModelCache
-from tests.pipelines.helpers import frames_of
-from tests.pipelines.i2v_support import pattern, psnr, wan_round_trip
-from worker.core.catalog import Catalog
-from worker.core.contract import (
+from foundation.core.catalog import Catalog
+from foundation.core.contract import (
     GenerationRecord,
     RecordInput,
     RecordParameters,
@@ -27,16 +24,19 @@ from worker.core.contract import (
     StoredImage,
     parse_create_request,
 )
-from worker.core.errors import ErrorCode, JobError
-from worker.core.resolve import resolve
-from worker.daemon.attempt import Settler
-from worker.daemon.faults import LocalFaults
-from worker.daemon.input_image import fit_image, load_input_image
-from worker.daemon.lease import LeaseKeeper
-from worker.daemon.metrics import WorkerMetrics
-from worker.daemon.runner import JobRunner
-from worker.queue.sqlite_backend import SqliteQueue
-from worker.stores.local import LocalStore
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.resolve import resolve
+from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.stores.local import LocalStore
+from pipelines.runtime.cache import ModelCache
+from tests.pipelines.helpers import frames_of
+from tests.pipelines.i2v_support import pattern, psnr, wan_round_trip
+from worker.attempt import Settler
+from worker.faults import LocalFaults
+from worker.input_image import fit_image, load_input_image
+from worker.lease import LeaseKeeper
+from worker.metrics import WorkerMetrics
+from worker.runner import JobRunner
 
 MODEL = "tiny-wan-ti2v"
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import load_adapter
-from pipelines.runtime import lora_adapter_name
-from pipelines.tiny import TINY_WAN_LORA
+from foundation.core.catalog import Catalog, LoraSpec, VariantSpec
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.profile import lora_adapter_name
+from pipelines.runtime.registry import load_adapter
+from pipelines.tiny.builders import TINY_WAN_LORA
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog, LoraSpec, VariantSpec
 
 SMALL = {"ratio": "1:1", "duration_seconds": 1}
 
@@ -72,7 +72,7 @@ def test_the_shipped_lora_variant_is_a_few_step_recipe_priced_below_standard(cat
 def test_a_lora_that_does_not_load_leaves_the_model_serving_and_releases_its_jobs(
     tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
 ) -> None:
-    from pipelines.registry import ModelLoadError
+    from pipelines.runtime.registry import ModelLoadError
 
     base = catalog.models["tiny-wan"]
     missing = LoraSpec(weights="tiny-wan", weight_name="not-downloaded.safetensors")
@@ -98,9 +98,9 @@ def test_variants_whose_lora_files_are_missing_here_are_named_without_loading(
     from the hub cache while the hub is offline (a GPU node); a file in the cache is present."""
     from huggingface_hub import constants
 
-    from pipelines.runtime import variants_without_weights
-    from worker.daemon.context import unserved_variants
-    from worker.settings import load_settings
+    from foundation.settings import load_settings
+    from pipelines.runtime.profile import variants_without_weights
+    from worker.context import unserved_variants
 
     both = catalog.models["tiny-wan-i2v-a14b"]  # one LoRA file per expert, both built with the model
     assert variants_without_weights(both, tiny_runtime) == []

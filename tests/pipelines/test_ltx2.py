@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.ltx2 import LTX2Latents, LTX2TextToVideo
+from foundation.core.catalog import Catalog
+from foundation.core.errors import ErrorCode, JobCanceled, JobError
+from pipelines.families.ltx2 import LTX2Latents, LTX2TextToVideo
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog
-from worker.core.errors import ErrorCode, JobCanceled, JobError
 
 MODEL = "tiny-ltx2"
 SMALL = {"ratio": "1:1", "duration_seconds": 1}  # 160x160, 9 frames

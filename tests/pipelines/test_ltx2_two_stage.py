@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.ltx2 import LTX2TextToVideo
+from foundation.core.catalog import Catalog
+from foundation.core.errors import JobCanceled
+from pipelines.families.ltx2 import LTX2TextToVideo
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog
-from worker.core.errors import JobCanceled
 
 MODEL = "tiny-ltx2-two-stage"
 

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from foundation.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, ModelSpec, RuntimeProfile, load_catalog
+from foundation.core.errors import FatalWorkerError
+from foundation.settings import load_settings
+from foundation.settings.models import ModelRuntimeSettings
 from genworker.cli import app
-from pipelines.config import ModelRuntimeSettings
-from pipelines.memory_plan import (
+from pipelines.planning.memory_plan import (
     OFFLOAD_MODES,
     Component,
     JobShape,
@@ -21,11 +24,8 @@ from pipelines.memory_plan import (
     load_components,
     plan_model,
 )
-from pipelines.registry import hub_revision
-from worker.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, ModelSpec, RuntimeProfile, load_catalog
-from worker.core.errors import FatalWorkerError
-from worker.daemon.memory import fitting_models
-from worker.settings import load_settings
+from pipelines.runtime.registry import hub_revision
+from worker.memory import fitting_models
 
 GIB = 2**30
 REAL = (
@@ -109,11 +109,11 @@ def test_fp8_counts_the_denoiser_weights_at_one_byte_where_the_runtime_casts_the
 
 def test_the_fp8_storage_count_equals_the_bytes_of_a_cast_tiny_model(tiny_runtime: ModelRuntimeSettings) -> None:
     """The meta count against the real thing: tiny Wan's transformer loaded in bf16 and layerwise cast as the
-    worker does (``pipelines.runtime.apply_fp8``) holds exactly the bytes the plan counts."""
+    worker does (``pipelines.runtime.profile.apply_fp8``) holds exactly the bytes the plan counts."""
     import torch
     from diffusers import WanTransformer3DModel
 
-    from pipelines.runtime import apply_fp8, module_bytes
+    from pipelines.runtime.profile import apply_fp8, module_bytes
 
     folder = Path(tiny_runtime.tiny_models_dir) / "tiny-wan" / "transformer"
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))

@@ -8,8 +8,8 @@ import typing
 
 import pytest
 
-from pipelines.registry import adapter_class
-from worker.core.catalog import FAMILY_OPTIONS, Catalog, ModelSpec
+from foundation.core.catalog import FAMILY_OPTIONS, Catalog, ModelSpec
+from pipelines.runtime.registry import adapter_class
 
 # The diffusers pipeline class each family's adapter calls; options it does not apply itself go to it.
 # The generic adapter ("diffusers") takes no family-wide options: each entry lists its own, checked against its

@@ -11,14 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pipelines.adapter import generate
-from pipelines.config import ModelRuntimeSettings
-from pipelines.ltx2 import LTX2TextToVideo
-from pipelines.registry import ModelLoadError, load_adapter
-from pipelines.wan import WanTextToVideo
-from tests.pipelines.conftest import MakeJob
-from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import (
+from foundation.core.catalog import (
     ATTENTION_BACKENDS,
     MASK_REJECTING_BACKENDS,
     Catalog,
@@ -26,6 +19,13 @@ from worker.core.catalog import (
     default_catalog_path,
     load_catalog,
 )
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.ltx2 import LTX2TextToVideo
+from pipelines.families.wan import WanTextToVideo
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.registry import ModelLoadError, load_adapter
+from tests.pipelines.conftest import MakeJob
+from tests.pipelines.helpers import StepLog, frames_of
 
 SMALL = {"ratio": "1:1", "duration_seconds": 1}
 
@@ -193,7 +193,7 @@ def test_fp8_compute_is_refused_at_load_off_hopper(tiny_runtime: ModelRuntimeSet
 def test_the_compile_warm_up_varies_every_latent_dimension(catalog: Catalog) -> None:
     """One single-step job per distinct shape, covering both ends of width, height and frames (the long test,
     make test-long, shows no size compiles after them)."""
-    from pipelines.compile import warmup_jobs
+    from pipelines.runtime.compile import warmup_jobs
 
     spec = catalog.models["tiny-wan"]
     jobs = warmup_jobs(spec, catalog)

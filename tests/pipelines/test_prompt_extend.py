@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.adapter import Adapter
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.ltx2 import LTX2TextToVideo
-from pipelines.prompt_extend import PromptExtendError, extend_or_fallback, sanitize
-from pipelines.wan import WanTextToVideo
+from foundation.core.catalog import Catalog, PromptExtendSpec
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.ltx2 import LTX2TextToVideo
+from pipelines.families.wan import WanTextToVideo
+from pipelines.runtime.adapter import Adapter
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.prompt_extend import PromptExtendError, extend_or_fallback, sanitize
 from tests.pipelines.conftest import MakeJob
-from worker.core.catalog import Catalog, PromptExtendSpec
 
 PROMPT = "a lighthouse in a storm"
 
@@ -117,7 +117,7 @@ UPSTREAM_WAN_PROMPTS = {
 def test_wan_system_prompts_are_upstreams_byte_for_byte() -> None:
     import hashlib
 
-    from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
+    from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
 
     digests = {lang: hashlib.sha256(text.encode()).hexdigest() for lang, text in WAN_SYSTEM_PROMPTS.items()}
     assert digests == UPSTREAM_WAN_PROMPTS
@@ -128,7 +128,7 @@ def test_the_wan_llm_sees_the_system_prompt_of_its_language(
     adapters: dict[str, Adapter], tiny_runtime: ModelRuntimeSettings, make_job: MakeJob, language: str
 ) -> None:
     """What reaches the chat template is upstream's text for the catalog's language."""
-    from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
+    from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
 
     wan = adapters["tiny-wan"]
     settings = wan.spec.prompt_extend

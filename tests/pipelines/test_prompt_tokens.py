@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from api.views import GenerationView
-from pipelines.cache import ModelCache
+from foundation.core.catalog import Catalog
+from foundation.core.contract import CreateRequest, GenerationRecord, PromptTokens, Status
+from foundation.core.resolve import resolve
+from foundation.queue.base import Outcome
+from foundation.queue.records import finished, started
+from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
-from worker.core.catalog import Catalog
-from worker.core.contract import CreateRequest, GenerationRecord, PromptTokens, Status
-from worker.core.resolve import resolve
-from worker.daemon.pipeline_run import RunHooks, run_pipeline
-from worker.queue.base import Outcome
-from worker.queue.records import finished, started
+from worker.pipeline_run import RunHooks, run_pipeline
 
 LONG = "a red fox runs through the snow " * 40  # 1,240 characters
 

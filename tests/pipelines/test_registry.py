@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import (
+from foundation.core.catalog import Catalog
+from foundation.core.errors import ErrorCode
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.wan import WanTextToVideo
+from pipelines.runtime.registry import (
     ModelLoadError,
     adapter_class,
     load_adapter,
@@ -15,13 +18,10 @@ from pipelines.registry import (
     resolve_dtype,
     resolve_weights,
 )
-from pipelines.wan import WanTextToVideo
-from worker.core.catalog import Catalog
-from worker.core.errors import ErrorCode
 
 
 def test_catalog_adapters_resolve(catalog: Catalog) -> None:
-    from pipelines.ltx2 import LTX2TextToVideo
+    from pipelines.families.ltx2 import LTX2TextToVideo
 
     classes = {spec.id: adapter_class(spec.adapter) for spec in catalog.models.values()}
     assert classes["tiny-wan"] is classes["wan2.2-t2v-a14b"] is WanTextToVideo
@@ -32,9 +32,9 @@ def test_catalog_adapters_resolve(catalog: Catalog) -> None:
     ("path", "message"),
     [
         ("pipelines.nope:Thing", "cannot import module 'pipelines.nope'"),
-        ("pipelines.wan:Nope", "has no class 'Nope'"),
-        ("pipelines.wan", "not of the form"),
-        ("worker.core.media:Media", "lacks the Adapter method 'load'"),
+        ("pipelines.families.wan:Nope", "has no class 'Nope'"),
+        ("pipelines.families.wan", "not of the form"),
+        ("foundation.core.media:Media", "lacks the Adapter method 'load'"),
     ],
 )
 def test_bad_adapter_paths_fail_clearly(path: str, message: str) -> None:
@@ -93,8 +93,9 @@ def test_importing_the_package_stays_light() -> None:
 
     code = (
         "import sys\n"
-        "import pipelines, pipelines.cache, pipelines.registry, pipelines.prompt_extend, pipelines.tiny\n"
-        "import pipelines.wan, pipelines.ltx2\n"
+        "import pipelines, pipelines.runtime.cache, pipelines.runtime.registry, pipelines.runtime.prompt_extend\n"
+        "import pipelines.tiny.builders\n"
+        "import pipelines.families.wan, pipelines.families.ltx2\n"
         "heavy = sorted({'diffusers', 'transformers', 'torch'} & set(sys.modules))\n"
         "print(','.join(heavy))\n"
     )

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.adapter import Adapter, Latents
-from pipelines.cache import ModelCache
-from pipelines.resume import CheckpointCorrupt, DenoiseCheckpoint
+from foundation.core.catalog import Catalog
+from foundation.core.resolve import ResolvedJob
+from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.resume import CheckpointCorrupt, DenoiseCheckpoint
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import MemoryCheckpoints, StepLog, frames_of
 from tests.pipelines.i2v_support import fitted, i2v_job
-from worker.core.catalog import Catalog
-from worker.core.resolve import ResolvedJob
 
 
 class _Forwards:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from foundation.core.catalog import Catalog, CatalogError, load_catalog
 from genworker.cli import app
 from genworker.scaffold import RECIPE_PLACEHOLDER, ScaffoldError, write_scaffold
-from worker.core.catalog import Catalog, CatalogError, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 THIRD = "CogVideoXPipeline"

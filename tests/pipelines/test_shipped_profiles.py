@@ -2,7 +2,7 @@
 
 The real entries' profiles (component dtypes, VAE tiling, attention backend, compile, offload) are applied as a
 worker override to the tiny model of the same family, so the production dtype layout and knobs run end to end
-on CPU. Offload needs CUDA and is skipped on CPU (pipelines/runtime.py), so profiles that differ only in offload
+on CPU. Offload needs CUDA and is skipped on CPU (pipelines/runtime/profile.py), so profiles that differ only in offload
 run once. Wan's tiled decode runs at 240p 4:3, wider than its 256-pixel tiles.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.config import ModelRuntimeSettings
-from pipelines.registry import load_adapter
+from foundation.core.catalog import Catalog, ModelSpec, load_catalog
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog, ModelSpec, load_catalog
 
 
 def _kind(spec: ModelSpec) -> tuple[str, str]:

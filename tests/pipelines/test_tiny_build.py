@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.tiny import BUILDER_VERSION, MARKER, TINY_MODELS, build_all, is_built
+from pipelines.tiny.builders import BUILDER_VERSION, MARKER, TINY_MODELS, build_all, is_built
 
 
 def _digests(root: Path) -> dict[str, str]:

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.adapter import generate
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from pipelines.runtime import CHUNK_FRAMES
-from pipelines.wan import WanLatents, WanTextToVideo
+from foundation.core.catalog import Catalog
+from foundation.core.errors import ErrorCode, JobCanceled, JobError
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.families.wan import WanLatents, WanTextToVideo
+from pipelines.runtime.adapter import generate
+from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.profile import CHUNK_FRAMES
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
-from worker.core.catalog import Catalog
-from worker.core.errors import ErrorCode, JobCanceled, JobError
 
 MODEL = "tiny-wan"
 SMALL = {"ratio": "1:1", "duration_seconds": 1}  # 144x144, 5 frames: the cheapest job

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundation.core.contract import Status
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
+from foundation.stores.base import ArtifactStore
 from tests.fixtures.seaweed import SeaweedServer, _command, _free_port_block, _stop, _wait_ready, weed_binary
 from tests.integration.worker_harness import WorkerProcess
-from worker.core.contract import Status
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
-from worker.stores.base import ArtifactStore
 
 TERMINAL = {Status.succeeded, Status.failed, Status.canceled}
 

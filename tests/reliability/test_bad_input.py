@@ -22,9 +22,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from foundation.queue.keys import job_stream
+from foundation.queue.redis.backend import RedisQueue
 from tests.e2e.conftest import Stack, add_keys, create_body, start_stack
-from worker.queue.keys import job_stream
-from worker.queue.redis_backend import RedisQueue
 
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 MODEL = "tiny-wan"

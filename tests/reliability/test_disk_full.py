@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Status
+from foundation.core.errors import ErrorCode
+from foundation.settings import settings_env
 from tests.fixtures.redis_server import start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, terminal, wait_for, write_test_catalog
 from tests.reliability.support import assert_invariants, worker_env
-from worker.core.catalog import load_catalog
-from worker.core.contract import Status
-from worker.core.errors import ErrorCode
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -58,10 +58,10 @@ def fill(root: Path, leave: int) -> Path:
 
 @pytest.fixture(scope="module")
 def disk(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.stores.config import StoreSettings
-    from worker.stores.factory import open_store
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.stores.config import StoreSettings
+    from foundation.stores.factory import open_store
 
     tmp = tmp_path_factory.mktemp("disk-full")
     root = tmp / "store"

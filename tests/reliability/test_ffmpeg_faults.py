@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Status
+from foundation.core.errors import ErrorCode, public_message
+from foundation.media.ffmpeg import ffmpeg_exe
+from foundation.stores.base import artifact_prefix
 from tests.fixtures.redis_server import start_redis
 from tests.fixtures.seaweed import SeaweedServer
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
 from tests.reliability.support import TERMINAL, assert_invariants, s3_store_env, worker_env
-from worker.core.catalog import load_catalog
-from worker.core.contract import Status
-from worker.core.errors import ErrorCode, public_message
-from worker.media.ffmpeg import ffmpeg_exe
-from worker.stores.base import artifact_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +57,9 @@ exec {real} "$@"
 def ffmpeg_fault(
     tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path, seaweed: SeaweedServer
 ) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
 
     tmp = tmp_path_factory.mktemp("ffmpeg-faults")
     fault = tmp / "fault"

@@ -18,21 +18,21 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Stage, Status
+from foundation.settings import settings_env
 from tests.fixtures.redis_server import RedisServer, start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, write_test_catalog
 from tests.reliability.support import TERMINAL, RestartableSeaweed, assert_invariants, s3_store_env, worker_env
-from worker.core.catalog import load_catalog
-from worker.core.contract import Stage, Status
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def infra(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
 
     tmp = tmp_path_factory.mktemp("infra-faults")
     redis = start_redis(tmp / "redis", "--appendonly", "yes", "--appendfsync", "always")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 
+from foundation.core.catalog import load_catalog
+from foundation.queue.keys import job_stream
+from foundation.queue.redis.backend import RedisQueue
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.queue.keys import job_stream
-from worker.queue.redis_backend import RedisQueue
 
 
 def pel_idle_ms(queue_url: str, model: str) -> int:

@@ -27,6 +27,11 @@ from typing import Any
 import pytest
 import yaml
 
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.contract import GenerationRecord, Status
+from foundation.core.errors import ErrorCode, public_message
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
 from tests.fixtures.redis_server import start_redis
 from tests.integration.worker_harness import (
     WorkerProcess,
@@ -39,11 +44,6 @@ from tests.integration.worker_harness import (
 )
 from tests.reliability.support import worker_env
 from tests.reliability.test_disk_full import fill, mount_tmpfs
-from worker.core.catalog import Catalog, load_catalog
-from worker.core.contract import GenerationRecord, Status
-from worker.core.errors import ErrorCode, public_message
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,8 @@ class Site:
     """One Redis, one local store and one catalog; workers started on them by name."""
 
     def __init__(self, tmp: Path, redis_url: str, models_dir: Path) -> None:
-        from worker.queue.config import QueueSettings
-        from worker.queue.factory import open_queue
+        from foundation.queue.config import QueueSettings
+        from foundation.queue.factory import open_queue
 
         self.tmp, self.redis_url, self.models_dir = tmp, redis_url, models_dir
         self.catalog_path = write_test_catalog(tmp / "catalog.yaml")

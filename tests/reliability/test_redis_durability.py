@@ -18,20 +18,21 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.contract import Status
+from foundation.core.errors import BackendUnavailable
+from foundation.queue import keys
+from foundation.queue.base import JobQueue, Outcome
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.redis import plans as redis_plans
+from foundation.queue.redis.backend import RedisQueue
+from foundation.queue.redis.connect import redis_client
+from foundation.queue.redis.durability import Durability, NotDurable
+from foundation.queue.redis.scripts import Scripts
 from tests.fixtures.redis_cluster import LocalCluster
 from tests.fixtures.redis_sentinel import SentinelGroup, start_sentinel_group
 from tests.fixtures.redis_server import RedisServer, start_redis
 from tests.integration.queue_support import new_record
-from worker.core.contract import Status
-from worker.core.errors import BackendUnavailable
-from worker.queue import keys, redis_plans
-from worker.queue.base import JobQueue, Outcome
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.redis_backend import RedisQueue
-from worker.queue.redis_connect import redis_client
-from worker.queue.redis_durability import Durability, NotDurable
-from worker.queue.redis_scripts import Scripts
 
 pytestmark = pytest.mark.slow
 

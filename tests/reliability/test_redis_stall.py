@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.queue.base import JobQueue
+from foundation.settings import settings_env
 from tests.fixtures.redis_server import start_redis
 from tests.integration.worker_harness import WorkerProcess, make_record, seaweed_env, wait_for, write_test_catalog
 from tests.reliability.support import TERMINAL, object_size, worker_env
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, Stage, Status
-from worker.queue.base import JobQueue
-from worker.settings import settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +40,9 @@ STALL_S = 3.0  # twice the socket timeout
 
 @pytest.fixture(scope="module")
 def stall(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path, seaweed: Any) -> Iterator[dict[str, Any]]:
-    from worker.queue.config import QueueSettings
-    from worker.queue.factory import open_queue
-    from worker.stores.factory import open_store
+    from foundation.queue.config import QueueSettings
+    from foundation.queue.factory import open_queue
+    from foundation.stores.factory import open_store
 
     tmp = tmp_path_factory.mktemp("redis-stall")
     redis = start_redis(tmp / "redis", "--enable-debug-command", "yes")

@@ -26,11 +26,11 @@ import pytest
 import redis
 
 from api.keys import RedisKeyStore, Scope, SqliteKeyStore
+from foundation.core.catalog import load_catalog
+from foundation.settings import settings_env
+from foundation.stores.config import StoreSettings
+from foundation.stores.factory import open_store
 from tests.e2e.conftest import create_body, free_port
-from worker.core.catalog import load_catalog
-from worker.settings import settings_env
-from worker.stores.config import StoreSettings
-from worker.stores.factory import open_store
 
 SECRET = "reliability-signing-secret-0123456789"
 PROMPT = "a secret prompt about a violet giraffe 7f3a"

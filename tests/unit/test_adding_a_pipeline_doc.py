@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.system_prompts import WAN_SYSTEM_PROMPTS
-from pipelines.tiny import TINY_MODELS
-from worker.settings import WorkerSettings
+from foundation.settings import WorkerSettings
+from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
+from pipelines.tiny.builders import TINY_MODELS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adding-a-pipeline.md"
 
@@ -18,6 +18,6 @@ def test_the_guide_lists_the_tiny_models_the_default_hosted_models_and_the_syste
         assert f"| `{name}` |" in text, name
     hosted = ", ".join(f'"{m}"' for m in WorkerSettings().hosted_models)
     assert f"`[{hosted}]`" in text
-    assert "`pipelines/system_prompts.py`" in text
+    assert "`pipelines/families/system_prompts.py`" in text
     assert "`WAN_SYSTEM_PROMPTS`" in text
     assert set(WAN_SYSTEM_PROMPTS) == {"en", "zh"}  # the two upstream texts the guide describes

@@ -10,10 +10,10 @@ import pytest
 from api.create import build_record, check_idempotency_key, parse_body, request_hash
 from api.errors import ApiError
 from api.routes.generations import retry_after_s
-from worker.core.catalog import load_catalog
-from worker.core.contract import Status, parse_create_request, utcnow
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.settings import ApiSettings
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Status, parse_create_request, utcnow
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.settings import ApiSettings
 
 CATALOG = load_catalog()
 

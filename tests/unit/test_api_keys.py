@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from api.keys import KEY_PREFIX, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, hash_key
-from worker.core.errors import BackendUnavailable
+from foundation.core.errors import BackendUnavailable
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from api.limits import MemoryLimiter, RateDecision, RedisLimiter, rate_limit_headers
-from worker.core.errors import BackendUnavailable
+from foundation.core.errors import BackendUnavailable
 
 
 def test_memory_limiter_allows_a_burst_then_refuses_with_retry_after() -> None:

@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 
 from genworker.cli import app as cli
 from api.server import build_app
-from worker.settings import Settings
+from foundation.settings import Settings
 
 assert CliRunner().invoke(cli, ["api", "--help"]).exit_code == 0
 data = sys.argv[1]

@@ -1,4 +1,4 @@
-"""The worker's side of denoising checkpoints (``worker.daemon.checkpoints``) on a real local store: cadence,
+"""The worker's side of denoising checkpoints (``worker.checkpoints``) on a real local store: cadence,
 the drain decision, the writer thread, refusals and deletion. The adapters' side (exact resume) is in
 tests/pipelines/test_resume.py; the whole path with real workers in tests/integration/test_worker_crash.py."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import torch
 
-from pipelines.resume import DenoiseCheckpoint
-from worker.core.catalog import CheckpointPolicy
-from worker.daemon.checkpoints import DrainClock, JobCheckpoints, checkpoint_key, delete_checkpoint
-from worker.daemon.logs import job_logger
-from worker.daemon.metrics import WorkerMetrics
-from worker.stores.local import LocalStore
+from foundation.core.catalog import CheckpointPolicy
+from foundation.stores.local import LocalStore
+from pipelines.runtime.resume import DenoiseCheckpoint
+from worker.checkpoints import DrainClock, JobCheckpoints, checkpoint_key, delete_checkpoint
+from worker.logs import job_logger
+from worker.metrics import WorkerMetrics
 
 JOB = "gen_checkpoints"
 

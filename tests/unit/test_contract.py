@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from worker.core.contract import (
+from foundation.core.contract import (
     TERMINAL,
     GenerationRecord,
     IllegalTransition,
@@ -16,7 +16,7 @@ from worker.core.contract import (
     check_transition,
     parse_create_request,
 )
-from worker.core.errors import ErrorCode, RequestRejected
+from foundation.core.errors import ErrorCode, RequestRejected
 
 LEGAL = {
     (Status.queued, Status.running),

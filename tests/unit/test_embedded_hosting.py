@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.catalog import load_catalog
 from genworker.embedded import EmbeddedPaths, embedded_settings, worker_env
-from worker.core.catalog import load_catalog
 
 
 def _settings(tmp_path: Path) -> tuple[list[str], dict[str, str]]:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.core.media import AudioTrack
-from worker.media.ffmpeg import AudioInput, VideoInput, build_command, resolve_codec
-from worker.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio
-from worker.media.settings import EncoderSettings
+from foundation.core.media import AudioTrack
+from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, resolve_codec
+from foundation.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio
+from foundation.media.settings import EncoderSettings
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from api.event_stream import Cursor, StreamSlots, merge, note_message, status_message
+from foundation.core.contract import Stage, Status
+from foundation.queue.base import Event, ProgressNote
 from genworker_client.events import SseParser, StreamFollower
-from worker.core.contract import Stage, Status
-from worker.queue.base import Event, ProgressNote
 
 AT = datetime(2026, 11, 23, tzinfo=UTC)
 

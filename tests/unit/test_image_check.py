@@ -8,9 +8,9 @@ import io
 import pytest
 from PIL import Image
 
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.images import check_image
 from tests.image_samples import bomb_png, image_bytes, rotated_jpeg
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.core.images import check_image
 
 LIMITS = {"max_bytes": 5_000_000, "max_pixels": 4_000_000, "param": "input.image"}
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from api.create import build_record, request_hash
+from foundation.core.catalog import MODE_INPUTS, load_catalog
+from foundation.core.contract import parse_create_request
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.images import check_image
+from foundation.core.resolve import check_inputs, nearest_ratio
 from tests.image_samples import image_bytes
-from worker.core.catalog import MODE_INPUTS, load_catalog
-from worker.core.contract import parse_create_request
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.core.images import check_image
-from worker.core.resolve import check_inputs, nearest_ratio
 
 CATALOG = load_catalog()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # import name -> its source folder (the client is its own distribution, in a src layout under client/).
 PACKAGES = {
+    "foundation": "foundation",
     "genworker": "genworker",
     "worker": "worker",
     "pipelines": "pipelines",
@@ -51,14 +52,14 @@ def test_layers_contract_is_kept() -> None:
 
 def test_wrong_way_import_breaks_the_contract(tmp_path: Path) -> None:
     _copy_tree(tmp_path)
-    sizes = tmp_path / "worker" / "core" / "sizes.py"
-    sizes.write_text(sizes.read_text() + "\nfrom worker.daemon import verdict  # noqa: E402, F401\n")
+    sizes = tmp_path / "foundation" / "core" / "sizes.py"
+    sizes.write_text(sizes.read_text() + "\nfrom worker import verdict  # noqa: E402, F401\n")
     client = tmp_path / "genworker_client" / "cadence.py"
-    client.write_text(client.read_text() + "\nimport worker.core.errors  # noqa: E402, F401\n")
+    client.write_text(client.read_text() + "\nimport foundation.core.errors  # noqa: E402, F401\n")
 
     result = _lint(tmp_path)
 
     assert result.returncode != 0
-    assert "worker.core.sizes -> worker.daemon.verdict" in result.stdout
-    assert "genworker_client.cadence -> worker.core.errors" in result.stdout
-    assert "2 broken" in result.stdout
+    assert "foundation.core.sizes -> worker.verdict" in result.stdout
+    assert "genworker_client.cadence -> foundation.core.errors" in result.stdout
+    assert "4 broken" in result.stdout

@@ -18,17 +18,17 @@ import numpy as np
 import pytest
 import yaml
 
-from pipelines.adapter import Latents
-from pipelines.cache import ModelCache
-from pipelines.config import ModelRuntimeSettings
-from worker.core.catalog import ModelSpec, default_catalog_path, load_catalog
-from worker.core.contract import CreateRequest, Stage
-from worker.core.errors import ErrorCode, JobCanceled, JobError
-from worker.core.media import Media, StepCallback
-from worker.core.resolve import ResolvedJob, resolve
-from worker.daemon.generate import generate_once, prepare_job
-from worker.daemon.pipeline_run import RunHooks, run_pipeline
-from worker.settings import Settings
+from foundation.core.catalog import ModelSpec, default_catalog_path, load_catalog
+from foundation.core.contract import CreateRequest, Stage
+from foundation.core.errors import ErrorCode, JobCanceled, JobError
+from foundation.core.media import Media, StepCallback
+from foundation.core.resolve import ResolvedJob, resolve
+from foundation.settings import Settings
+from foundation.settings.models import ModelRuntimeSettings
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.cache import ModelCache
+from worker.generate import generate_once, prepare_job
+from worker.pipeline_run import RunHooks, run_pipeline
 
 
 @dataclass(frozen=True)

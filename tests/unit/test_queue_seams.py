@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 import redis.exceptions as rx
 
+from foundation.core.contract import ErrorInfo, Stage, Status
+from foundation.core.errors import BackendUnavailable, ErrorCode
+from foundation.queue import records
+from foundation.queue.base import Claim, Outcome, WorkerHeartbeat
+from foundation.queue.config import QueueSettings
+from foundation.queue.factory import open_queue
+from foundation.queue.policy import DeadReason, EventReason, out_of_attempts
+from foundation.queue.redis import plans as redis_plans
+from foundation.queue.redis.plans import Snapshot
+from foundation.queue.unavailable import redis_unavailable, sqlite_unavailable
 from tests.integration.queue_support import new_record
-from worker.core.contract import ErrorInfo, Stage, Status
-from worker.core.errors import BackendUnavailable, ErrorCode
-from worker.queue import records, redis_plans
-from worker.queue.base import Claim, Outcome, WorkerHeartbeat
-from worker.queue.config import QueueSettings
-from worker.queue.factory import open_queue
-from worker.queue.policy import DeadReason, EventReason, out_of_attempts
-from worker.queue.redis_plans import Snapshot
-from worker.queue.unavailable import redis_unavailable, sqlite_unavailable
 
 DOWN: list[BaseException] = [
     rx.ConnectionError("Error 111 connecting"),

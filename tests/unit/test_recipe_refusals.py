@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from worker.core.catalog import CatalogError, default_catalog_path, load_catalog
+from foundation.core.catalog import CatalogError, default_catalog_path, load_catalog
 
 
 def _ltx2_catalog(tmp_path: Path, mutate: Any) -> Path:

@@ -12,11 +12,11 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
-from worker.queue import keys
-from worker.queue.config import QueueSettings
-from worker.queue.entries import EntryPayload, encode_payload
-from worker.queue.redis_async import _Connection, async_redis_client
-from worker.queue.redis_round_trip import _packed
+from foundation.queue import keys
+from foundation.queue.config import QueueSettings
+from foundation.queue.redis.async_queue import _Connection, async_redis_client
+from foundation.queue.redis.entries import EntryPayload, encode_payload
+from foundation.queue.redis.round_trip import _packed
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("GET", "a"),

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.core.catalog import load_catalog
-from worker.core.contract import CreateRequest, parse_create_request
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.core.resolve import frames_for, resolve
-from worker.core.sizes import SIZE_TABLE
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import CreateRequest, parse_create_request
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.resolve import frames_for, resolve
+from foundation.core.sizes import SIZE_TABLE
 
 CATALOG = load_catalog()
 REJECTION_CODES = {

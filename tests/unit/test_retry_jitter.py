@@ -14,7 +14,7 @@ import pytest
 from genworker_client.errors import ApiError, TransportFailed
 from genworker_client.retry import RetryPolicy
 from genworker_client.retry import backoff_s as client_backoff_s
-from worker.daemon.verdict import backoff_s
+from worker.verdict import backoff_s
 
 FLEET = 200  # clients (or jobs) that failed together in one outage
 

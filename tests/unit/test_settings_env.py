@@ -9,7 +9,7 @@ from typing import Any, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
-from worker.settings import Settings, settings_env
+from foundation.settings import Settings, settings_env
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore, check_key
+from foundation.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore, check_key
 
 SECRET = b"unit-test-secret-0123456789abcdef"
 

@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from pipelines.registry import ModelLoadError
-from worker.core.errors import (
+from foundation.core.errors import (
     EncoderUnavailable,
     ErrorCode,
     FatalWorkerError,
@@ -23,7 +22,8 @@ from worker.core.errors import (
     is_out_of_memory,
     short_message,
 )
-from worker.daemon.verdict import FaultKind, backoff_s, classify
+from pipelines.runtime.registry import ModelLoadError
+from worker.verdict import FaultKind, backoff_s, classify
 
 
 @pytest.mark.parametrize(

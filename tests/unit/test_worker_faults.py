@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from worker.core.contract import Status
-from worker.core.errors import ErrorCode
-from worker.daemon.faults import LocalFaults, releasers
-from worker.daemon.health import HealthState
-from worker.daemon.metrics import WorkerMetrics
-from worker.daemon.verdict import FaultKind, Verdict
-from worker.queue.base import Claim, Event, WorkerHeartbeat
+from foundation.core.contract import Status
+from foundation.core.errors import ErrorCode
+from foundation.queue.base import Claim, Event, WorkerHeartbeat
+from worker.faults import LocalFaults, releasers
+from worker.health import HealthState
+from worker.metrics import WorkerMetrics
+from worker.verdict import FaultKind, Verdict
 
 
 class Clock:
@@ -155,7 +155,7 @@ def test_worker_wide_faults_never_fail_the_job() -> None:
 
 
 def _claim() -> Claim:
-    from worker.core.contract import GenerationRecord, Money, RecordInput, RecordParameters
+    from foundation.core.contract import GenerationRecord, Money, RecordInput, RecordParameters
 
     record = GenerationRecord(
         id="j",

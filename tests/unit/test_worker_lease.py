@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import Stage, Status
+from foundation.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from foundation.queue.base import Claim
+from foundation.queue.sqlite.backend import SqliteQueue
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.core.contract import Stage, Status
-from worker.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
-from worker.daemon.lease import LeaseKeeper
-from worker.daemon.progress import JobProgress
-from worker.queue.base import Claim
-from worker.queue.sqlite_backend import SqliteQueue
+from worker.lease import LeaseKeeper
+from worker.progress import JobProgress
 
 CATALOG = load_catalog()
 LEASE_S = 1.5

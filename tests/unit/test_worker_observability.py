@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.daemon import logs as daemon_logs
-from worker.daemon.health import HealthState, StatusServer
-from worker.daemon.lifecycle import Shutdown
-from worker.daemon.logs import JsonFormatter, job_logger, log_stage, write_logs_in_background
-from worker.daemon.metrics import WorkerMetrics
+from worker import logs as daemon_logs
+from worker.health import HealthState, StatusServer
+from worker.lifecycle import Shutdown
+from worker.logs import JsonFormatter, job_logger, log_stage, write_logs_in_background
+from worker.metrics import WorkerMetrics
 
 
 class ListHandler(logging.Handler):

@@ -6,13 +6,13 @@ from decimal import Decimal
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.resolve import resolve
+from foundation.queue.base import Claim
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord
-from worker.core.errors import ErrorCode, RequestRejected
-from worker.core.resolve import resolve
-from worker.daemon.resolutions import rebuild_request
-from worker.queue.base import Claim
+from worker.resolutions import rebuild_request
 
 CATALOG = load_catalog()
 
@@ -49,7 +49,7 @@ def test_a_record_the_catalog_refuses_is_rejected_with_its_code() -> None:
 
 
 def test_final_price_is_capped_at_the_hold() -> None:
-    from worker.daemon.postprocess import final_price
+    from worker.postprocess import final_price
 
     record = make_record(CATALOG, "tiny-wan", duration_seconds=2)
     job, hold = resolve(rebuild_request(claim_of(record)), CATALOG)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import utcnow
+from foundation.queue.base import WorkerHeartbeat
+from foundation.queue.sqlite.backend import SqliteQueue
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.core.contract import utcnow
-from worker.daemon.faults import LocalFaults
-from worker.daemon.lease import Heartbeat, LeaseKeeper
-from worker.daemon.metrics import WorkerMetrics
-from worker.daemon.runner import JobRunner
-from worker.queue.base import WorkerHeartbeat
-from worker.queue.sqlite_backend import SqliteQueue
+from worker.faults import LocalFaults
+from worker.lease import Heartbeat, LeaseKeeper
+from worker.metrics import WorkerMetrics
+from worker.runner import JobRunner
 
 CATALOG = load_catalog()
 LEASE_S = 1.0

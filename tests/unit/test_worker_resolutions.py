@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import GenerationRecord, Parameters, StoredImage
+from foundation.core.errors import RequestRejected
+from foundation.core.resolve import ResolvedJob, resolve
+from foundation.queue.base import Claim
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import load_catalog
-from worker.core.contract import GenerationRecord, Parameters, StoredImage
-from worker.core.errors import RequestRejected
-from worker.core.resolve import ResolvedJob, resolve
-from worker.daemon.resolutions import Resolutions, parameter_set, rebuild_request
-from worker.queue.base import Claim
+from worker.resolutions import Resolutions, parameter_set, rebuild_request
 
 CATALOG = load_catalog()
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.contract import Artifact, ErrorInfo, GenerationRecord, Status, Usage
+from foundation.core.errors import ErrorCode
+from foundation.queue.base import JobQueue, Outcome
+from foundation.settings import Settings
 from tests.integration.worker_harness import make_record
-from worker.core.catalog import Catalog, load_catalog
-from worker.core.contract import Artifact, ErrorInfo, GenerationRecord, Status, Usage
-from worker.core.errors import ErrorCode
-from worker.queue.base import JobQueue, Outcome
-from worker.settings import Settings
 
 HANG = -1  # a script entry: answer 500 only after 3 s
 

@@ -20,12 +20,12 @@ from api.keys import Scope, SqliteKeyStore
 from api.webhooks.models import DeliveryState, EventType
 from api.webhooks.service import open_webhooks
 from api.webhooks.store import SqliteWebhookStore
+from foundation.core.catalog import Catalog
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings
 from genworker_client import verify_webhook
 from tests.e2e.conftest import free_port
 from tests.webhooks.conftest import HANG, Receiver, run_job
-from worker.core.catalog import Catalog
-from worker.queue.factory import open_queue
-from worker.settings import Settings
 
 GENWORKER = [sys.executable, "-m", "genworker"]
 

@@ -24,13 +24,13 @@ from api.webhooks.outbound_transport import GuardedTransport
 from api.webhooks.sender import Sender
 from api.webhooks.service import Webhooks, open_webhooks
 from api.webhooks.transport import UrlRefused
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.queue.factory import open_queue
+from foundation.settings import WebhookSettings
+from foundation.stores.factory import open_store
 from genworker_client import verify_webhook
 from tests.e2e.conftest import free_port, serve_app
 from tests.webhooks.conftest import Receiver, hook_settings, run_job
-from worker.core.catalog import Catalog, load_catalog
-from worker.queue.factory import open_queue
-from worker.settings import WebhookSettings
-from worker.stores.factory import open_store
 
 REFUSED = [
     "http://93.184.216.34/hook",  # plain http to a host not allowed

@@ -17,13 +17,13 @@ from standardwebhooks.webhooks import Webhook
 from api.webhooks.models import DeliveryState, Endpoint, EventType, delivery_id
 from api.webhooks.sender import Sender, signed_headers
 from api.webhooks.service import Webhooks, open_webhooks
+from foundation.core.catalog import Catalog
+from foundation.core.contract import Status
+from foundation.queue.base import JobQueue
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings
 from genworker_client import InvalidWebhook, verify_webhook
 from tests.webhooks.conftest import Receiver, hook_settings, run_job
-from worker.core.catalog import Catalog
-from worker.core.contract import Status
-from worker.queue.base import JobQueue
-from worker.queue.factory import open_queue
-from worker.settings import Settings
 
 
 @dataclass

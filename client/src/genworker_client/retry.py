@@ -10,7 +10,7 @@ The rule is :meth:`RetryPolicy.delay_s`, a pure function. :meth:`RetryPolicy.ret
 retry from one definition: the attempt raises (``ApiError`` or ``TransportFailed``, with its
 ``attempts`` set), tenacity asks the rule whether and how long to wait, and re-raises the last error
 unchanged when the rule says stop. The worker's transient-job retry uses the same shape (capped
-exponential, equal jitter, tenacity's ``wait_base``) in ``worker/daemon/verdict.py``.
+exponential, equal jitter, tenacity's ``wait_base``) in ``worker/verdict.py``.
 """
 
 from __future__ import annotations

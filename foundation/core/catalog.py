@@ -1,0 +1,573 @@
+"""The model catalog (``configs/models.yaml``): what can be generated, how, and at what rate.
+
+The catalog is data. It is validated at load time and a bad file fails with one message that names the
+file, the model entry and the field, so an operator fixes it before any job runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from foundation.core.errors import GenworkerError
+from foundation.core.sizes import RATIOS, SIZE_TABLE
+
+__all__ = [
+    "ATTENTION_BACKENDS",
+    "FAMILY_COMPONENTS",
+    "FAMILY_OPTIONS",
+    "FAMILY_USES_ATTENTION_MASK",
+    "GENERIC_ARGUMENTS",
+    "LTX2_DISTILLED_STEPS",
+    "MASK_REJECTING_BACKENDS",
+    "MODE_INPUTS",
+    "Catalog",
+    "CatalogError",
+    "DecodeSpec",
+    "DiffusersSpec",
+    "FrameRule",
+    "ModeSpec",
+    "ModelSpec",
+    "PromptExtendSpec",
+    "Rates",
+    "RuntimeProfile",
+    "TwoStageSpec",
+    "VariantSpec",
+    "check_profile",
+    "default_catalog_path",
+    "load_catalog",
+    "mode_inputs",
+]
+
+_Forbid = ConfigDict(extra="forbid", frozen=True)
+PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
+DType = Literal["float32", "bfloat16", "float16"]
+
+# The options each family's adapter accepts in a variant's ``pipeline_kwargs``. Kept here as data so the
+# catalog refuses a typo at load without importing the adapters; tests/pipelines/test_options.py holds
+# every adapter to this table, so the two cannot drift.
+FAMILY_OPTIONS: dict[str, frozenset[str]] = {
+    "wan": frozenset({"boundary_ratio", "max_sequence_length"}),
+    # The generic adapter (pipelines/families/generic.py): each entry lists its options in ``diffusers.options``.
+    "diffusers": frozenset(),
+    "ltx2": frozenset(
+        {
+            "audio_guidance_rescale",
+            "audio_guidance_scale",
+            "audio_modality_scale",
+            "audio_stg_scale",
+            "decode_noise_scale",
+            "decode_timestep",
+            "distilled",
+            "guidance_rescale",
+            "max_sequence_length",
+            "modality_scale",
+            "spatio_temporal_guidance_blocks",
+            "stg_scale",
+            "use_cross_timestep",
+        }
+    ),
+}
+
+
+# diffusers' attention backends (``AttentionBackendName`` values, diffusers 0.42.1), and those whose kernel
+# raises ``ValueError: `attn_mask` is not supported`` when given a mask (flash-attn 2/3/4 and their hub
+# kernels, sage, torch's flash-only SDPA, XLA). The varlen kernels turn a padding mask into sequence
+# lengths and accept it. tests/pipelines/test_profiles.py reads both sets back from diffusers' source.
+ATTENTION_BACKENDS: frozenset[str] = frozenset(
+    {
+        "_flash_3", "_flash_3_hub", "_flash_3_varlen_hub", "_flash_varlen_3", "_native_cudnn", "_native_efficient",
+        "_native_flash", "_native_math", "_native_npu", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
+        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
+        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "flash_varlen", "flash_varlen_hub", "flex", "native",
+        "sage", "sage_blackwell_hub", "sage_hub", "sage_varlen", "xformers",
+    }
+)  # fmt: skip
+MASK_REJECTING_BACKENDS: frozenset[str] = frozenset(
+    {
+        "_flash_3", "_flash_3_hub", "_native_flash", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
+        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
+        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "sage", "sage_blackwell_hub", "sage_hub",
+    }
+)  # fmt: skip
+# Whether a family's transformer passes an attention mask on every step: LTX-2's cross-attention always
+# masks the padded text tokens; Wan attends without masks.
+# Generic entries say it in ``diffusers.attention_mask``.
+FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True, "diffusers": False}
+# The pipeline components a runtime profile may give a dtype of their own.
+FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
+    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "image_encoder", "vae"}),  # image: Wan 2.1 I2V
+    "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
+    "diffusers": frozenset(),  # generic entries name theirs in ``diffusers.components``
+}
+# What each mode takes in a create request's ``input``: the API refuses an input its mode does not take
+# and a missing one it needs (400), and ``GET /v1/models`` shows it per mode. "image" is one image, given as
+# ``input.image_url`` or ``input.image`` (a data URI). A mode not named here takes the prompt only.
+MODE_INPUTS: dict[str, tuple[str, ...]] = {
+    "text_to_video": ("prompt",),
+    "image_to_video": ("prompt", "image"),
+}
+
+
+def mode_inputs(mode: str) -> tuple[str, ...]:
+    """The inputs ``mode`` needs (``MODE_INPUTS``; the prompt only for a mode not listed there)."""
+    return MODE_INPUTS.get(mode, ("prompt",))
+
+
+# LTX-2's distilled stage 1 runs exactly the 8 pre-trained sigmas (DISTILLED_SIGMA_VALUES in diffusers'
+# pipelines/ltx2/utils.py, from Lightricks/LTX-2 ltx_pipelines/utils/constants.py DISTILLED_SIGMAS).
+LTX2_DISTILLED_STEPS = 8
+
+
+class CatalogError(GenworkerError, ValueError):
+    """A catalog file that cannot be used; the message names file, entry and field."""
+
+
+class FrameRule(BaseModel):
+    """Valid generated frame counts are ``multiple * k + offset`` (Wan: 4k+1, LTX-2: 8k+1)."""
+
+    model_config = _Forbid
+
+    multiple: Annotated[int, Field(ge=1, le=64)]
+    offset: Annotated[int, Field(ge=0, le=64)] = 1
+
+
+class CacheSpec(BaseModel):
+    """A cache-accelerated recipe (diffusers' own hooks on the denoising transformers, ``pipelines.runtime.profile``).
+
+    ``taylorseer`` (TaylorSeer's lite mode): the transformer blocks run on the first ``warmup_steps`` steps and
+    then every ``interval``-th one; on the others they are skipped and the output projection is predicted by
+    a Taylor expansion (a fixed schedule: the saved compute is known in advance). ``first_block``: the first
+    block always runs; the rest are skipped while its output changed by less than ``threshold`` (relative)
+    since the step that last ran them.
+    Not bit-exact against the uncached recipe; a resumed job's cache restarts at the resumed step.
+    """
+
+    model_config = _Forbid
+
+    kind: Literal["taylorseer", "first_block"]
+    interval: Annotated[int, Field(ge=2, le=50)] = 5  # taylorseer: diffusers' default
+    warmup_steps: Annotated[int, Field(ge=1, le=50)] = 3  # taylorseer: diffusers' default
+    threshold: Annotated[float, Field(gt=0.0, le=1.0)] = 0.05  # first_block: diffusers' default
+
+
+class LoraSpec(BaseModel):
+    """A LoRA a variant runs with (a step-distillation LoRA: few steps, no CFG). Loaded with the model, under
+    the variant's name, switched off; on for that variant's jobs only (``pipelines.runtime.profile.apply_lora``).
+
+    A two-expert model (Wan 2.2 A14B) takes one LoRA per expert: ``weight_name`` goes into the high-noise
+    ``transformer`` and ``weight_name_2`` into the low-noise ``transformer_2``, under the same adapter name."""
+
+    model_config = _Forbid
+
+    weights: str  # hub repo id or local directory (a tiny model's directory name for tiny models)
+    weight_name: str  # the .safetensors file in it
+    weight_name_2: str | None = None  # two experts: the file for ``transformer_2`` (Wan 2.2's low-noise expert)
+    revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit; None = unpinned
+    scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
+
+
+class VariantSpec(BaseModel):
+    """A recipe: steps and guidance, plus family-specific pipeline knobs in ``pipeline_kwargs``."""
+
+    model_config = _Forbid
+
+    steps: Annotated[int, Field(ge=1, le=1000)]
+    guidance_scale: Annotated[float, Field(ge=0.0, le=50.0)]
+    guidance_scale_2: Annotated[float, Field(ge=0.0, le=50.0)] | None = None
+    flow_shift: Annotated[float, Field(gt=0.0, le=100.0)] | None = None
+    # Price multiplier relative to the model's base rates (a cheaper recipe may cost less).
+    rate_multiplier: PositiveDecimal = Decimal("1")
+    # Family-specific options for the pipeline call (e.g. LTX-2's stg_scale): keys of FAMILY_OPTIONS[family],
+    # checked by ModelSpec, which knows the family.
+    pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
+    cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
+    lora: LoraSpec | None = None  # a LoRA recipe (Wan family), e.g. a 4-step distillation LoRA
+
+
+class ModeSpec(BaseModel):
+    model_config = _Forbid
+
+    variants: dict[str, VariantSpec]
+
+    @model_validator(mode="after")
+    def _has_variants(self) -> ModeSpec:
+        if not self.variants:
+            raise ValueError("a mode needs at least one variant")
+        return self
+
+
+class PromptExtendSpec(BaseModel):
+    """How ``prompt_extend`` works for a model: its own text encoder, or a chat LLM from the catalog."""
+
+    model_config = _Forbid
+
+    method: Literal["text_encoder", "chat_llm"]
+    llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
+    llm_revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit of ``llm``
+    # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
+    language: Literal["en", "zh"] = "en"
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+    @model_validator(mode="after")
+    def _llm_named(self) -> PromptExtendSpec:
+        if self.method == "chat_llm" and not self.llm:
+            raise ValueError("method chat_llm needs 'llm' (hub id or local path)")
+        return self
+
+
+class RuntimeProfile(BaseModel):
+    """How a model runs on its device: the dtype of each component, attention kernel, offload, VAE tiling and
+    compilation. It belongs to the model, not the worker, so one worker can host models that need different
+    settings; a worker may replace fields per model (``models.profile_overrides``), checked the same way.
+    """
+
+    model_config = _Forbid
+
+    # Component (pipeline attribute) -> dtype; components not named run in the model's ``dtype``.
+    dtypes: dict[str, DType] = Field(default_factory=dict)
+    # A diffusers attention backend for the denoising transformers; None = torch SDPA's own dispatch.
+    attention_backend: str | None = None
+    # none: everything resident; model: each component visits the GPU only while it runs; group: leaf groups
+    # of the transformers stream in with the compute (slowest, least memory).
+    offload: Literal["none", "model", "group"] = "none"
+    vae_tiling: bool = False  # decode in tiles: bounded decode memory at 720p and above
+    compile: bool = False  # regional torch.compile of the repeated transformer blocks
+    # FP8 for the denoising transformers. storage: weights kept in float8_e4m3fn and cast per layer to the
+    # compute dtype as each layer runs (diffusers layerwise casting; any device; ~half the bf16 weight
+    # memory). compute: float8 matmuls (torchao dynamic float8), Ada/Hopper and newer only, refused elsewhere.
+    fp8: Literal["none", "storage", "compute"] = "none"
+    notes: str = ""  # why this profile, with its sources (docs/gpu.md)
+
+
+def check_profile(family: str, profile: RuntimeProfile, diffusers: DiffusersSpec | None = None) -> None:
+    """Refuse a profile its family cannot run, with the reason (``ValueError``); a generic entry's facts come
+    from its ``diffusers`` block."""
+    masks = diffusers.attention_mask if diffusers is not None else FAMILY_USES_ATTENTION_MASK[family]
+    components = frozenset(diffusers.components) if diffusers is not None else FAMILY_COMPONENTS[family]
+    backend = profile.attention_backend
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        close = difflib.get_close_matches(backend, ATTENTION_BACKENDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"attention_backend {backend!r} is not a diffusers attention backend{hint}")
+    if backend in MASK_REJECTING_BACKENDS and masks:
+        raise ValueError(
+            f"attention_backend {backend!r} rejects attention masks and family {family!r} passes one on every "
+            "step (its kernel raises `attn_mask` is not supported); use 'native', '_native_cudnn', "
+            "'_native_efficient' or a varlen backend"
+        )
+    unknown = sorted(set(profile.dtypes) - components)
+    if unknown:
+        raise ValueError(
+            f"dtypes names {unknown}, not components of family {family!r} ({', '.join(sorted(components))})"
+        )
+
+
+# The call arguments the generic adapter fills from the job, under their usual names; ``diffusers.arguments``
+# renames those a pipeline calls otherwise (``num_frames: num_video_frames``).
+GENERIC_ARGUMENTS: frozenset[str] = frozenset(
+    {"prompt", "negative_prompt", "height", "width", "num_frames", "num_inference_steps", "guidance_scale"}
+)
+
+
+class DecodeSpec(BaseModel):
+    """How the generic adapter turns denoised latents into frames (the pipeline stops at ``output_type="latent"``):
+
+    - ``scaling_factor``: ``vae.decode(latents / vae.config.scaling_factor)`` (HunyuanVideo 1.5);
+    - ``mean_std``: ``vae.decode(latents * latents_std + latents_mean)`` from the VAE config (the Wan layout);
+    - ``method``: the pipeline's own method named ``method`` (CogVideoX's ``decode_latents``), which must return
+      the video as (1, C, F, H, W) in [-1, 1].
+    """
+
+    model_config = _Forbid
+
+    kind: Literal["scaling_factor", "mean_std", "method"] = "scaling_factor"
+    method: Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")] | None = None
+
+    @model_validator(mode="after")
+    def _method_named(self) -> DecodeSpec:
+        if (self.kind == "method") != (self.method is not None):
+            raise ValueError("decode.method is required with kind 'method' and only with it")
+        return self
+
+
+class DiffusersSpec(BaseModel):
+    """What the generic adapter (``pipelines.families.generic:DiffusersTextToVideo``) needs to drive one diffusers
+    text-to-video pipeline: its class, the call-argument names where they differ, how guidance is set, the
+    components a runtime profile may give a dtype, the repeated-block denoisers, the variant options it takes
+    and the decode path. Data only: nothing here imports diffusers (tests check it against the class)."""
+
+    model_config = _Forbid
+
+    pipeline: Annotated[str, Field(pattern=r"^[A-Z]\w*Pipeline$")]  # a class exported by ``diffusers``
+    # Our argument name -> the pipeline's (only where they differ); a name mapped to "" is not passed at all.
+    arguments: dict[str, Annotated[str, Field(pattern=r"^(|[a-z_]\w*)$")]] = Field(default_factory=dict)
+    # argument: CFG is the call's ``guidance_scale``; guider: the pipeline's ``guider`` component carries it
+    # (HunyuanVideo 1.5), and the adapter replaces the guider with the variant's scale.
+    guidance: Literal["argument", "guider"] = "argument"
+    components: list[str] = Field(default_factory=list)  # names a runtime profile may give a dtype
+    denoisers: list[str] = Field(default_factory=lambda: ["transformer"])  # attention backend / compile targets
+    attention_mask: bool = False  # its transformer passes a text mask on every step (refuses flash/sage kernels)
+    options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
+    decode: DecodeSpec = Field(default_factory=DecodeSpec)
+
+    @field_validator("arguments")
+    @classmethod
+    def _known_arguments(cls, arguments: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(arguments) - GENERIC_ARGUMENTS)
+        if unknown:
+            raise ValueError(f"arguments renames {unknown}; only {sorted(GENERIC_ARGUMENTS)} are filled from a job")
+        return arguments
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DiffusersSpec:
+        if not self.denoisers:
+            raise ValueError("denoisers must name at least one component (the transformer)")
+        clash = sorted(set(self.options) & (GENERIC_ARGUMENTS | set(self.arguments.values()) | _ADAPTER_ARGUMENTS))
+        if clash:
+            raise ValueError(f"options {clash} are set from the job by the adapter, not by a variant")
+        return self
+
+    def call_name(self, argument: str) -> str:
+        """The pipeline's keyword for one of ``GENERIC_ARGUMENTS`` ("" when the pipeline takes none)."""
+        return self.arguments.get(argument, argument)
+
+
+# Keywords the generic adapter always sets itself.
+_ADAPTER_ARGUMENTS = frozenset({"generator", "output_type", "callback_on_step_end", "return_dict", "latents"})
+
+
+class TwoStageSpec(BaseModel):
+    """LTX-2's production recipe (Lightricks ``ti2vid_two_stages.py``): stage 1 at half the size, the latent
+    x2 upsampler, then a short refinement at full size with the distilled LoRA and CFG off."""
+
+    model_config = _Forbid
+
+    upsampler: str = "latent_upsampler"  # subfolder of the weights holding LTX2LatentUpsamplerModel
+    distilled_lora: str  # LoRA weight file in the weights (``load_lora_weights(weight_name=...)``)
+    lora_scale: Annotated[float, Field(gt=0, le=2)] = 1.0
+    refine_sigmas: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)]
+
+
+class CheckpointPolicy(BaseModel):
+    """How often a worker checkpoints this model's denoising loop (``pipelines.runtime.resume``), so a re-delivered
+    job resumes instead of starting over: after every ``every_steps`` steps, or once ``every_s`` seconds of
+    denoising passed since the last one, whichever comes first (either may be off, not both).
+
+    The default, 30 s, keeps the write's cost on the GPU thread (a device-to-host copy of the latents and the
+    solver history: milliseconds; serializing and uploading run on another thread) far under 1 % of the
+    time between checkpoints, and bounds what a crash loses to 30 s plus one step."""
+
+    model_config = _Forbid
+
+    every_steps: Annotated[int, Field(ge=1)] | None = None
+    every_s: Annotated[float, Field(gt=0)] | None = 30.0
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> CheckpointPolicy:
+        if self.every_steps is None and self.every_s is None:
+            raise ValueError("set every_steps or every_s (or both)")
+        return self
+
+
+class Rates(BaseModel):
+    """Customer rates: USD per output second, by resolution label, plus a per-second audio surcharge."""
+
+    model_config = _Forbid
+
+    currency: Literal["USD"] = "USD"
+    per_second: dict[str, PositiveDecimal]
+    audio_per_second: PositiveDecimal = Decimal("0")
+
+
+class ModelSpec(BaseModel):
+    model_config = _Forbid
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+    display_name: str
+    family: Literal["wan", "ltx2", "diffusers"]
+    adapter: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+    weights: str  # hub id or local path; a relative path is resolved against the tiny-model dir
+    # The hub commit every from_pretrained of ``weights`` loads (40 hex digits); None = unpinned, which
+    # `genworker plan` reports. Never a branch name: a moving branch is what pinning avoids.
+    revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None
+    tiny: bool = False  # built offline by scripts/make_tiny_models.py
+    fps: Annotated[int, Field(ge=1, le=120)]
+    frame_rule: FrameRule
+    stride: Annotated[int, Field(ge=2, le=256)]
+    resolutions: list[str]
+    ratios: list[str]
+    durations: list[Annotated[int, Field(ge=1, le=120)]]
+    defaults: dict[str, Any]
+    audio: bool = False
+    prompt_extend: PromptExtendSpec | None = None
+    prompt_max_chars: Annotated[int, Field(ge=1, le=100_000)] = 2000
+    negative_prompt: str = ""
+    max_job_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    # Operator sizing hints: resident GPU memory and public per-job GPU seconds at the default size.
+    gpu_memory_gb: Annotated[float, Field(ge=0)] = 0.0
+    est_gpu_seconds_per_job: Annotated[float, Field(ge=0)] = 0.0
+    dtype: DType = "bfloat16"
+    runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
+    two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    checkpoints: CheckpointPolicy = Field(
+        default_factory=CheckpointPolicy
+    )  # resume mid-denoise (pipelines.runtime.resume)
+    # Family "diffusers" only: the pipeline the generic adapter drives and how (pipelines/families/generic.py).
+    diffusers: DiffusersSpec | None = None
+    rates: Rates
+    modes: dict[str, ModeSpec]
+
+    @field_validator("modes")
+    @classmethod
+    def _known_options(cls, modes: dict[str, ModeSpec], info: ValidationInfo) -> dict[str, ModeSpec]:
+        """Every ``pipeline_kwargs`` key must be an option of the model's family (a typo fails at load)."""
+        family = info.data.get("family")
+        if family is None:  # the family itself failed validation; that error is the one to report
+            return modes
+        allowed = FAMILY_OPTIONS[family]
+        generic = info.data.get("diffusers")
+        if isinstance(generic, DiffusersSpec):
+            allowed = frozenset(generic.options)
+        for mode_name, mode in modes.items():
+            for variant_name, variant in mode.variants.items():
+                for key in variant.pipeline_kwargs:
+                    if key not in allowed:
+                        where = f"{mode_name}.variants.{variant_name}.pipeline_kwargs"
+                        raise ValueError(f"{where}: {_unknown_option(key, family, allowed)}")
+        return modes
+
+    @model_validator(mode="after")
+    def _runnable(self) -> ModelSpec:
+        """The runtime profile and the recipe fit the family (nothing accepted and then ignored)."""
+        if (self.family == "diffusers") != (self.diffusers is not None):
+            raise ValueError("family 'diffusers' needs a diffusers block (the generic adapter's data), and only it")
+        if self.family == "diffusers" and set(self.modes) != {"text_to_video"}:
+            raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
+        if self.family == "diffusers" and self.prompt_extend is not None:
+            raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
+        try:
+            check_profile(self.family, self.runtime, self.diffusers)
+        except ValueError as e:
+            raise ValueError(f"runtime: {e}") from None
+        if self.two_stage is not None:
+            if self.family != "ltx2":
+                raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")
+            if self.stride % 64:
+                raise ValueError("two_stage needs stride 64: stage 1 runs at half the size, on LTX-2's 32 stride")
+        for mode_name, mode in self.modes.items():
+            for name, variant in mode.variants.items():
+                where = f"{mode_name}.variants.{name}"
+                if self.family == "ltx2" and (variant.flow_shift is not None or variant.guidance_scale_2 is not None):
+                    raise ValueError(f"{where}: flow_shift and guidance_scale_2 are Wan's; LTX-2 would ignore them")
+                if self.family == "diffusers" and variant.guidance_scale_2 is not None:
+                    raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
+                if variant.lora is not None:
+                    _check_lora(where, self.family, variant)
+                if variant.pipeline_kwargs.get("distilled"):
+                    if self.two_stage is None:
+                        raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
+                    if variant.steps != LTX2_DISTILLED_STEPS:
+                        raise ValueError(f"{where}: distilled runs exactly {LTX2_DISTILLED_STEPS} steps")
+        return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        for label in self.resolutions:
+            if label not in SIZE_TABLE:
+                raise ValueError(f"resolution {label!r} is not in the size table {sorted(SIZE_TABLE)}")
+            if label not in self.rates.per_second:
+                raise ValueError(f"rates.per_second has no rate for resolution {label!r}")
+        for ratio in self.ratios:
+            if ratio not in RATIOS:
+                raise ValueError(f"ratio {ratio!r} is not one of {list(RATIOS)}")
+        if not (self.resolutions and self.ratios and self.durations and self.modes):
+            raise ValueError("resolutions, ratios, durations and modes must not be empty")
+        allowed_defaults = {"resolution", "ratio", "duration_seconds", "audio", "prompt_extend"}
+        unknown = set(self.defaults) - allowed_defaults
+        if unknown:
+            raise ValueError(f"defaults has unknown keys {sorted(unknown)}")
+        if self.defaults.get("resolution") not in self.resolutions:
+            raise ValueError("defaults.resolution must be one of resolutions")
+        if self.defaults.get("ratio") not in self.ratios:
+            raise ValueError("defaults.ratio must be one of ratios")
+        if self.defaults.get("duration_seconds") not in self.durations:
+            raise ValueError("defaults.duration_seconds must be one of durations")
+        if self.defaults.get("audio", False) and not self.audio:
+            raise ValueError("defaults.audio is true but the model has no audio")
+        if self.defaults.get("prompt_extend", False) and self.prompt_extend is None:
+            raise ValueError("defaults.prompt_extend is true but the model has no prompt_extend")
+        return self
+
+
+class Catalog(BaseModel):
+    model_config = _Forbid
+
+    models: dict[str, ModelSpec]
+    source: str = "<memory>"
+
+    def get(self, model_id: str) -> ModelSpec | None:
+        return self.models.get(model_id)
+
+
+def _check_lora(where: str, family: str, variant: VariantSpec) -> None:
+    """A variant LoRA is loaded by the Wan adapters only, and a second expert's file needs a second expert."""
+    if family != "wan":
+        raise ValueError(f"{where}: lora is loaded by the Wan adapters only; family {family!r} would ignore it")
+    lora = variant.lora
+    if lora is not None and lora.weight_name_2 is not None and "boundary_ratio" not in variant.pipeline_kwargs:
+        raise ValueError(
+            f"{where}: lora.weight_name_2 is the second expert's LoRA; a variant without boundary_ratio runs one"
+        )
+
+
+def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key {key!r} for family {family!r} ({hint}allowed: {', '.join(sorted(allowed))})"
+
+
+def default_catalog_path() -> Path:
+    return Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Load and validate a catalog file; raise ``CatalogError`` naming file, entry and field."""
+    path = Path(path) if path is not None else default_catalog_path()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise CatalogError(f"{path}: cannot read catalog: {e}") from e
+    if not isinstance(raw, dict) or not isinstance(raw.get("models"), list):
+        raise CatalogError(f"{path}: expected a mapping with a 'models' list")
+    # Top-level keys other than 'models' must be YAML anchors' holders named 'x-...'.
+    stray = [k for k in raw if k != "models" and not str(k).startswith("x-")]
+    if stray:
+        raise CatalogError(f"{path}: unknown top-level keys {stray} (only 'models' and 'x-*' anchors)")
+    models: dict[str, ModelSpec] = {}
+    for index, entry in enumerate(raw["models"]):
+        name = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
+        try:
+            spec = ModelSpec.model_validate(entry)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise CatalogError(
+                f"{path}: model {name!r}: field {_field_path(first['loc'])!r}: {first['msg']}"
+                + (f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else "")
+            ) from e
+        if spec.id in models:
+            raise CatalogError(f"{path}: model {spec.id!r}: field 'id': duplicate model id")
+        models[spec.id] = spec
+    if not models:
+        raise CatalogError(f"{path}: the catalog lists no models")
+    return Catalog(models=models, source=str(path))

@@ -1,0 +1,276 @@
+"""Error codes and the exception tree shared by the worker, the queue and the API.
+
+Every failure that reaches a record or an HTTP body carries one stable, machine-readable code from
+``ErrorCode`` (a closed enum: adding a code is a contract change, removing one is a breaking change).
+
+Exception tree (every exception class the project defines, with the module it lives in when that
+is not this one; ``genworker_client`` is a separate distribution with its own tree in its ``errors.py``)::
+
+    GenworkerError
+    ├── RequestRejected          a create request or queue payload the catalog refuses (4xx, terminal)
+    ├── JobError                 a job that fails for good, with a code (no retry)
+    │   ├── JobCanceled          the job's cancel flag was seen (ends ``canceled``, not ``failed``)
+    │   └── ModelLoadError       pipelines.runtime.registry: unknown adapter, missing weights, failing load
+    ├── TransientError           infrastructure trouble worth a retry with backoff (storage, queue, crash)
+    │   └── BackendUnavailable   a queue, store or key-store backend did not answer (connection refused
+    │                            or reset, timeout, failover, a locked database); the API answers 503
+    ├── FatalWorkerError         the worker itself cannot go on (bad config, lost device); it stops
+    ├── WorkerFault              this worker cannot run jobs now, another may: the job is released (no
+    │   │                        attempt used up) and the worker backs off (daemon: ``verdict``)
+    │   ├── EncoderUnavailable   media: the ffmpeg binary is missing, cannot be executed or is broken
+    │   └── WorkDiskFull         media: no space left on the worker's work disk while encoding
+    ├── StaleClaim               a fenced queue call refused this attempt (another attempt owns the job)
+    ├── JobInterrupted           the worker is stopping: release the job for re-delivery now
+    ├── UnknownJob               no record with this id (also a ``KeyError``)
+    ├── IdempotencyConflict      an idempotency key reused with another body (also a ``ValueError``)
+    ├── IllegalTransition        contract: a status change the lifecycle forbids (also ``ValueError``)
+    ├── CatalogError             catalog: a catalog file that cannot be used (also ``ValueError``)
+    ├── InvalidKey               stores.local: an object key that could escape the root (``ValueError``)
+    ├── UnreadableEntry          queue.entries: a stream entry that is no job pointer (``ValueError``)
+    ├── PromptExtendError        pipelines.runtime.prompt_extend: extension failed; the original prompt is used
+    ├── ApiError                 api.errors: an HTTP error a route raises (status, code, message)
+    ├── RangeNotSatisfiable      api.artifacts: a byte range that selects nothing (416, ``ValueError``)
+    ├── InvalidProject           api.keys: a project name the queue's key scheme cannot hold (``ValueError``)
+    ├── BodyTooLarge             api.limits: a request body over the limit, found while streaming (413)
+    ├── UrlRefused               api.webhooks.transport: a webhook URL the outbound rules refuse (400)
+    ├── SealingError             api.webhooks.sealing: an endpoint secret this server key cannot open
+    └── ServerStopped            api.server: SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
+
+``PUBLIC_MESSAGES`` is the one table of what a client is told for each code: short, fixed sentences. A
+failed record stores and serves only these; the details (exception text, ffmpeg's stderr, store
+endpoints, paths, adapter classes) go to the worker's log, never to a client.
+
+``short_message`` and ``is_out_of_memory`` read any exception (ours or a library's) the same way
+everywhere: in the daemon's outcome table, in prompt extension, in the model cache's OOM retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+
+__all__ = [
+    "PUBLIC_MESSAGES",
+    "BackendUnavailable",
+    "EncoderUnavailable",
+    "ErrorCode",
+    "FatalWorkerError",
+    "GenworkerError",
+    "IdempotencyConflict",
+    "JobCanceled",
+    "JobError",
+    "JobInterrupted",
+    "RequestRejected",
+    "StaleClaim",
+    "TransientError",
+    "UnknownJob",
+    "WorkDiskFull",
+    "WorkerFault",
+    "is_out_of_memory",
+    "public_message",
+    "short_message",
+]
+
+_MAX_MESSAGE = 300
+
+
+class ErrorCode(StrEnum):
+    """Every error code the service emits, in records and in HTTP error bodies."""
+
+    # Request validation (HTTP 400 at create; dead-letter reason for a bad queue payload).
+    invalid_request = "invalid_request"  # body is not JSON, or not an object of the expected shape
+    model_not_found = "model_not_found"
+    unsupported_mode = "unsupported_mode"
+    unsupported_variant = "unsupported_variant"
+    invalid_parameter = "invalid_parameter"  # wrong type, out of range, not an allowed value
+    unsupported_parameter = "unsupported_parameter"  # a parameter this model does not support
+    invalid_payload = "invalid_payload"  # a queue entry that is not a valid job (dead-lettered)
+    invalid_image = "invalid_image"  # input image: not JPEG/PNG/WebP, truncated or undecodable, bad data URI
+    image_too_large = "image_too_large"  # input image over api.inputs.max_image_bytes or max_image_pixels
+    image_fetch_failed = "image_fetch_failed"  # input.image_url: unreachable, too slow, not 2xx, a redirect
+    image_url_not_allowed = "image_url_not_allowed"  # input.image_url: scheme, host or address refused (SSRF guard)
+
+    # HTTP tier.
+    unauthenticated = "unauthenticated"  # 401: missing, invalid or revoked API key
+    insufficient_scope = "insufficient_scope"  # 403
+    not_found = "not_found"  # 404
+    method_not_allowed = "method_not_allowed"  # 405
+    idempotency_conflict = "idempotency_conflict"  # 409: same key, different body
+    not_cancelable = "not_cancelable"  # 409: generation already terminal
+    payload_too_large = "payload_too_large"  # 413
+    rate_limited = "rate_limited"  # 429
+    too_many_streams = "too_many_streams"  # 429: the key holds api.events_max_streams_per_key event streams
+    service_unavailable = "service_unavailable"  # 503: queue or store unreachable
+    invalid_webhook_url = "invalid_webhook_url"  # 400: a webhook URL the outbound rules refuse
+
+    # Job outcomes (on failed records).
+    out_of_memory = "out_of_memory"
+    timeout = "timeout"  # the job ran past the catalog's per-job time limit
+    model_load_failed = "model_load_failed"
+    pipeline_error = "pipeline_error"  # model code raised
+    encode_failed = "encode_failed"  # ffmpeg failed
+    upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
+    worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
+    input_image_corrupt = "input_image_corrupt"  # the stored input image is gone or fails its sha256
+    internal_error = "internal_error"
+
+
+# What a client reads in ``error.message`` of a failed generation, by code. Fixed text on purpose: an
+# exception's own words may name an S3 endpoint, a server path, an adapter class or carry ffmpeg's
+# stderr, and none of that is the client's business (the worker logs it with the job id).
+PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
+    {
+        ErrorCode.invalid_request: "the request is malformed",
+        ErrorCode.model_not_found: "no such model in the catalog",
+        ErrorCode.unsupported_mode: "the model does not support this mode",
+        ErrorCode.unsupported_variant: "the model does not offer this variant",
+        ErrorCode.invalid_parameter: "a parameter has a value this model does not allow",
+        ErrorCode.unsupported_parameter: "a parameter is not supported by this model",
+        ErrorCode.invalid_payload: "the job is not a valid request for its model",
+        ErrorCode.invalid_image: "the input image is not a valid JPEG, PNG or WEBP image",
+        ErrorCode.image_too_large: "the input image has too many bytes or pixels",
+        ErrorCode.image_fetch_failed: "the input image could not be fetched from its URL",
+        ErrorCode.image_url_not_allowed: "the input image URL is not allowed (https, public addresses only)",
+        ErrorCode.unauthenticated: "missing, invalid or revoked API key",
+        ErrorCode.insufficient_scope: "the API key lacks the scope this operation needs",
+        ErrorCode.not_found: "not found",
+        ErrorCode.method_not_allowed: "method not allowed",
+        ErrorCode.idempotency_conflict: "the idempotency key was used with a different request body",
+        ErrorCode.not_cancelable: "the generation has already ended",
+        ErrorCode.payload_too_large: "the request body is too large",
+        ErrorCode.rate_limited: "rate limit exceeded; retry later",
+        ErrorCode.too_many_streams: "this API key has too many open event streams; close one or poll",
+        ErrorCode.service_unavailable: "a backend was temporarily unavailable; retry later",
+        ErrorCode.invalid_webhook_url: "the webhook URL is not allowed (https, public addresses only)",
+        ErrorCode.out_of_memory: "the generation ran out of GPU memory; a smaller size or duration may fit",
+        ErrorCode.timeout: "the generation ran past the model's time limit",
+        ErrorCode.model_load_failed: "the model could not be loaded; retry later",
+        ErrorCode.pipeline_error: "the model failed while generating",
+        ErrorCode.encode_failed: "the video could not be encoded",
+        ErrorCode.upload_failed: "the video could not be stored; retry later",
+        ErrorCode.input_image_corrupt: "the stored input image is missing or does not match its checksum",
+        ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
+        ErrorCode.internal_error: "internal error",
+    }
+)
+if PUBLIC_MESSAGES.keys() != set(ErrorCode):  # a new code without its sentence is a bug: fail at import
+    raise RuntimeError(f"no public message for {sorted(set(ErrorCode) - PUBLIC_MESSAGES.keys())}")
+
+
+def public_message(code: ErrorCode) -> str:
+    """The fixed, client-safe sentence for ``code`` (``PUBLIC_MESSAGES``)."""
+    return PUBLIC_MESSAGES[code]
+
+
+class GenworkerError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class RequestRejected(GenworkerError):
+    """A request (or queue payload) refused before any work: a code, a message and the field path."""
+
+    def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+    def __repr__(self) -> str:
+        return f"RequestRejected({self.code.value!r}, {self.message!r}, param={self.param!r})"
+
+
+class JobError(GenworkerError):
+    """A terminal job failure: the job ends ``failed`` with ``code`` and is not retried."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class JobCanceled(JobError):
+    """Raised inside the pipeline's step callback when the job's cancel flag is set."""
+
+    def __init__(self, message: str = "canceled by request") -> None:
+        super().__init__(ErrorCode.internal_error, message)
+
+
+class TransientError(GenworkerError):
+    """A failure worth retrying with backoff; after ``max_attempts`` the job fails with ``code``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class BackendUnavailable(TransientError):
+    """A backend did not answer or refused for now. Queue and store implementations raise it in place of
+    their client library's errors, so callers never import redis, sqlite3 or botocore to decide."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.service_unavailable) -> None:
+        super().__init__(code, message)
+
+
+class FatalWorkerError(GenworkerError):
+    """The worker cannot continue (bad configuration, lost device): it releases its job and exits."""
+
+
+class WorkerFault(GenworkerError):
+    """Something of this worker's own (its encoder, its work disk) stops every job it runs, while another
+    worker could run them: the job goes back to the queue without using up an attempt."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # what the job would have failed with, for the log line
+        self.message = message
+
+
+class EncoderUnavailable(WorkerFault):
+    """ffmpeg cannot run here at all (not found, not executable, crashes on a bare ``-version``), as
+    opposed to ffmpeg refusing one job's input (``JobError(encode_failed)``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.encode_failed, message)
+
+
+class WorkDiskFull(WorkerFault):
+    """The work directory's filesystem has no space left (ENOSPC) for the encoder's output."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.internal_error, message)
+
+
+class StaleClaim(GenworkerError):
+    """A fenced queue call refused this attempt (re-delivered, released or finished elsewhere)."""
+
+
+class JobInterrupted(GenworkerError):
+    """The worker is stopping (drain grace over, or a second signal): release the job for re-delivery."""
+
+
+def short_message(exc: BaseException) -> str:
+    """First line of the exception text, bounded: records and logs carry no tracebacks or tensors."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA/host allocator exhaustion as torch reports it (the class moved between torch versions)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"OutOfMemoryError", "MemoryError"}:
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class UnknownJob(GenworkerError, KeyError):
+    """No record with this id."""
+
+
+class IdempotencyConflict(GenworkerError, ValueError):
+    """The idempotency key was used before with a different request body."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"idempotency key already used for generation {job_id} with a different body")
+        self.job_id = job_id

@@ -1,0 +1,45 @@
+"""The media a model produces and the step callback it reports through: the seam between a model
+family (``pipelines``) and the encoder (``foundation.media``), so neither imports the other.
+
+Frames leave as uint8 chunks so a long video never sits on the host as float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AudioTrack", "Media", "StepCallback"]
+
+# on_step(step_index, total_steps): reports denoising progress; raises (e.g. JobCanceled) to stop.
+StepCallback = Callable[[int, int], None]
+
+
+@dataclass
+class AudioTrack:
+    """A waveform: float32 samples shaped (channels, n) in [-1, 1], at ``sample_rate`` Hz."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    @property
+    def channels(self) -> int:
+        return int(self.samples.shape[0])
+
+
+@dataclass
+class Media:
+    """One generated clip at generation size (``width`` x ``height``, a multiple of the stride).
+
+    ``chunks`` yields uint8 arrays shaped (n, height, width, 3), in order, ``num_frames`` in total; it can
+    be consumed once. The encoder keeps the first ``keep_frames`` and center-crops to the target size.
+    """
+
+    width: int
+    height: int
+    fps: float
+    num_frames: int
+    chunks: Iterator[np.ndarray]
+    audio: AudioTrack | None = None

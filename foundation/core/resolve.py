@@ -1,0 +1,250 @@
+"""Parameter resolution: a create request plus the catalog gives a resolved job and a price hold.
+
+Everything a pipeline needs is decided here, once, so the API (at create) and the worker (at claim)
+agree: target size from the size table, generation size rounded up to the family stride, generated
+frames by the family's frame rule, frames to keep = duration x fps, and the variant's recipe.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, VariantSpec, mode_inputs
+from foundation.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
+from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.sizes import target_size
+
+__all__ = [
+    "ResolvedJob",
+    "check_inputs",
+    "check_prompt",
+    "compute_price",
+    "frames_for",
+    "nearest_ratio",
+    "resolve",
+    "round_up",
+]
+
+_CENT = Decimal("0.01")
+
+
+class ResolvedJob(BaseModel):
+    """A request turned into exact pipeline inputs. Crosses the worker/pipelines boundary."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    family: str
+    adapter: str
+    weights: str
+    mode: str
+    variant: str
+    prompt: str
+    negative_prompt: str
+    prompt_extend: bool
+    audio: bool
+    seed: int
+    resolution: str
+    ratio: str
+    duration_seconds: int
+    width: int  # what the client receives
+    height: int
+    gen_width: int  # what the pipeline generates (multiple of the stride, >= width)
+    gen_height: int
+    fps: int
+    num_frames: int  # generated, obeys the frame rule
+    keep_frames: int  # encoded: duration_seconds * fps
+    steps: int
+    guidance_scale: float
+    guidance_scale_2: float | None = None
+    flow_shift: float | None = None
+    pipeline_kwargs: dict[str, Any] = {}
+    cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.profile.apply_cache)
+    lora: LoraSpec | None = None  # the variant's LoRA (pipelines.runtime.profile.apply_lora)
+    max_job_seconds: float
+    # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
+    # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
+    image: StoredImage | None = None
+
+
+def round_up(value: int, stride: int) -> int:
+    return math.ceil(value / stride) * stride
+
+
+def frames_for(keep: int, multiple: int, offset: int) -> int:
+    """Smallest ``multiple * k + offset`` that is >= ``keep`` (and >= offset)."""
+    k = max(0, math.ceil((keep - offset) / multiple))
+    return multiple * k + offset
+
+
+def compute_price(spec: ModelSpec, variant: VariantSpec, resolution: str, seconds: Decimal, audio: bool) -> Money:
+    """USD for ``seconds`` of output, in cents, with Decimal arithmetic only."""
+    rate = spec.rates.per_second[resolution] * variant.rate_multiplier
+    if audio:
+        rate += spec.rates.audio_per_second
+    amount = (rate * seconds).quantize(_CENT, rounding=ROUND_HALF_UP)
+    return Money(currency="USD", amount=f"{amount:.2f}")
+
+
+def _reject(code: ErrorCode, message: str, param: str) -> RequestRejected:
+    return RequestRejected(code, message, param)
+
+
+def _pick(params: Parameters, spec: ModelSpec, name: str) -> Any:
+    value = getattr(params, name)
+    return spec.defaults.get(name) if value is None else value
+
+
+def _check_choices(spec: ModelSpec, resolution: str, ratio: str, duration: int) -> None:
+    if resolution not in spec.resolutions:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"resolution {resolution!r} is not offered by {spec.id}; allowed: {spec.resolutions}",
+            "parameters.resolution",
+        )
+    if ratio not in spec.ratios:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"ratio {ratio!r} is not offered by {spec.id}; allowed: {spec.ratios}",
+            "parameters.ratio",
+        )
+    if duration not in spec.durations:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"duration_seconds {duration} is not offered by {spec.id}; allowed: {spec.durations}",
+            "parameters.duration_seconds",
+        )
+
+
+def _lookup(request: CreateRequest, catalog: Catalog) -> tuple[ModelSpec, VariantSpec]:
+    spec = catalog.get(request.model)
+    if spec is None:
+        raise _reject(ErrorCode.model_not_found, f"model {request.model!r} is not in the catalog", "model")
+    mode = spec.modes.get(request.mode)
+    if mode is None:
+        raise _reject(
+            ErrorCode.unsupported_mode,
+            f"model {spec.id} has no mode {request.mode!r}; modes: {sorted(spec.modes)}",
+            "mode",
+        )
+    variant = mode.variants.get(request.variant)
+    if variant is None:
+        raise _reject(
+            ErrorCode.unsupported_variant,
+            f"mode {request.mode} of {spec.id} has no variant {request.variant!r}; variants: {sorted(mode.variants)}",
+            "variant",
+        )
+    return spec, variant
+
+
+def check_inputs(request: CreateRequest, catalog: Catalog) -> bool:
+    """Whether the request brings an image its mode needs (``MODE_INPUTS``); raise a coded
+    ``RequestRejected`` for an unknown model, mode or variant, an image its mode does not take, a missing
+    one, or both sources at once. The API calls it before fetching anything."""
+    _lookup(request, catalog)
+    given = [name for name in ("image_url", "image") if getattr(request.input, name) is not None]
+    if "image" not in mode_inputs(request.mode):
+        if given:
+            raise _reject(
+                ErrorCode.unsupported_parameter,
+                f"mode {request.mode} takes no input image; image_to_video does",
+                f"input.{given[0]}",
+            )
+        return False
+    if not given:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"mode {request.mode} needs an input image: input.image_url (https) or input.image (a data: URI)",
+            "input.image",
+        )
+    if len(given) > 1:
+        raise _reject(ErrorCode.invalid_parameter, "give input.image_url or input.image, not both", "input.image")
+    return True
+
+
+def check_prompt(spec: ModelSpec, prompt: str) -> None:
+    """Reject a prompt longer than ``spec`` accepts (the one check of ``resolve`` that reads the prompt)."""
+    if len(prompt) > spec.prompt_max_chars:
+        raise _reject(
+            ErrorCode.invalid_parameter,
+            f"prompt has {len(prompt)} characters; {spec.id} accepts at most {spec.prompt_max_chars}",
+            "input.prompt",
+        )
+
+
+def nearest_ratio(offered: list[str], width: int, height: int) -> str:
+    """The offered ratio closest to ``width``/``height`` in log scale (so 2:1 is as far from 1:1 as 1:2)."""
+
+    def distance(label: str) -> float:
+        w, h = (int(part) for part in label.split(":"))
+        return abs(math.log((w / h) / (width / height)))
+
+    return min(offered, key=distance)
+
+
+def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | None = None) -> tuple[ResolvedJob, Money]:
+    """Resolve a validated request against the catalog, or raise a coded ``RequestRejected``.
+
+    ``image`` is the checked input image of an ``image_to_video`` request (the API passes it at create;
+    the record then stores the ratio ``auto`` resolved to, so later resolutions need no image)."""
+    spec, variant = _lookup(request, catalog)
+    params = request.parameters
+    resolution: str = _pick(params, spec, "resolution")
+    ratio: str = _pick(params, spec, "ratio")
+    if ratio == AUTO_RATIO:
+        if image is None:
+            raise _reject(ErrorCode.invalid_parameter, "ratio 'auto' needs an input image", "parameters.ratio")
+        ratio = nearest_ratio(spec.ratios, image.width, image.height)
+    duration: int = _pick(params, spec, "duration_seconds")
+    audio = bool(_pick(params, spec, "audio") or False)
+    prompt_extend = bool(_pick(params, spec, "prompt_extend") or False)
+    _check_choices(spec, resolution, ratio, duration)
+    if audio and not spec.audio:
+        raise _reject(ErrorCode.unsupported_parameter, f"{spec.id} does not generate audio", "parameters.audio")
+    if prompt_extend and spec.prompt_extend is None:
+        raise _reject(
+            ErrorCode.unsupported_parameter, f"{spec.id} does not support prompt_extend", "parameters.prompt_extend"
+        )
+    prompt = request.input.prompt
+    check_prompt(spec, prompt)
+    width, height = target_size(resolution, ratio)
+    keep = duration * spec.fps
+    job = ResolvedJob(
+        model=spec.id,
+        family=spec.family,
+        adapter=spec.adapter,
+        weights=spec.weights,
+        mode=request.mode,
+        variant=request.variant,
+        prompt=prompt,
+        negative_prompt=params.negative_prompt if params.negative_prompt is not None else spec.negative_prompt,
+        prompt_extend=prompt_extend,
+        audio=audio,
+        seed=params.seed if params.seed is not None else secrets.randbelow(MAX_SEED + 1),
+        resolution=resolution,
+        ratio=ratio,
+        duration_seconds=duration,
+        width=width,
+        height=height,
+        gen_width=round_up(width, spec.stride),
+        gen_height=round_up(height, spec.stride),
+        fps=spec.fps,
+        num_frames=frames_for(keep, spec.frame_rule.multiple, spec.frame_rule.offset),
+        keep_frames=keep,
+        steps=variant.steps,
+        guidance_scale=variant.guidance_scale,
+        guidance_scale_2=variant.guidance_scale_2,
+        flow_shift=variant.flow_shift,
+        pipeline_kwargs=dict(variant.pipeline_kwargs),
+        cache=variant.cache,
+        lora=variant.lora,
+        max_job_seconds=spec.max_job_seconds,
+        image=image,
+    )
+    hold = compute_price(spec, variant, resolution, Decimal(duration), audio)
+    return job, hold

@@ -1,0 +1,329 @@
+"""The queue protocol: the one contract between the API tier and the workers.
+
+Two backends implement it (``redis_backend.RedisQueue``, ``sqlite_backend.SqliteQueue``) and one
+contract test suite runs against both. The queue is the only writer of a record's ``status``.
+
+Each side sees only its half: the API tier holds an ``ApiQueue`` (create, read, cancel, list), a
+worker a ``WorkerQueue`` (claim, lease, report); ``JobQueue`` is both, what a backend implements.
+Every method raises ``foundation.core.errors.BackendUnavailable`` when the backend cannot answer now
+(``unavailable``); no caller needs the client library's own exceptions.
+
+Rules every backend keeps:
+- **Leases, not timeouts.** ``claim`` grants a lease of ``lease_ttl_s``; ``renew`` extends it (called
+  from a heartbeat thread the GPU loop cannot block). Only a lapsed lease makes a job deliverable again.
+- **Fencing.** Each claim increments ``attempt``. ``renew``, ``progress``, ``finish``, ``retry`` and
+  ``release`` take the ``Claim`` and are refused (return False) unless its attempt is the current one
+  and the job is still ``running``. A stale attempt can never overwrite a newer one.
+- **Every outcome is acknowledged.** Success, failure, cancel, dead letter: nothing stays ``running``.
+- **Events.** Every status change appends an ``Event`` (in order per job) to the events log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from foundation.core.contract import (
+    Artifact,
+    ErrorInfo,
+    GenerationRecord,
+    Money,
+    PromptExtension,
+    PromptTokens,
+    Stage,
+    Status,
+    Usage,
+)
+
+__all__ = [
+    "ApiQueue",
+    "AsyncApiQueue",
+    "Claim",
+    "DeadLetter",
+    "EnqueueResult",
+    "Event",
+    "JobQueue",
+    "Outcome",
+    "Polled",
+    "ProgressNote",
+    "ProgressWrite",
+    "WorkerHeartbeat",
+    "WorkerQueue",
+]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on one attempt of one job. Pass it back to every fenced call."""
+
+    job_id: str
+    model: str
+    attempt: int
+    record: GenerationRecord
+    # Backend bookkeeping (stream entry id, consumer name, lease token); opaque to callers.
+    token: str = ""
+
+
+@dataclass(frozen=True)
+class ProgressWrite:
+    """What a fenced stage/progress write found (``WorkerQueue.write_progress``)."""
+
+    accepted: bool  # False: the claim is stale (re-delivered or ended) and nothing was written
+    cancel_requested: bool  # the job's cancel flag as the write found it (False when not accepted)
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    record: GenerationRecord
+    replayed: bool  # True when an earlier request with the same idempotency key created it
+
+
+@dataclass(frozen=True)
+class Polled:
+    """A record as the API serves it: the record and, while it is queued, its place in the queue."""
+
+    record: GenerationRecord
+    position: int | None  # ``ApiQueue.position``: 0-based while queued, else None
+    replayed: bool = False  # from ``enqueue``: an earlier request with the same idempotency key made it
+
+
+class Outcome(BaseModel):
+    """What a worker reports when an attempt ends (``finish``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal[Status.succeeded, Status.failed, Status.canceled]
+    artifacts: list[Artifact] = Field(default_factory=list)
+    usage: Usage | None = None
+    price: Money | None = None
+    actual_prompt: str | None = None
+    prompt_extension: PromptExtension | None = None
+    prompt_tokens: PromptTokens | None = None
+    resumed_from_step: int | None = None  # the attempt resumed a denoising checkpoint (pipelines.runtime.resume)
+    error: ErrorInfo | None = None
+
+
+class Event(BaseModel):
+    """One status change, appended to the events log."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    status: Status
+    attempt: int
+    at: datetime
+    reason: str | None = None
+    id: str = ""  # backend position (stream id / row id), for resuming a read
+
+
+class ProgressNote(BaseModel):
+    """One stage/progress write of a running attempt, kept in the job's own progress log.
+
+    Status changes are ``Event``s; progress writes are not (they would flood the events feed that
+    other readers page through), so each backend keeps them per job, in write order, for as long as
+    the job's events: what the live event stream (``GET /v1/generations/{id}/events``) replays.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    attempt: int
+    stage: Stage
+    progress: float
+    at: datetime
+    id: str = ""  # backend position (stream id / row id), for resuming a read
+
+
+class WorkerHeartbeat(BaseModel):
+    """A live worker, as it reports itself every few seconds (kept with a TTL)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    worker_id: str
+    hosted_models: list[str]
+    # Per hosted model, the ``mode/variant``s it cannot run here: their weights (a variant LoRA) are missing.
+    unserved_variants: dict[str, list[str]] = Field(default_factory=dict)
+    loaded_models: list[str] = Field(default_factory=list)
+    current_job: str | None = None
+    ready: bool = False
+    at: datetime | None = None
+
+    def serves(self, model: str, mode: str, variant: str) -> bool:
+        """Whether this worker hosts ``model`` and can run its ``mode``/``variant``."""
+        return model in self.hosted_models and f"{mode}/{variant}" not in self.unserved_variants.get(model, ())
+
+
+class DeadLetter(BaseModel):
+    """A job that ran out of attempts, or a stream entry that was no job, set aside with a reason."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str  # backend position (stream id / row id)
+    job_id: str = ""  # "" for an unreadable entry that named no job
+    model: str
+    reason: str  # a ``policy.DeadReason`` value, or why an entry was unreadable
+    at: datetime
+    code: str | None = None  # out of attempts: the ``ErrorCode`` of the last failure
+    message: str | None = None
+    entry: str | None = None  # Redis, unreadable entry: its stream entry id
+    raw: str | None = None  # unreadable entry or record: what was stored (cut to 2000 characters)
+
+
+class ApiQueue(Protocol):
+    """What the API tier needs: create, read, cancel and list jobs; queue state; live workers."""
+
+    def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> EnqueueResult:
+        """Store a new ``queued`` record and make it claimable, atomically.
+
+        With an idempotency key (scoped to ``record.project``, kept 24 h): the same key and hash return
+        the original record with ``replayed=True``; the same key with another hash raises
+        ``IdempotencyConflict``; concurrent calls with one key create exactly one job.
+        """
+        ...
+
+    def get(self, job_id: str) -> GenerationRecord | None: ...
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """The project's records, newest first, and a cursor for the next page (None at the end)."""
+        ...
+
+    def cancel(self, job_id: str) -> GenerationRecord:
+        """Queued: ends ``canceled`` now. Running: sets the durable cancel flag the worker polls.
+        Terminal: returns the record unchanged (the caller decides on 409). Raises ``UnknownJob``."""
+        ...
+
+    def depth(self, model: str) -> int:
+        """Jobs of this model waiting to be claimed."""
+        ...
+
+    def position(self, job_id: str) -> int | None:
+        """0-based place in its model's queue while queued, else None."""
+        ...
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        """Workers whose heartbeat has not expired."""
+        ...
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]: ...
+
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        """The job's stage/progress writes after the note with id ``after``, oldest first ([] for an
+        unknown job or one whose notes expired with it)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class AsyncApiQueue(Protocol):
+    """The API's poll and create calls as coroutines, so a route awaits them on the event loop instead
+    of holding a thread. Same records, same errors (``BackendUnavailable``, ``IdempotencyConflict``)
+    as ``ApiQueue``'s ``get``, ``position`` and ``enqueue``; each returns the record with its position,
+    which a backend may fetch in the same round trip."""
+
+    async def poll(self, job_id: str) -> Polled | None:
+        """``get`` and, while the job is queued, ``position``; None when there is no such job."""
+        ...
+
+    async def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> Polled:
+        """``ApiQueue.enqueue`` (the same idempotency rules) and the stored record's position."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what this object holds (connections, threads); not the sync queue it may wrap."""
+        ...
+
+
+class WorkerQueue(Protocol):
+    """What a worker needs: claim, keep the lease, report progress and the outcome, beat, reclaim."""
+
+    def claim(
+        self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
+    ) -> Claim | None:
+        """Take the next job of one of ``models`` (``running``, attempt+1, lease granted).
+
+        ``prefer`` lists models already loaded: they are tried first, but a model waiting longer than
+        the others is served so no model starves. Entries whose payload is unreadable are
+        dead-lettered with a reason and acknowledged, never returned. Lapsed leases of other workers
+        are reclaimed here as well. Waits up to ``block_s`` for work.
+        """
+        ...
+
+    def renew(self, claim: Claim) -> bool:
+        """Extend the lease. False: the claim is stale (re-delivered or finished) and must stop."""
+        ...
+
+    def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        """Record stage/progress (fenced). False when the claim is stale."""
+        ...
+
+    def write_progress(
+        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+    ) -> ProgressWrite:
+        """``progress``, answering also the job's cancel flag as the write found it: a worker that
+        writes a stage learns in the same call whether to stop (no separate ``cancel_requested``).
+
+        ``passed``: stages entered and left at once since the last write (a resident model's
+        ``loading``); each gets its progress note (at 0) before this write's, in the same write, and
+        is never the record's stage."""
+        ...
+
+    def cancel_requested(self, job_id: str) -> bool: ...
+
+    def finish(self, claim: Claim, outcome: Outcome) -> bool:
+        """End the attempt with a terminal status (fenced) and acknowledge it."""
+        ...
+
+    def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
+        """A transient failure: re-queue after ``delay_s``, or fail and dead-letter when the attempts
+        are used up (keeping ``error``). Fenced."""
+        ...
+
+    def release(self, claim: Claim, *, reason: str | None = None) -> bool:
+        """Give the job back for immediate re-delivery; ``reason`` goes into the event (``released: <reason>``).
+
+        A drain (no reason) or a fault of this worker's own uses no attempt; ``hung`` (a job released
+        by force at shutdown) uses one up, and when that was the last the job fails ``worker_lost`` and
+        is dead-lettered (``policy.release_uses_attempt``). Fenced."""
+        ...
+
+    def reclaim_expired(self) -> int:
+        """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them,
+        with those this queue object's claims re-queued since the last call (the claim path reclaims
+        too), so a caller that counts these returns counts every reclaim of its process."""
+        ...
+
+    def purge_expired(self) -> int:
+        """Retention, run periodically by a worker: drop what outlived its keep time (terminal records
+        and their events after ``record_ttl``, idempotency keys after 24 h, events and dead letters past
+        their caps, consumers of stopped workers); how many items went. Cheap when there is nothing."""
+        ...
+
+    def get(self, job_id: str) -> GenerationRecord | None:
+        """The record (the sweeper reads which objects a record points at)."""
+        ...
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None: ...
+
+    def depth(self, model: str) -> int:
+        """Jobs of this model waiting to be claimed (a worker exports it as a metric)."""
+        ...
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Dead letters of every model, oldest first."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class JobQueue(ApiQueue, WorkerQueue, Protocol):
+    """Both sides: what a backend implements and the contract suite tests."""

@@ -1,0 +1,470 @@
+"""Embedded SQLite backend: the same semantics as Redis in one file, for one machine.
+
+Every read-modify-write runs in ``BEGIN IMMEDIATE`` (one writer at a time, across processes, waiting
+up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its own connection
+(the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column: the
+holder's TTL on the monotonic clock of the boot in ``lease_boot``, so a wall-clock step moves no
+lease (``sqlite_clock``); a running row with no lease, or a lease of another boot, counts as lapsed.
+Fencing compares ``attempt`` and the claim's ``token``. A row this version cannot read is set aside.
+Statuses change only through ``records``; the reads live in ``sqlite_reads.SqliteReads``. Every
+public method (and opening the file) translates a locked or unreadable database into
+``BackendUnavailable`` (``unavailable.sqlite_unavailable``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
+from foundation.core.errors import IdempotencyConflict, UnknownJob
+from foundation.queue import keys, records
+from foundation.queue.base import (
+    Claim,
+    DeadLetter,
+    EnqueueResult,
+    Event,
+    Outcome,
+    ProgressNote,
+    ProgressWrite,
+    WorkerHeartbeat,
+)
+from foundation.queue.ordering import order_models
+from foundation.queue.policy import (
+    DeadReason,
+    EventReason,
+    claimed_by,
+    dead_event,
+    finished_event,
+    hung_error,
+    out_of_attempts,
+    release_uses_attempt,
+    released_event,
+    retry_event,
+)
+from foundation.queue.records import UnreadableRecord
+from foundation.queue.sqlite.clock import Clock, rebase
+from foundation.queue.sqlite.db import SqliteFile
+from foundation.queue.sqlite.group import GroupCommit
+from foundation.queue.sqlite.reads import SqliteReads
+from foundation.queue.sqlite.schema import SCHEMA, migrate
+from foundation.queue.unavailable import sqlite_unavailable
+
+__all__ = ["SqliteQueue"]
+
+_POLL_S = 0.05  # how often a blocking claim looks again (there is no server to wake it)
+# Retention: the newest events and dead letters kept (Redis caps each model's streams alike), and
+# rows deleted per transaction by a purge, so writers wait for one short transaction at most.
+EVENTS_CAP = 100_000
+PROGRESS_NOTES_CAP = 1_000_000  # stage/progress writes kept at most (a few dozen per job)
+DEAD_LETTERS_CAP = 100_000
+_PURGE_BATCH = 1000
+
+# One create: the record, its idempotency key and request hash (``enqueue``'s arguments).
+Create = tuple[GenerationRecord, str | None, str | None]
+
+# A fenced change: run inside the transaction with the current record and its release count.
+_Change = Callable[[sqlite3.Connection, GenerationRecord, int], None]
+
+
+class SqliteQueue:
+    """``JobQueue`` on one SQLite file (embedded mode)."""
+
+    @sqlite_unavailable
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        lease_ttl_s: float = 30.0,
+        max_attempts: int = 3,
+        retry_backoff_s: float = 2.0,
+        starve_after_s: float = 60.0,
+        durable: bool = True,
+        clock: Clock | None = None,
+        record_ttl_s: float = keys.RECORD_TTL_S,
+    ) -> None:
+        self.path = str(path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.lease_ttl_s = lease_ttl_s
+        self.max_attempts = max_attempts
+        self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
+        self.starve_after_s = starve_after_s
+        self.record_ttl_s = record_ttl_s  # terminal rows and their events are purged this long after they ended
+        self._db = SqliteFile(self.path, synchronous="FULL" if durable else "NORMAL")
+        self._last_reclaim = float("-inf")
+        self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
+        self._reclaims_lock = threading.Lock()
+        self._clock = clock or Clock()
+        self.reads = SqliteReads(self._db, self._clock)
+        self._creates: GroupCommit[tuple[GenerationRecord, str | None, str], EnqueueResult]
+        self._creates = GroupCommit(self._db, self._create)
+        try:
+            self._db.conn().executescript(SCHEMA)
+            with self._db.tx() as conn:  # once per file and boot, whoever opens first
+                migrate(conn)  # also creates the queue counters' triggers (sqlite_schema.AFTER_MIGRATE)
+                rebase(conn, self._clock)
+        except BaseException:
+            self._db.close()
+            raise
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _load(self, conn: sqlite3.Connection, job_id: str) -> tuple[GenerationRecord, int, str | None] | None:
+        row = conn.execute("SELECT record, released, token FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        return records.parse(row[0]), int(row[1]), row[2]
+
+    def _store(
+        self,
+        conn: sqlite3.Connection,
+        rec: GenerationRecord,
+        *,
+        event: str | None = None,
+        ready_at: float | None = None,
+        token: str | None = None,
+        released_incr: int = 0,
+    ) -> None:
+        """Write the record and its query columns; queue/lease columns follow the new status."""
+        queued, running = rec.status is Status.queued, rec.status is Status.running
+        conn.execute(
+            """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, released = released + ?,
+                   ready_at = ?, queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs)
+                   END, token = ?, lease_expires_at = ?, lease_boot = ?, ended_ms = ? WHERE id = ?""",
+            (
+                rec.status.value,
+                rec.attempt,
+                int(rec.cancel_requested),
+                rec.model_dump_json(),
+                released_incr,
+                (ready_at if ready_at is not None else self._clock.monotonic()) if queued else None,
+                queued,
+                token if running else None,
+                self._clock.monotonic() + self.lease_ttl_s if running else None,
+                self._clock.boot_id if running else None,
+                self._clock.wall() * 1000 if rec.terminal else None,
+                rec.id,
+            ),
+        )
+        if event is not None:
+            self._event(conn, rec, event)
+
+    def _event(self, conn: sqlite3.Connection, rec: GenerationRecord, reason: str) -> None:
+        conn.execute(
+            "INSERT INTO events (job_id, status, attempt, at, reason) VALUES (?, ?, ?, ?, ?)",
+            (rec.id, rec.status.value, rec.attempt, utcnow().isoformat(), reason),
+        )
+
+    def _dead(self, conn: sqlite3.Connection, job_id: str, model: str, reason: str, **extra: str | None) -> None:
+        conn.execute(
+            "INSERT INTO dead_letters (job_id, model, reason, code, message, at, raw) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job_id, model, reason, extra.get("code"), extra.get("message"), utcnow().isoformat(), extra.get("raw")),
+        )
+
+    # ------------------------------------------------------------------------------------ reads
+    def get(self, job_id: str) -> GenerationRecord | None:
+        return self.reads.get(job_id)
+
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+
+    def depth(self, model: str) -> int:
+        return self.reads.depth(model)
+
+    def position(self, job_id: str) -> int | None:
+        return self.reads.position(job_id)
+
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        return self.reads.live_workers()
+
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        self.reads.heartbeat(beat, ttl_s=ttl_s)
+
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        return self.reads.events(job_id, after=after, limit=limit)
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return self.reads.dead_letters(limit)
+
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        return self.reads.progress_notes(job_id, after=after, limit=limit)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return self.reads.cancel_requested(job_id)
+
+    # ------------------------------------------------------------------------------------ API side
+    @sqlite_unavailable
+    def enqueue(
+        self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
+    ) -> EnqueueResult:
+        """Create a job (or find the one its idempotency key made). Creates from concurrent threads share
+        one transaction and its fsync (``sqlite_group``); each returns once its create is committed."""
+        record = records.enqueued(record, max_attempts=self.max_attempts)
+        return self._creates.run((record, idempotency_key, request_hash or ""))
+
+    @sqlite_unavailable
+    def enqueue_many(self, creates: list[Create]) -> list[EnqueueResult | Exception]:
+        """``enqueue`` for each ``(record, idempotency key, request hash)``, in as few transactions as
+        ``sqlite_group`` takes: each one's result, or the exception it raised (``IdempotencyConflict``)."""
+        enqueued = [(records.enqueued(r, max_attempts=self.max_attempts), key, h or "") for r, key, h in creates]
+        return self._creates.run_many(enqueued)
+
+    def _create(self, conn: sqlite3.Connection, create: tuple[GenerationRecord, str | None, str]) -> EnqueueResult:
+        record, idempotency_key, request_hash = create
+        now = self._clock.wall()  # the idempotency expiry: 24 h must hold across reboots
+        if idempotency_key is not None:
+            row = conn.execute(
+                "SELECT job_id, request_hash FROM idempotency WHERE project = ? AND key = ? AND expires_at > ?",
+                (record.project, idempotency_key, now),
+            ).fetchone()
+            if row is not None:
+                if row[1] != request_hash:
+                    raise IdempotencyConflict(row[0])
+                stored = self._load(conn, row[0])
+                if stored is not None:
+                    return EnqueueResult(stored[0], replayed=True)
+            conn.execute(
+                "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?)",
+                (record.project, idempotency_key, record.id, request_hash, now + keys.IDEMPOTENCY_TTL_S),
+            )
+        existing = self._load(conn, record.id)
+        if existing is not None:
+            return EnqueueResult(existing[0], replayed=False)
+        conn.execute(
+            "INSERT INTO jobs (id, model, project, status, record, created_ms) VALUES (?, ?, ?, 'queued', ?, ?)",
+            (record.id, record.model, record.project, record.model_dump_json(), record.created_at.timestamp() * 1000),
+        )
+        self._store(conn, record, event=EventReason.enqueued)
+        return EnqueueResult(record, replayed=False)
+
+    @sqlite_unavailable
+    def cancel(self, job_id: str) -> GenerationRecord:
+        with self._db.tx() as conn:
+            loaded = self._load(conn, job_id)
+            if loaded is None:
+                raise UnknownJob(job_id)
+            rec = loaded[0]
+            if rec.status is Status.queued:
+                rec = records.canceled(rec)
+                self._store(conn, rec, event=EventReason.canceled)
+            elif rec.status is Status.running and not rec.cancel_requested:
+                rec = records.with_cancel_flag(rec)
+                # Only the record and the flag: the lease stays the worker's.
+                conn.execute("UPDATE jobs SET record = ?, cancel = 1 WHERE id = ?", (rec.model_dump_json(), job_id))
+                self._event(conn, rec, EventReason.cancel_requested)
+            return rec
+
+    # ------------------------------------------------------------------------------------ worker side
+    @sqlite_unavailable
+    def claim(
+        self, worker_id: str, models: Sequence[str], *, prefer: Sequence[str] = (), block_s: float = 0.0
+    ) -> Claim | None:
+        hosted = list(dict.fromkeys(models))
+        deadline = time.monotonic() + block_s
+        while hosted:
+            if self._clock.monotonic() - self._last_reclaim >= self.lease_ttl_s / 2:  # a write lock: not every poll
+                self._last_reclaim = self._clock.monotonic()
+                count = self._reclaim()
+                with self._reclaims_lock:
+                    self._claim_reclaims += count
+            claim = self._claim_once(worker_id, hosted, prefer)
+            if claim is not None or time.monotonic() >= deadline:
+                return claim
+            time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+        return None
+
+    def _claim_once(self, worker_id: str, models: list[str], prefer: Sequence[str]) -> Claim | None:
+        marks = ",".join("?" * len(models))
+        with self._db.tx() as conn:
+            now = self._clock.monotonic()
+            rows = conn.execute(
+                f"""SELECT model, MIN(ready_at) FROM jobs WHERE status = 'queued' AND ready_at <= ?
+                    AND model IN ({marks}) GROUP BY model""",
+                (now, *models),
+            ).fetchall()
+            for model in order_models({m: now - t for m, t in rows}, prefer, self.starve_after_s):
+                for job_id, raw in conn.execute(
+                    """SELECT id, record FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?
+                       ORDER BY ready_at, queue_seq LIMIT 20""",
+                    (model, now),
+                ).fetchall():
+                    try:
+                        rec = records.parse(raw)
+                    except UnreadableRecord as e:
+                        self._set_aside(conn, job_id, model, e)  # never crash the consumer: go on
+                        continue
+                    rec = records.started(rec)
+                    token = uuid.uuid4().hex
+                    self._store(conn, rec, event=claimed_by(worker_id), token=token)
+                    return Claim(rec.id, model, rec.attempt, rec, token=token)
+        return None
+
+    def _fenced(self, claim: Claim, change: _Change) -> bool:
+        with self._db.tx() as conn:
+            loaded = self._load(conn, claim.job_id)
+            if loaded is None:
+                return False
+            rec, released, token = loaded
+            if rec.status is not Status.running or rec.attempt != claim.attempt or token != claim.token:
+                return False
+            change(conn, rec, released)
+            return True
+
+    @sqlite_unavailable
+    def renew(self, claim: Claim) -> bool:
+        with self._db.tx() as conn:
+            cur = conn.execute(
+                """UPDATE jobs SET lease_expires_at = ?, lease_boot = ? WHERE id = ? AND status = 'running'
+                   AND attempt = ? AND token = ?""",
+                (
+                    self._clock.monotonic() + self.lease_ttl_s,
+                    self._clock.boot_id,
+                    claim.job_id,
+                    claim.attempt,
+                    claim.token,
+                ),
+            )
+            return cur.rowcount == 1
+
+    @sqlite_unavailable
+    def progress(self, claim: Claim, stage: Stage, progress: float) -> bool:
+        return self.write_progress(claim, stage, progress).accepted
+
+    @sqlite_unavailable
+    def write_progress(
+        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+    ) -> ProgressWrite:
+        found: list[bool] = []  # the cancel flag in the write's own transaction
+
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            found.append(rec.cancel_requested)
+            conn.execute(
+                "UPDATE jobs SET record = ? WHERE id = ?",
+                (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
+            )
+            # A note at 0 for each stage passed since the last write, then this write's (as redis_plans.progress).
+            notes = [*((s, 0.0) for s in passed), (stage, float(progress))]
+            at = utcnow().isoformat()
+            conn.executemany(
+                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
+                [(rec.id, rec.attempt, s.value, p, at) for s, p in notes],
+            )
+
+        if not self._fenced(claim, change):
+            return ProgressWrite(accepted=False, cancel_requested=False)
+        return ProgressWrite(accepted=True, cancel_requested=found[-1])
+
+    @sqlite_unavailable
+    def finish(self, claim: Claim, outcome: Outcome) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            event = finished_event(outcome.status, outcome.error.code if outcome.error else None)
+            self._store(conn, records.finished(rec, outcome), event=event)
+
+        return self._fenced(claim, change)
+
+    @sqlite_unavailable
+    def retry(self, claim: Claim, error: ErrorInfo, *, delay_s: float) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            if out_of_attempts(rec, released):
+                self._fail_dead(conn, rec, error, DeadReason.out_of_attempts)
+            else:
+                requeued = records.requeued(rec, error=error)
+                self._store(
+                    conn, requeued, event=retry_event(error.code), ready_at=self._clock.monotonic() + max(0.0, delay_s)
+                )
+
+        return self._fenced(claim, change)
+
+    @sqlite_unavailable
+    def release(self, claim: Claim, *, reason: str | None = None) -> bool:
+        def change(conn: sqlite3.Connection, rec: GenerationRecord, released: int) -> None:
+            # A drain or a worker's own fault is not the job's failure: it does not use up an attempt.
+            # A hung job's does, and dead-letters the job when it was the last.
+            uses_attempt = release_uses_attempt(reason)
+            if uses_attempt and out_of_attempts(rec, released):
+                self._fail_dead(conn, rec, hung_error(rec.attempt), DeadReason.worker_lost)
+            else:
+                incr = 0 if uses_attempt else 1
+                self._store(conn, records.requeued(rec), event=released_event(reason), released_incr=incr)
+
+        return self._fenced(claim, change)
+
+    def _fail_dead(self, conn: sqlite3.Connection, rec: GenerationRecord, error: ErrorInfo, reason: DeadReason) -> None:
+        self._store(conn, records.dead_lettered(rec, error), event=dead_event(error.code, reason))
+        self._dead(conn, rec.id, rec.model, reason, code=error.code.value, message=error.message)
+
+    def _set_aside(self, conn: sqlite3.Connection, job_id: str, model: str, error: UnreadableRecord) -> None:
+        """An unreadable row: a dead letter, the row kept as stored but out of every query (``unreadable``)."""
+        self._dead(conn, job_id, model, DeadReason.invalid_record, message=error.detail, raw=error.raw[:2000])
+        aside = "status = 'unreadable', ready_at = NULL, queue_seq = NULL, token = NULL, lease_expires_at = NULL"
+        aside += ", lease_boot = NULL"
+        conn.execute(f"UPDATE jobs SET {aside} WHERE id = ?", (job_id,))
+
+    @sqlite_unavailable
+    def reclaim_expired(self) -> int:
+        count = self._reclaim()
+        with self._reclaims_lock:  # and what this process's claims re-queued since the last call
+            count, self._claim_reclaims = count + self._claim_reclaims, 0
+        return count
+
+    def _reclaim(self) -> int:
+        count = 0
+        with self._db.tx() as conn:
+            rows = conn.execute(
+                # A running row with no lease at all (no token, no deadline, no boot: written before
+                # leases carried one) or a lease of another boot (its holder is gone) counts as lapsed.
+                """SELECT id, model FROM jobs WHERE status = 'running' AND (token IS NULL
+                   OR lease_expires_at IS NULL OR lease_boot IS NOT ? OR lease_expires_at < ?) LIMIT 1000""",
+                (self._clock.boot_id, self._clock.monotonic()),
+            ).fetchall()
+            for job_id, model in rows:
+                try:
+                    loaded = self._load(conn, job_id)
+                except UnreadableRecord as e:
+                    self._set_aside(conn, job_id, model, e)
+                    continue
+                assert loaded is not None
+                count += 1
+                rec, released, _ = loaded
+                if rec.cancel_requested:
+                    ended = records.finished(rec, Outcome(status=Status.canceled))
+                    self._store(conn, ended, event=EventReason.canceled_lease_lapsed)
+                elif out_of_attempts(rec, released):
+                    self._fail_dead(conn, rec, records.worker_lost(rec.attempt), DeadReason.worker_lost)
+                else:
+                    self._store(conn, records.requeued(rec), event=EventReason.lease_expired)
+        return count
+
+    @sqlite_unavailable
+    def purge_expired(self) -> int:
+        """Terminal rows that ended ``record_ttl_s`` ago with their events, expired idempotency keys,
+        and events and dead letters past their caps; in short transactions."""
+        now = self._clock.wall()
+        removed = 0
+        while True:
+            with self._db.tx() as conn:
+                ids = conn.execute(
+                    "SELECT id FROM jobs WHERE ended_ms < ? LIMIT ?", ((now - self.record_ttl_s) * 1000, _PURGE_BATCH)
+                ).fetchall()
+                conn.executemany("DELETE FROM events WHERE job_id = ?", ids)
+                conn.executemany("DELETE FROM progress_notes WHERE job_id = ?", ids)
+                conn.executemany("DELETE FROM jobs WHERE id = ?", ids)
+            removed += len(ids)
+            if len(ids) < _PURGE_BATCH:
+                break
+        with self._db.tx() as conn:
+            removed += conn.execute("DELETE FROM idempotency WHERE expires_at <= ?", (now,)).rowcount
+            caps = (("events", EVENTS_CAP), ("dead_letters", DEAD_LETTERS_CAP), ("progress_notes", PROGRESS_NOTES_CAP))
+            for table, cap in caps:
+                removed += conn.execute(
+                    f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (cap,)
+                ).rowcount
+        return removed
+
+    def close(self) -> None:
+        self._db.close()

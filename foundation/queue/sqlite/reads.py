@@ -1,0 +1,134 @@
+"""The read side of the SQLite backend: records, listings, depth, position, events, dead letters,
+the cancel flag and worker heartbeats. Nothing here changes a job; ``sqlite_backend.SqliteQueue``
+holds one and answers these calls through it. Every public method translates a locked or unreadable
+database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (``sqlite_clock``)."""
+
+from __future__ import annotations
+
+from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
+from foundation.queue.sqlite.clock import Clock
+from foundation.queue.sqlite.db import SqliteFile
+from foundation.queue.unavailable import sqlite_unavailable
+
+__all__ = ["SqliteReads"]
+
+
+class SqliteReads:
+    def __init__(self, db: SqliteFile, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    @sqlite_unavailable
+    def get(self, job_id: str) -> GenerationRecord | None:
+        row = self._db.conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else GenerationRecord.model_validate_json(row[0])
+
+    @sqlite_unavailable
+    def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
+        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
+        args_: list[object] = [project]
+        if cursor:
+            score, _, last_id = cursor.partition(":")
+            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
+            args_ += [float(score), float(score), last_id]
+        rows = (
+            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
+        )
+        page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
+        more = len(rows) > limit and bool(page)
+        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
+
+    @sqlite_unavailable
+    def position(self, job_id: str) -> int | None:
+        """0-based place among the model's queued rows in claim order, ``(ready_at, queue_seq)``, from the
+        counters of ``queue_counts`` (O(log n), as on Redis; see docs/queue-protocol.md):
+
+        - waiting out a retry backoff: every queued row is ahead but those due after it, which are
+          all still in their backoff too: counted exactly, over the rows in a backoff only;
+        - due: every queued row is ahead but those that entered the queue after it (``added -
+          model_seq``) and the earlier ones still in a backoff. A queued job canceled after this one
+          entered counts as behind it, so each such cancel makes the figure one lower (never below 0).
+        """
+        conn = self._db.conn()
+        row = conn.execute(
+            """SELECT j.model, j.status, j.ready_at, j.queue_seq, j.model_seq, c.waiting, c.added
+               FROM jobs j LEFT JOIN queue_counts c ON c.model = j.model WHERE j.id = ?""",
+            (job_id,),
+        ).fetchone()
+        if row is None or row[1] != "queued" or row[5] is None:
+            return None
+        model, _, ready_at, queue_seq, model_seq, waiting, added = row
+        now = self._clock.monotonic()
+        if ready_at > now:
+            behind = conn.execute(
+                """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
+                   AND (ready_at > ? OR (ready_at = ? AND queue_seq > ?))""",
+                (model, ready_at, ready_at, queue_seq),
+            ).fetchone()[0]
+        else:
+            backing_off = conn.execute(
+                """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued' AND ready_at > ?
+                   AND model_seq < ?""",
+                (model, now, model_seq),
+            ).fetchone()[0]
+            behind = added - model_seq + backing_off
+        return max(0, int(waiting) - 1 - int(behind))
+
+    @sqlite_unavailable
+    def depth(self, model: str) -> int:
+        found = self._db.conn().execute("SELECT waiting FROM queue_counts WHERE model = ?", (model,)).fetchone()
+        return 0 if found is None else int(found[0])
+
+    @sqlite_unavailable
+    def live_workers(self) -> list[WorkerHeartbeat]:
+        with self._db.tx() as conn:
+            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
+            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
+        return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
+
+    @sqlite_unavailable
+    def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
+        with self._db.tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
+                (beat.worker_id, beat.model_dump_json(), self._clock.monotonic() + ttl_s),
+            )
+
+    @sqlite_unavailable
+    def events(self, job_id: str | None = None, *, after: str | None = None, limit: int = 1000) -> list[Event]:
+        sql = "SELECT id, job_id, status, attempt, at, reason FROM events WHERE id > ?"
+        args: list[object] = [int(after or 0)]
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            args.append(job_id)
+        rows = self._db.conn().execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+        return [Event(job_id=r[1], status=Status(r[2]), attempt=r[3], at=r[4], reason=r[5], id=str(r[0])) for r in rows]
+
+    @sqlite_unavailable
+    def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        rows = self._db.conn().execute(
+            "SELECT id, attempt, stage, progress, at FROM progress_notes"
+            " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (job_id, int(after or 0), limit),
+        )
+        return [
+            ProgressNote(job_id=job_id, attempt=r[1], stage=Stage(r[2]), progress=r[3], at=r[4], id=str(r[0]))
+            for r in rows
+        ]
+
+    @sqlite_unavailable
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        cur = self._db.conn().execute(
+            "SELECT id, job_id, model, reason, code, message, at, raw FROM dead_letters ORDER BY id LIMIT ?", (limit,)
+        )
+        names = [d[0] for d in cur.description]
+        return [DeadLetter.model_validate({**dict(zip(names, row, strict=True)), "id": str(row[0])}) for row in cur]
+
+    @sqlite_unavailable
+    def cancel_requested(self, job_id: str) -> bool:
+        row = self._db.conn().execute("SELECT cancel FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row[0])

@@ -1,0 +1,303 @@
+"""Any diffusers text-to-video pipeline of the common call shape, driven by the catalog entry's ``diffusers`` block.
+
+Most text-to-video pipelines in diffusers take the same call: prompt, negative prompt, height, width, frames,
+steps, guidance, a generator and ``output_type="latent"``. This adapter serves them from data
+(``foundation.core.catalog.DiffusersSpec``): which class, the argument names where a pipeline differs, whether CFG
+is a call argument or the pipeline's ``guider`` component, the options a variant may pass, and the decode path.
+Families with special needs keep their own adapter (Wan 2.2's two experts: ``pipelines.families.wan``; LTX-2's audio and
+two stages: ``pipelines.families.ltx2``).
+
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler shift -> guidance ->
+diffusion loop to latents) and ``decode`` (the VAE, as the catalog says). Facts handled here:
+- the size and frame count are checked against the pipeline's own VAE compression and patch size before the
+  call, because pipelines round other values silently;
+- progress and cancel: through ``callback_on_step_end`` when the pipeline takes it, else by wrapping its
+  scheduler's ``step`` for the call (HunyuanVideo 1.5 has no step callback); either way ``on_step`` runs after
+  every step and whatever it raises leaves the loop at once; with the callback the job is also resumable
+  from denoising checkpoints (``pipelines.runtime.resume``), without it not;
+- the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (``shift`` or ``flow_shift``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from foundation.core.catalog import FAMILY_OPTIONS
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.media import Media, StepCallback
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.profile import (
+    apply_cache,
+    apply_profile,
+    check_image,
+    check_job_shape,
+    free_device_memory,
+    load_dtypes,
+    media_from_video,
+    module_bytes,
+    pipeline_options,
+    quiet_progress_bars,
+    runtime_profile,
+    synchronize,
+)
+from pipelines.runtime.prompt_extend import PromptExtendError
+from pipelines.runtime.registry import ModelLoadError, hub_revision, resolve_weights
+from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
+
+if TYPE_CHECKING:
+    import torch
+    from PIL.Image import Image
+
+    from foundation.core.catalog import DiffusersSpec, ModelSpec, RuntimeProfile
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings.models import ModelRuntimeSettings
+
+__all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class"]
+
+
+@dataclass(frozen=True)
+class DiffusersLatents(Latents):
+    """Denoised latents exactly as the pipeline returns them for ``output_type="latent"``."""
+
+    video: torch.Tensor
+
+
+def pipeline_class(name: str) -> Any:
+    """The diffusers pipeline class ``name``, or ``ModelLoadError`` saying it is not in this diffusers."""
+    import diffusers
+
+    cls = getattr(diffusers, name, None)
+    if not isinstance(cls, type) or not hasattr(cls, "from_pretrained"):
+        raise ModelLoadError(f"diffusers {diffusers.__version__} has no pipeline class {name!r}")
+    return cls
+
+
+class DiffusersTextToVideo:
+    """A loaded diffusers pipeline served from catalog data. Not thread-safe: one GPU loop calls it."""
+
+    # The catalog checks each entry's options against its own ``diffusers.options`` (``self.options`` below
+    # is per instance); the class-level table entry is empty, like FAMILY_OPTIONS["diffusers"].
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["diffusers"]
+    own_options: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, profile: RuntimeProfile
+    ) -> None:
+        if spec.diffusers is None:
+            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
+        self.spec = spec
+        self.generic: DiffusersSpec = spec.diffusers
+        self.runtime = runtime
+        self.profile = profile
+        self.pipe = pipe
+        self.device = device
+        self.allowed = frozenset(self.generic.options)
+        self._call_keywords = frozenset(inspect.signature(type(pipe).__call__).parameters)
+        # Resumable (``checkpoints=``, ``pipelines.runtime.resume``) when the pipeline has a step callback to hang the
+        # session on; the denoisers' output shape is learned by one real forward on a resume.
+        self.resumable = "callback_on_step_end" in self._call_keywords
+        self._base_scheduler_config = dict(pipe.scheduler.config)
+        self._shift: float | None = None
+        self._guiders: dict[float, Any] = {}
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> DiffusersTextToVideo:
+        if spec.diffusers is None:
+            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
+        pipeline = pipeline_class(spec.diffusers.pipeline)
+        quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
+        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
+        pipe = pipeline.from_pretrained(
+            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
+        )
+        apply_profile(pipe, profile, device, denoisers=spec.diffusers.denoisers)
+        return cls(spec, runtime, pipe, device=device, profile=profile)
+
+    # ------------------------------------------------------------------------------------------ denoise
+
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> DiffusersLatents:
+        import torch
+
+        pipe = self._pipe()
+        check_image(self.spec.id, job, image)  # text-to-video only: an image (or an image mode) is refused
+        # 1. Check inputs against the pipeline's own compression (a mismatch is a catalog bug).
+        self._check_inputs(job)
+        apply_cache([m for n in self.generic.denoisers if (m := getattr(pipe, n, None)) is not None], job.cache)
+        kwargs = pipeline_options(self.spec.id, job, self.allowed)
+        # 2. The variant's scheduler shift and guidance.
+        self._set_shift(job.flow_shift)
+        call = self._job_arguments(job)
+        # 3. Denoise to latents; progress after every step, and whatever on_step raises stops the loop. With a
+        # step callback the session also checkpoints and resumes (``pipelines.runtime.resume``).
+        generator = torch.Generator(self.device).manual_seed(job.seed)
+        if not self.resumable:
+            with self._progress(pipe, on_step, job.steps), torch.no_grad():
+                latents = pipe(**call, generator=generator, output_type="latent", **kwargs).frames
+            synchronize(self.device)
+            return DiffusersLatents(latents)
+        session = DenoiseSession(
+            on_step,
+            total=job.steps,
+            checkpoints=checkpoints,
+            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            generator=generator,
+        )
+        with session.running(pipe, denoisers=self.generic.denoisers), torch.no_grad():
+            latents = pipe(
+                **call, generator=generator, output_type="latent", callback_on_step_end=session.callback, **kwargs
+            ).frames
+        synchronize(self.device)
+        return DiffusersLatents(latents, resumed_from_step=session.resume_step or None)
+
+    def _job_arguments(self, job: ResolvedJob) -> dict[str, Any]:
+        """The call's job-driven keywords under the pipeline's names (guidance on the guider when it has one)."""
+        values: dict[str, Any] = {
+            "prompt": job.prompt,
+            "negative_prompt": job.negative_prompt,
+            "height": job.gen_height,
+            "width": job.gen_width,
+            "num_frames": job.num_frames,
+            "num_inference_steps": job.steps,
+            "guidance_scale": job.guidance_scale,
+        }
+        if self.generic.guidance == "guider":
+            self._set_guider(values.pop("guidance_scale"))
+        call = {}
+        for ours, value in values.items():
+            name = self.generic.call_name(ours)
+            if not name:
+                continue
+            if name not in self._call_keywords:
+                raise JobError(
+                    ErrorCode.pipeline_error,
+                    f"{self.spec.id}: {type(self.pipe).__name__} takes no {name!r}; "
+                    f"map {ours!r} to its keyword in diffusers.arguments",
+                )
+            call[name] = value
+        return call
+
+    def _check_inputs(self, job: ResolvedJob) -> None:
+        pipe = self.pipe
+        spatial = _first_int(pipe, ("vae_scale_factor_spatial", "vae_spatial_compression_ratio"), default=8)
+        temporal = _first_int(pipe, ("vae_scale_factor_temporal", "vae_temporal_compression_ratio"), default=4)
+        denoiser = getattr(pipe, self.generic.denoisers[0])
+        patch = getattr(denoiser.config, "patch_size", 1) or 1
+        patch = int(patch[-1] if isinstance(patch, (list, tuple)) else patch)
+        check_job_shape(self.spec.id, job, spatial=spatial * patch, temporal=temporal)
+
+    @contextlib.contextmanager
+    def _progress(self, pipe: Any, on_step: StepCallback, steps: int) -> Iterator[None]:
+        """Progress for a pipeline without a step callback: its scheduler's ``step`` reports each step (the
+        wrapper lives on the instance for this call only)."""
+        scheduler = pipe.scheduler
+        original = scheduler.step
+        done = 0
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            nonlocal done
+            out = original(*args, **kwargs)
+            done += 1
+            on_step(done, steps)
+            return out
+
+        scheduler.step = step
+        try:
+            yield
+        finally:
+            del scheduler.step
+
+    def _set_shift(self, shift: float | None) -> None:
+        """Rebuild the scheduler from the shipped config with the variant's shift (cheap; only on change)."""
+        if shift is None or shift == self._shift:
+            return
+        config = self._base_scheduler_config
+        key = "flow_shift" if "flow_shift" in config else "shift" if "shift" in config else None
+        if key is None:
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: scheduler {type(self.pipe.scheduler).__name__} has no shift to set",
+            )
+        self.pipe.scheduler = type(self.pipe.scheduler).from_config(config, **{key: shift})
+        self._shift = shift
+
+    def _set_guider(self, guidance_scale: float) -> None:
+        """Give the pipeline a guider with the variant's scale (one per scale, built once)."""
+        if guidance_scale not in self._guiders:
+            self._guiders[guidance_scale] = self.pipe.guider.new(guidance_scale=guidance_scale)
+        self.pipe.guider = self._guiders[guidance_scale]
+
+    # ------------------------------------------------------------------------------------------ decode
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        """Latents -> video (1, 3, F, H, W) in [-1, 1] by the catalog's decode path; frames leave as uint8."""
+        import torch
+
+        if not isinstance(latents, DiffusersLatents):
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
+        pipe = self._pipe()
+        decode = self.generic.decode
+        with torch.no_grad():
+            if decode.kind == "method":
+                assert decode.method is not None
+                video: torch.Tensor = getattr(pipe, decode.method)(latents.video)
+            else:
+                video = pipe.vae.decode(self._vae_input(latents.video), return_dict=False)[0]
+        pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
+        synchronize(self.device)
+        return media_from_video(self.spec.id, job, video)
+
+    def _vae_input(self, latents: torch.Tensor) -> torch.Tensor:
+        import torch
+        from diffusers.utils.torch_utils import get_module_execution_device
+
+        vae = self.pipe.vae
+        denoised = latents.to(get_module_execution_device(vae), dtype=vae.dtype)
+        config = vae.config
+        if self.generic.decode.kind == "scaling_factor":
+            scaled: torch.Tensor = denoised / config.scaling_factor
+            return scaled
+        shape = (1, denoised.shape[1], 1, 1, 1)
+        mean = torch.tensor(config.latents_mean).view(shape).to(denoised.device, denoised.dtype)
+        std = torch.tensor(config.latents_std).view(shape).to(denoised.device, denoised.dtype)
+        return denoised * std + mean
+
+    # ------------------------------------------------------------------------------------------ the rest
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        """Generic entries carry no prompt extension (the catalog refuses ``prompt_extend`` for them)."""
+        raise PromptExtendError(f"{self.spec.id} has no prompt extension")
+
+    def memory_bytes(self) -> int:
+        return module_bytes(self.pipe) if self.pipe is not None else 0
+
+    def unload(self) -> None:
+        if self.pipe is not None and self.profile.offload != "none":
+            self.pipe.remove_all_hooks()
+        self.pipe = None
+        self._guiders.clear()
+        free_device_memory(self.device)
+
+    def _pipe(self) -> Any:
+        if self.pipe is None:
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
+        return self.pipe
+
+
+def _first_int(obj: Any, names: tuple[str, ...], *, default: int) -> int:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int):
+            return value
+    return default

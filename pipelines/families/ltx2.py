@@ -1,0 +1,494 @@
+"""LTX-2 text-to-video with stereo audio (diffusers ``LTX2Pipeline``), both streams denoised together.
+
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> prompt embeddings -> stage 1 ->
+[x2 latent upsampler -> stage 2]) and ``decode`` (video VAE, then audio VAE and vocoder). Two recipes:
+- one stage (a catalog entry without ``two_stage``): the whole schedule at the job's size;
+- two stages (``two_stage``, Lightricks' production recipe, ``ltx_pipelines/ti2vid_two_stages.py``): stage 1
+  at half the size with CFG, ``LTX2LatentUpsamplePipeline`` doubles the latents, stage 2 re-noises them to
+  the first refinement sigma and runs the distilled sigmas with the distilled LoRA and CFG off. The video
+  comes from stage 2, the audio from stage 1 (upstream discards stage 2's audio). A ``distilled`` variant is
+  upstream's ``distilled.py``: stage 1 is the 8 distilled sigmas with the LoRA on and CFG off, and both
+  streams come from stage 2. Sizes are multiples of 64, so stage 1 stays on the VAE's 32 stride.
+LTX-2 facts handled here:
+- frames must be 8k+1 and sizes multiples of 32: the pipeline silently shortens other frame counts (and
+  sizes its audio for the unshortened length), so a mismatch is refused here rather than trusted;
+- by default a step runs CFG plus STG plus modality-isolation passes; STG and modality guidance are off
+  here unless the variant's ``pipeline_kwargs`` turn them on (LTX-2.0 also wants ``use_cross_timestep``
+  false, which the variant sets);
+- the waveform is stereo at ``vocoder.config.output_sampling_rate`` (24 kHz on LTX-2.0), not the
+  audio VAE's 16 kHz, and slightly shorter than the video: it is trimmed or padded to the kept frames;
+- without ``audio`` the audio latents are still denoised (the streams attend to each other), but the
+  audio VAE and vocoder never run;
+- ``image_to_video`` runs ``LTX2ImageToVideoPipeline`` built once over the loaded modules (``from_pipe``, no
+  copy): the image, re-compressed as H.264 at the checkpoint's CRF (33 for the Gemma-3 generation, as
+  ltx-pipelines' ``load_image_and_preprocess``), is latent frame 0, never noised; in the two-stage recipe
+  the refinement gets the image encoded again at full size as its frame 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from foundation.core.catalog import FAMILY_OPTIONS
+from foundation.core.contract import PromptTokens
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.media import AudioTrack, Media, StepCallback
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.profile import (
+    IMAGE_MODE,
+    apply_cache,
+    apply_profile,
+    check_image,
+    check_job_shape,
+    count_prompt_tokens,
+    fit_audio,
+    free_device_memory,
+    load_dtypes,
+    media_from_video,
+    module_bytes,
+    pipeline_options,
+    quiet_progress_bars,
+    runtime_profile,
+    synchronize,
+)
+from pipelines.runtime.prompt_extend import PromptExtendError, finish_extension, seeded_rng
+from pipelines.runtime.registry import hub_revision, resolve_weights
+from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
+
+if TYPE_CHECKING:
+    import torch
+    from PIL.Image import Image
+
+    from foundation.core.catalog import ModelSpec, RuntimeProfile
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings.models import ModelRuntimeSettings
+
+__all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
+
+# One batched (CFG) transformer pass per step. A variant turns STG or modality guidance on explicitly.
+GUIDANCE_OFF: dict[str, float] = {
+    "stg_scale": 0.0,
+    "audio_stg_scale": 0.0,
+    "modality_scale": 1.0,
+    "audio_modality_scale": 1.0,
+}
+# diffusers' LTX-2 enhancement sampling (GEMMA3_PROMPT_ENHANCEMENT_CONFIG), plus our time bound.
+_ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
+DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
+LORA_ADAPTER = "distilled"
+
+
+def skipped_ltx2_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What the LTX-2 transformer returns, as zeros: video and audio tokens (B, S, C_out) like its packed
+    inputs (a step being replayed on resume computes nothing; ``pipelines.runtime.resume``)."""
+    from diffusers.models.transformers.transformer_ltx2 import AudioVisualModelOutput
+
+    video = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    audio = kwargs["audio_hidden_states"] if "audio_hidden_states" in kwargs else args[1]
+    out = video.new_zeros((*video.shape[:2], module.proj_out.out_features))
+    audio_out = audio.new_zeros((*audio.shape[:2], module.audio_proj_out.out_features))
+    if kwargs.get("return_dict", True) is False:
+        return (out, audio_out)
+    return AudioVisualModelOutput(sample=out, audio_sample=audio_out)
+
+
+@dataclass(frozen=True)
+class LTX2Latents(Latents):
+    """What decoding needs: denormalised video latents (1, C, F', H', W'), denormalised and unpacked audio
+    latents, and the seeded generator's state after denoising (decode-time noise continues from it)."""
+
+    video: torch.Tensor
+    audio: torch.Tensor
+    generator_state: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One call of the pipeline: its size, schedule, guidance and whether the distilled LoRA is on."""
+
+    width: int
+    height: int
+    steps: int
+    guidance_scale: float
+    sigmas: list[float] | None  # None: the checkpoint's own schedule (with its dynamic shift)
+    lora: bool
+    guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
+
+
+class LTX2TextToVideo:
+    """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
+
+    # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: keywords of
+    # ``LTX2Pipeline.__call__``, except ``distilled`` (applied here) and the two ``decode_*`` ones, which
+    # ``decode`` applies.
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["ltx2"]
+    own_options: ClassVar[frozenset[str]] = frozenset({"distilled"})
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile | None = None,
+        upsample_pipe: Any = None,
+    ) -> None:
+        self.spec = spec
+        self.runtime = runtime
+        self.profile = profile or spec.runtime
+        self.pipe = pipe
+        self.upsample_pipe = upsample_pipe
+        self.device = device
+        self.dtype = dtype
+        self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
+        self._image_pipe: Any = None  # LTX2ImageToVideoPipeline over the same modules (image_to_video jobs)
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
+        from diffusers import LTX2Pipeline
+
+        quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
+        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
+        dtypes = load_dtypes(profile, dtype)
+        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes, **hub_revision(spec.weights, path, spec.revision))
+        upsample_pipe = None
+        if spec.two_stage is not None:
+            upsample_pipe = cls._load_two_stage(pipe, path, spec, dtypes)
+        apply_profile(pipe, profile, device, denoisers=["transformer"])
+        if upsample_pipe is not None:
+            # Small (about 1 GB real): resident whatever the offload; it shares the main pipeline's VAE.
+            upsample_pipe.latent_upsampler.to(device)
+            upsample_pipe.set_progress_bar_config(disable=True)
+        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile, upsample_pipe=upsample_pipe)
+
+    @staticmethod
+    def _load_two_stage(pipe: Any, path: str, spec: ModelSpec, dtypes: dict[str, Any]) -> Any:
+        """The x2 latent upsampler (as its pipeline) and the distilled LoRA, loaded switched off."""
+        from diffusers import LTX2LatentUpsamplePipeline
+        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+        recipe = spec.two_stage
+        assert recipe is not None
+        pinned = hub_revision(spec.weights, path, spec.revision)
+        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
+            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"]), **pinned
+        )
+        pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **pinned)
+        pipe.set_adapters([LORA_ADAPTER], [recipe.lora_scale])
+        pipe.disable_lora()
+        return LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
+
+    @property
+    def sample_rate(self) -> int:
+        """Waveform rate of the vocoder output (24 kHz on LTX-2.0, 48 kHz on 2.3+)."""
+        return int(self._pipe().vocoder.config.output_sampling_rate)
+
+    # ------------------------------------------------------------------------------------------ denoise
+
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage.
+    resumable: ClassVar[bool] = True
+
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> LTX2Latents:
+        import torch
+
+        pipe = self._pipe()
+        conditioning = {"image": image} if check_image(self.spec.id, job, image) is not None else {}
+        # 1. Check inputs: the pipeline would silently shorten a non-8k+1 clip.
+        temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
+        two_stage = self.spec.two_stage is not None
+        check_job_shape(self.spec.id, job, spatial=spatial * (2 if two_stage else 1), temporal=temporal)
+        apply_cache([pipe.transformer], job.cache)  # both stages: the variant's cache recipe, or none
+        # 2. Guidance: one pass per step unless the variant asks for more.
+        kwargs: dict[str, Any] = {**GUIDANCE_OFF, **pipeline_options(self.spec.id, job, self.options)}
+        distilled = bool(kwargs.pop("distilled", False))
+        max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        # 3. Prompt embeddings, once for both stages (the text encoder runs once per job).
+        audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
+        embeds = self._encode(job, max_sequence_length, cfg=max(job.guidance_scale, audio_guidance) > 1.0)
+        stages = self._stages(job, distilled)
+        generator = torch.Generator(self.device).manual_seed(job.seed)
+        # Steps count across both stages; checkpoints carry stage 1's output once it exists, so a resume in
+        # stage 2 skips stage 1 (the stage-2 loop state, generator included, comes from the checkpoint).
+        session = DenoiseSession(
+            on_step,
+            total=sum(stage.steps for stage in stages),
+            checkpoints=checkpoints,
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
+            ),
+            generator=generator,
+            skip_output=skipped_ltx2_output,
+        )
+        # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
+        first = stages[0]
+        carried = session.carried("stage1_video"), session.carried("stage1_audio")
+        if two_stage and session.resume_step > first.steps and carried[0] is not None and carried[1] is not None:
+            session.skip_steps(first.steps)
+            video, audio = carried[0].to(self.device), carried[1].to(self.device)
+        else:
+            out = self._run(first, job, embeds, kwargs, generator=generator, session=session, **conditioning)
+            video, audio = out.frames, out.audio
+        if two_stage:
+            session.carry(stage1_video=video, stage1_audio=audio)
+            # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
+            video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
+                video = self._image_as_first_frame(video, image)
+            refine = self._run(
+                stages[1],
+                job,
+                embeds,
+                kwargs,
+                generator=generator,
+                session=session,
+                latents=video,
+                audio_latents=audio,
+            )
+            video = refine.frames
+            if distilled:
+                audio = refine.audio  # distilled.py keeps stage 2's audio; ti2vid_two_stages.py stage 1's
+        synchronize(self.device)
+        # Decoding continues this generator (decode-time noise), as inside the pipeline: keep its state.
+        return LTX2Latents(
+            video=video,
+            audio=audio,
+            generator_state=generator.get_state(),
+            resumed_from_step=session.resume_step or None,
+        )
+
+    def _stages(self, job: ResolvedJob, distilled: bool) -> list[_Stage]:
+        from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
+
+        recipe = self.spec.two_stage
+        if recipe is None:
+            return [_Stage(job.gen_width, job.gen_height, job.steps, job.guidance_scale, None, lora=False)]
+        sigmas = list(DISTILLED_SIGMA_VALUES) if distilled else None
+        half = _Stage(job.gen_width // 2, job.gen_height // 2, job.steps, job.guidance_scale, sigmas, lora=distilled)
+        refine = list(recipe.refine_sigmas)
+        return [half, _Stage(job.gen_width, job.gen_height, len(refine), 1.0, refine, lora=True, guided=False)]
+
+    def _encode(self, job: ResolvedJob, max_sequence_length: int, *, cfg: bool) -> dict[str, Any]:
+        import torch
+
+        pipe = self.pipe
+        with torch.no_grad():
+            positive, positive_mask, negative, negative_mask = pipe.encode_prompt(
+                prompt=job.prompt,
+                negative_prompt=job.negative_prompt,
+                do_classifier_free_guidance=cfg,
+                max_sequence_length=max_sequence_length,
+                device=pipe._execution_device,
+            )
+        embeds = {"prompt_embeds": positive, "prompt_attention_mask": positive_mask}
+        if cfg:
+            embeds |= {"negative_prompt_embeds": negative, "negative_prompt_attention_mask": negative_mask}
+        return embeds
+
+    def _run(
+        self,
+        stage: _Stage,
+        job: ResolvedJob,
+        embeds: dict[str, Any],
+        kwargs: dict[str, Any],
+        *,
+        generator: torch.Generator,
+        session: DenoiseSession,
+        **extra: Any,
+    ) -> Any:
+        """One pipeline call to latents; a refinement re-noises the given latents to its first sigma.
+
+        An image_to_video job runs ``LTX2ImageToVideoPipeline`` over the same modules: stage 1 encodes the
+        image as latent frame 0 and keeps it clean; a refinement keeps the given frame 0 (the image encoded
+        at full size, ``_image_as_first_frame``) clean likewise.
+        """
+        lora_pipe = self.pipe
+        pipe = self._image_pipeline() if job.mode == IMAGE_MODE else lora_pipe
+        if self.spec.two_stage is not None:
+            if stage.lora:
+                lora_pipe.enable_lora()
+            else:
+                lora_pipe.disable_lora()
+        # Given sigmas run as they are (no dynamic shift), as upstream runs its distilled schedules.
+        pipe.scheduler = self._scheduler(as_is=stage.sigmas is not None)
+        if "latents" in extra and stage.sigmas:
+            extra["noise_scale"] = stage.sigmas[0]
+        if not stage.guided:
+            kwargs = {**kwargs, **GUIDANCE_OFF, "audio_guidance_scale": 1.0}
+        audio_guidance = float(kwargs.get("audio_guidance_scale", _call_default(pipe, "audio_guidance_scale")))
+        cfg = max(stage.guidance_scale, audio_guidance) > 1.0
+        prompt = {k: v for k, v in embeds.items() if cfg or not k.startswith("negative")}
+        with session.running(pipe, denoisers=["transformer"]):
+            return pipe(
+                **prompt,
+                height=stage.height,
+                width=stage.width,
+                num_frames=job.num_frames,
+                frame_rate=float(job.fps),
+                num_inference_steps=stage.steps,
+                sigmas=stage.sigmas,
+                guidance_scale=stage.guidance_scale,
+                generator=generator,
+                output_type="latent",
+                callback_on_step_end=session.callback,
+                **kwargs,
+                **extra,
+            )
+
+    def _image_as_first_frame(self, latents: torch.Tensor, image: Image) -> torch.Tensor:
+        """``latents`` (raw VAE space, 1, C, F', H', W') with latent frame 0 replaced by the image's own latent,
+        prepared as ``LTX2ImageToVideoPipeline`` prepares it (H.264 re-compression, then the VAE's mode)."""
+        import numpy as np
+        import PIL.Image
+        import torch
+        from diffusers.pipelines.ltx2.utils import apply_image_conditioning_crf, resolve_default_image_crf
+
+        pipe = self._image_pipeline()
+        crf = resolve_default_image_crf(pipe.text_encoder)
+        if crf:
+            image = PIL.Image.fromarray(apply_image_conditioning_crf(np.asarray(image.convert("RGB")), crf))
+        height, width = (
+            latents.shape[3] * pipe.vae_spatial_compression_ratio,
+            latents.shape[4] * pipe.vae_spatial_compression_ratio,
+        )
+        pixels = pipe.video_processor.preprocess(image, height=height, width=width).unsqueeze(2)
+        with torch.no_grad():
+            first = pipe.vae.encode(pixels.to(latents.device, pipe.vae.dtype)).latent_dist.mode()
+        return torch.cat([first.to(latents.dtype), latents[:, :, 1:]], dim=2)
+
+    def _image_pipeline(self) -> Any:
+        """``LTX2ImageToVideoPipeline`` sharing every module of the loaded pipeline (built once, no copy)."""
+        if self._image_pipe is None:
+            from diffusers import LTX2ImageToVideoPipeline
+
+            self._image_pipe = LTX2ImageToVideoPipeline.from_pipe(self._pipe())
+            self._image_pipe.set_progress_bar_config(disable=True)
+        return self._image_pipe
+
+    def _scheduler(self, *, as_is: bool) -> Any:
+        if as_is not in self._schedulers:
+            base = self._schedulers[False]
+            self._schedulers[as_is] = type(base).from_config(
+                base.config, use_dynamic_shifting=False, shift_terminal=None
+            )
+        return self._schedulers[as_is]
+
+    # ------------------------------------------------------------------------------------------ decode
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        import torch
+
+        if not isinstance(latents, LTX2Latents):
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
+        pipe = self._pipe()
+        generator = torch.Generator(self.device)
+        generator.set_state(latents.generator_state)
+        # 4. Decode the video.
+        video = self._decode_video(latents.video, generator, dict(job.pipeline_kwargs))
+        # 5. Decode the audio only when the job wants it.
+        audio = self._decode_audio(latents.audio, seconds=job.keep_frames / job.fps) if job.audio else None
+        pipe.maybe_free_model_hooks()
+        synchronize(self.device)
+        return media_from_video(self.spec.id, job, video, audio)
+
+    def _decode_video(self, latents: torch.Tensor, generator: torch.Generator, kwargs: dict[str, Any]) -> torch.Tensor:
+        """Denormalised latents -> video (1, 3, F, H, W) in [-1, 1], as LTX2Pipeline decodes them."""
+        import torch
+        from diffusers.utils.torch_utils import get_module_execution_device, randn_tensor
+
+        pipe = self.pipe
+        vae = pipe.vae
+        latents = latents.to(get_module_execution_device(vae))
+        timestep = None
+        if vae.config.timestep_conditioning:
+            # Decode-time noise is mixed in the normalised space, then the latents are denormalised again.
+            decode_timestep = float(kwargs.get("decode_timestep", 0.0))
+            noise_scale = kwargs.get("decode_noise_scale")
+            noise_scale = decode_timestep if noise_scale is None else float(noise_scale)
+            scaling = vae.config.scaling_factor
+            normal = pipe._normalize_latents(latents, vae.latents_mean, vae.latents_std, scaling)
+            noise = randn_tensor(normal.shape, generator=generator, device=normal.device, dtype=normal.dtype)
+            normal = (1 - noise_scale) * normal + noise_scale * noise
+            latents = pipe._denormalize_latents(normal, vae.latents_mean, vae.latents_std, scaling)
+            timestep = torch.tensor([decode_timestep], device=latents.device, dtype=latents.dtype)
+        with torch.no_grad():
+            video: torch.Tensor = vae.decode(latents.to(vae.dtype), timestep, return_dict=False)[0]
+        return video
+
+    def _decode_audio(self, audio_latents: torch.Tensor, *, seconds: float) -> AudioTrack:
+        import torch
+        from diffusers.utils.torch_utils import get_module_execution_device
+
+        pipe = self.pipe
+        audio_vae = pipe.audio_vae
+        audio_latents = audio_latents.to(get_module_execution_device(audio_vae), dtype=audio_vae.dtype)
+        with torch.no_grad():
+            mel = audio_vae.decode(audio_latents, return_dict=False)[0]
+            waveform = pipe.vocoder(mel.to(pipe.vocoder.dtype))
+        return fit_audio(waveform, self.sample_rate, seconds)
+
+    # ------------------------------------------------------------------------------------------ prompt
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' T2V system prompt."""
+        from diffusers.pipelines.ltx2.utils import T2V_DEFAULT_SYSTEM_PROMPT
+
+        pipe = self._pipe()
+        if getattr(pipe, "processor", None) is None:
+            raise PromptExtendError(f"{self.spec.id} has no processor: its text encoder cannot enhance prompts")
+        started = time.perf_counter()
+        with seeded_rng(seed, self.device):
+            texts = pipe.enhance_prompt(
+                prompt,
+                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT,
+                max_new_tokens=max_new_tokens,
+                seed=seed,
+                generation_kwargs={**_ENHANCE_SAMPLING, "max_time": timeout_s},
+            )
+        return finish_extension(texts[0] if texts else "", started=started, timeout_s=timeout_s)
+
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens:
+        """The job's prompt against Gemma-3's limit, stripped and tokenized as ``LTX2Pipeline`` encodes it."""
+        limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        return count_prompt_tokens(self._pipe().tokenizer, job.prompt.strip(), limit)
+
+    # ------------------------------------------------------------------------------------------ memory
+
+    def memory_bytes(self) -> int:
+        """Parameter and buffer bytes held by this model (the upsampler and the LoRA included)."""
+        if self.pipe is None:
+            return 0
+        extra = [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
+        return module_bytes(self.pipe, *extra)
+
+    def unload(self) -> None:
+        if self.pipe is not None and self.profile.offload != "none":
+            self.pipe.remove_all_hooks()
+        self.pipe = None
+        self.upsample_pipe = None
+        self._image_pipe = None
+        self._schedulers.clear()
+        free_device_memory(self.device)
+
+    def _pipe(self) -> Any:
+        if self.pipe is None:
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
+        return self.pipe
+
+
+def _call_default(pipe: Any, name: str) -> Any:
+    """The default of a keyword of the pipeline's ``__call__`` (what it uses when a variant leaves it out)."""
+    import inspect
+
+    return inspect.signature(type(pipe).__call__).parameters[name].default

@@ -1,0 +1,335 @@
+"""Wan text-to-video (diffusers ``WanPipeline``): Wan 2.1 T2V 1.3B/14B and Wan 2.2 T2V-A14B (two experts).
+
+Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler -> negative prompt ->
+diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
+- the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (UniPC calls it ``flow_shift``,
+  flow-match Euler ``shift``);
+- Wan 2.2 A14B switches from ``transformer`` (high noise, ``guidance_scale``) to ``transformer_2`` (low noise,
+  ``guidance_scale_2``) at ``boundary_ratio`` of the schedule; the ratio arrives in ``pipeline_kwargs``;
+- diffusers defaults the negative prompt to ``""``: the reference one from the job is passed explicitly,
+  and its embedding is computed once per model and reused (it is constant);
+- ``denoise`` stops at ``output_type="latent"`` and ``decode`` runs the VAE itself, so frames leave the
+  device as uint8 chunks and the worker times decoding as a stage of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from foundation.core.catalog import FAMILY_OPTIONS
+from foundation.core.contract import PromptTokens
+from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
+from foundation.core.media import Media, StepCallback
+from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.profile import (
+    apply_cache,
+    apply_lora,
+    apply_profile,
+    check_job_shape,
+    count_prompt_tokens,
+    free_device_memory,
+    load_dtypes,
+    load_variant_loras,
+    media_from_video,
+    module_bytes,
+    pipeline_options,
+    quiet_progress_bars,
+    runtime_profile,
+    synchronize,
+)
+from pipelines.runtime.prompt_extend import ChatLLM, PromptExtendError, finish_extension
+from pipelines.runtime.registry import hub_revision, resolve_weights
+from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
+
+if TYPE_CHECKING:
+    import torch
+
+    from foundation.core.catalog import ModelSpec, RuntimeProfile
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings.models import ModelRuntimeSettings
+
+__all__ = ["WanLatents", "WanTextToVideo"]
+
+DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+
+
+def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a Wan transformer returns, as zeros: (B, out_channels, F', H', W') like its latent input (a step
+    being replayed on resume computes nothing; ``pipelines.runtime.resume``)."""
+    from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+    hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    channels = module.config.out_channels or module.config.in_channels
+    out = hidden.new_zeros((hidden.shape[0], channels, *hidden.shape[2:]))
+    return (out,) if kwargs.get("return_dict", True) is False else Transformer2DModelOutput(sample=out)
+
+
+def wan_expert(pipe: Any, timestep: Any) -> str | None:
+    """Which expert ran the step at ``timestep``: Wan 2.2 A14B switches at ``boundary_ratio`` of the schedule
+    (as ``WanPipeline.__call__``); None for single-transformer checkpoints."""
+    ratio = pipe.config.boundary_ratio
+    if ratio is None:
+        return None
+    boundary = ratio * pipe.scheduler.config.num_train_timesteps
+    return "transformer" if timestep >= boundary else "transformer_2"
+
+
+@dataclass(frozen=True)
+class WanLatents(Latents):
+    """Denoised video latents (1, z_dim, F', H', W') as the pipeline returns them: still normalised."""
+
+    video: torch.Tensor
+
+
+class WanTextToVideo:
+    """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
+
+    # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: ``boundary_ratio``
+    # is applied here, the rest are keywords of ``WanPipeline.__call__``.
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
+    own_options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio"})
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile | None = None,
+    ) -> None:
+        self.spec = spec
+        self.runtime = runtime
+        self.profile = profile or spec.runtime
+        self.pipe = pipe
+        self.device = device
+        self.dtype = dtype
+        self._base_scheduler_config = dict(pipe.scheduler.config)
+        self._shift: float | None = None
+        self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
+        self._llm: ChatLLM | None = None
+        self._llm_error: str | None = None  # a chat LLM that failed to load is not retried on every job
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanTextToVideo:
+        from diffusers import WanPipeline
+
+        quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
+        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
+        # Component dtypes from the profile: the shipped Wan profiles keep the VAE in float32 while the
+        # transformers and UMT5 run in bf16 (official WanVAE(dtype=torch.float); diffusers' Wan docs).
+        pipe = WanPipeline.from_pretrained(
+            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
+        )
+        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
+        apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
+        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+
+    # ------------------------------------------------------------------------------------------ denoise
+
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
+    resumable: ClassVar[bool] = True
+
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, checkpoints: Checkpoints | None = None) -> WanLatents:
+        return self._denoise_with(self._pipe(), job, on_step, checkpoints)
+
+    def _denoise_with(
+        self,
+        pipe: Any,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        checkpoints: Checkpoints | None,
+        **conditioning: Any,
+    ) -> WanLatents:
+        """The diffusion loop on ``pipe`` (this model's pipeline, or one sharing its components), with the
+        family's conditioning keywords (``image=`` for image-to-video) passed through to its call."""
+        import torch
+
+        # 1. Check inputs (the resolver guarantees them; a mismatch is a catalog bug, not a user error).
+        self._check_inputs(job)
+        apply_cache([m for m in (pipe.transformer, pipe.transformer_2) if m is not None], job.cache)
+        apply_lora(self.pipe, job)  # the variant's LoRA on, or every LoRA off (the modules are shared)
+        kwargs = pipeline_options(self.spec.id, job, self.options)
+        max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.
+        self._set_shift(job.flow_shift)
+        self._set_boundary(kwargs.pop("boundary_ratio", None))
+        if pipe is not self.pipe:  # a pipeline sharing this one's modules follows its scheduler and boundary
+            pipe.scheduler = self.pipe.scheduler
+            pipe.register_to_config(boundary_ratio=self.pipe.config.boundary_ratio)
+        if job.guidance_scale_2 is not None:
+            kwargs["guidance_scale_2"] = job.guidance_scale_2
+        # 3. The constant negative prompt, encoded once.
+        negative = None
+        if job.guidance_scale > 1.0:
+            negative = self._negative_embeds(job.negative_prompt, max_sequence_length)
+        # 4. Denoise to latents; the step callback reports progress and may raise to cancel. With checkpoints,
+        # the session saves the loop's state now and then, and resumes from a stored one (``pipelines.runtime.resume``).
+        generator = torch.Generator(self.device).manual_seed(job.seed)
+        session = DenoiseSession(
+            on_step,
+            total=job.steps,
+            checkpoints=checkpoints,
+            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            generator=generator,
+            skip_output=skipped_wan_output,
+            expert=wan_expert,
+        )
+        with session.running(pipe):
+            latents = pipe(
+                prompt=job.prompt,
+                negative_prompt_embeds=negative,
+                height=job.gen_height,
+                width=job.gen_width,
+                num_frames=job.num_frames,
+                num_inference_steps=job.steps,
+                guidance_scale=job.guidance_scale,
+                generator=generator,
+                output_type="latent",
+                callback_on_step_end=session.callback,
+                max_sequence_length=max_sequence_length,
+                **conditioning,
+                **kwargs,
+            ).frames
+        synchronize(self.device)
+        return WanLatents(latents, resumed_from_step=session.resume_step or None)
+
+    def _check_inputs(self, job: ResolvedJob) -> None:
+        pipe = self.pipe
+        patch = (pipe.transformer or pipe.transformer_2).config.patch_size
+        spatial = pipe.vae_scale_factor_spatial * patch[1]
+        check_job_shape(self.spec.id, job, spatial=spatial, temporal=pipe.vae_scale_factor_temporal)
+
+    def _set_shift(self, shift: float | None) -> None:
+        """Rebuild the scheduler from the shipped config with the variant's shift (cheap; only on change)."""
+        if shift is None or shift == self._shift:
+            return
+        config = self._base_scheduler_config
+        if "flow_shift" in config:  # UniPCMultistepScheduler (the Wan checkpoints' scheduler)
+            override = {"flow_shift": shift}
+        elif "shift" in config:  # FlowMatchEulerDiscreteScheduler
+            override = {"shift": shift}
+        else:
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: scheduler {type(self.pipe.scheduler).__name__} has no shift to set",
+            )
+        self.pipe.scheduler = type(self.pipe.scheduler).from_config(config, **override)
+        self._shift = shift
+
+    def _set_boundary(self, boundary_ratio: float | None) -> None:
+        if boundary_ratio is None:
+            return
+        if self.pipe.transformer_2 is None:
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: boundary_ratio needs a second expert (transformer_2) in the weights",
+            )
+        if self.pipe.config.boundary_ratio != boundary_ratio:
+            self.pipe.register_to_config(boundary_ratio=float(boundary_ratio))
+
+    def _negative_embeds(self, negative_prompt: str, max_sequence_length: int) -> torch.Tensor:
+        import torch
+
+        key = (negative_prompt, max_sequence_length)
+        if self._negative is None or self._negative[0] != key:
+            with torch.no_grad():
+                embeds, _ = self.pipe.encode_prompt(
+                    prompt=negative_prompt,
+                    do_classifier_free_guidance=False,
+                    max_sequence_length=max_sequence_length,
+                    device=self.pipe._execution_device,
+                )
+            self._negative = (key, embeds)
+        return self._negative[1]
+
+    # ------------------------------------------------------------------------------------------ decode
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        """Latents -> video (1, 3, F, H, W) in [-1, 1] on the VAE's device (what WanPipeline does, minus numpy).
+
+        Frames leave the device as uint8 chunks when the encoder pulls them.
+        """
+        import torch
+        from diffusers.utils.torch_utils import get_module_execution_device
+
+        if not isinstance(latents, WanLatents):
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
+        pipe = self._pipe()
+        vae = pipe.vae
+        denoised = latents.video.to(get_module_execution_device(vae), dtype=vae.dtype)
+        shape = (1, vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(shape).to(denoised.device, denoised.dtype)
+        std = torch.tensor(vae.config.latents_std).view(shape).to(denoised.device, denoised.dtype)
+        with torch.no_grad():
+            video: torch.Tensor = vae.decode(denoised * std + mean, return_dict=False)[0]
+        pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
+        synchronize(self.device)
+        return media_from_video(self.spec.id, job, video)
+
+    # ------------------------------------------------------------------------------------------ prompt
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model)."""
+        settings = self.spec.prompt_extend
+        if settings is None or settings.method != "chat_llm" or not settings.llm:
+            raise PromptExtendError(f"{self.spec.id} has no chat LLM for prompt extension")
+        if self._llm_error is not None:
+            raise PromptExtendError(f"the chat LLM failed to load earlier: {self._llm_error}")
+        if self._llm is None:
+            try:
+                self._llm = ChatLLM.load(
+                    settings.llm,
+                    self.runtime,
+                    tiny=self.spec.tiny,
+                    device=self.device,
+                    dtype=self.dtype,
+                    revision=settings.llm_revision,
+                )
+            except Exception as e:
+                if not is_out_of_memory(e):  # out of memory may pass once memory is freed: not remembered
+                    self._llm_error = f"{type(e).__name__}: {e}"
+                raise
+        started = time.perf_counter()
+        raw = self._llm.rewrite(
+            WAN_SYSTEM_PROMPTS[settings.language],
+            prompt,
+            max_new_tokens=max_new_tokens,
+            timeout_s=timeout_s,
+            seed=seed,
+        )
+        return finish_extension(raw, started=started, timeout_s=timeout_s)
+
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens:
+        """The job's prompt against UMT5's limit, cleaned and tokenized as ``WanPipeline`` encodes it."""
+        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
+        limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
+        return count_prompt_tokens(self._pipe().tokenizer, prompt_clean(job.prompt), limit)
+
+    # ------------------------------------------------------------------------------------------ memory
+
+    def memory_bytes(self) -> int:
+        """Parameter and buffer bytes held by this model (the chat LLM included once loaded)."""
+        extra = [self._llm.model] if self._llm is not None and self._llm.model is not None else []
+        return module_bytes(self.pipe, *extra) if self.pipe is not None else 0
+
+    def unload(self) -> None:
+        if self.pipe is not None and self.profile.offload != "none":
+            self.pipe.remove_all_hooks()
+        self.pipe = None
+        self._negative = None
+        if self._llm is not None:
+            self._llm.unload()
+            self._llm = None
+        free_device_memory(self.device)
+
+    def _pipe(self) -> Any:
+        if self.pipe is None:
+            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
+        return self.pipe

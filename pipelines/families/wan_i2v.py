@@ -1,0 +1,99 @@
+"""Wan image-to-video (diffusers ``WanImageToVideoPipeline``): Wan 2.1 I2V 14B, Wan 2.2 I2V A14B and Wan 2.2
+TI2V 5B, which also makes text-to-video.
+
+Everything but the call is ``pipelines.families.wan.WanTextToVideo`` (scheduler shift, expert boundary, the constant
+negative prompt, decoding, memory); what differs per checkpoint is read from its weights, not the catalog:
+- Wan 2.1 I2V: a CLIP image encoder (``image_encoder``/``image_processor``) gives image tokens to the
+  transformer's cross-attention (``image_dim``), and the fitted image, VAE-encoded as frame 0 of a
+  zero video, is concatenated with a first-frame mask to the noise (36 input channels);
+- Wan 2.2 I2V A14B: the same channel concatenation without an image encoder, and two experts switching at
+  the boundary ratio (0.9 in the official config, from the variant's ``pipeline_kwargs``);
+- Wan 2.2 TI2V 5B (``expand_timesteps``): its own VAE (z_dim 48, 16x spatial, so sizes are multiples of 32);
+  the image latent *is* latent frame 0, held at timestep 0 while the other frames denoise. Its
+  ``text_to_video`` mode runs ``WanPipeline`` over the same modules (``from_pipe``, no second copy).
+A job of mode ``image_to_video`` must bring its image (``denoise(..., image=)``, RGB, already fitted to the
+generation size by the worker); one of mode ``text_to_video`` must not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from foundation.core.catalog import FAMILY_OPTIONS
+from foundation.core.errors import ErrorCode, JobError
+from pipelines.families.wan import WanLatents, WanTextToVideo
+from pipelines.runtime.profile import (
+    apply_profile,
+    check_image,
+    load_dtypes,
+    load_variant_loras,
+    quiet_progress_bars,
+    runtime_profile,
+)
+from pipelines.runtime.registry import hub_revision, resolve_weights
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from foundation.core.catalog import ModelSpec
+    from foundation.core.media import StepCallback
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.resume import Checkpoints
+
+__all__ = ["WanImageToVideo"]
+
+
+class WanImageToVideo(WanTextToVideo):
+    """A loaded Wan image-to-video pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
+
+    options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._text_pipe: Any = None  # WanPipeline over the same modules, built on the first text_to_video job
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanImageToVideo:
+        from diffusers import WanImageToVideoPipeline
+
+        quiet_progress_bars()
+        profile = runtime_profile(spec, runtime)
+        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
+        # The CLIP image encoder, when the checkpoint has one, stays in the profile's dtype for it (float32 in
+        # diffusers' Wan I2V example), like the VAE.
+        pipe = WanImageToVideoPipeline.from_pretrained(
+            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
+        )
+        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
+        apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
+        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+
+    def denoise(  # type: ignore[override]  # adds ``image=``, as the adapter contract allows
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> WanLatents:
+        pipe = self._pipe()
+        if check_image(self.spec.id, job, image) is None:
+            return self._denoise_with(self._text_pipeline(pipe), job, on_step, checkpoints)
+        return self._denoise_with(pipe, job, on_step, checkpoints, image=image)
+
+    def _text_pipeline(self, pipe: Any) -> Any:
+        """``WanPipeline`` sharing every module (TI2V 5B's text_to_video): only a checkpoint whose transformer
+        takes bare latents (``in_channels == z_dim``) can run without an image."""
+        if pipe.transformer.config.in_channels != pipe.vae.config.z_dim:
+            raise JobError(ErrorCode.pipeline_error, f"{self.spec.id}: its transformer needs an image condition")
+        if self._text_pipe is None:
+            from diffusers import WanPipeline
+
+            self._text_pipe = WanPipeline.from_pipe(pipe)
+            self._text_pipe.set_progress_bar_config(disable=True)
+        return self._text_pipe
+
+    def unload(self) -> None:
+        self._text_pipe = None
+        super().unload()

@@ -1,0 +1,431 @@
+"""The memory plan: which sizes of a catalog model fit a device under the model's runtime profile.
+
+Weights come from the real architecture configs shipped in ``configs/arch/<model id>/<component>.json``
+(sources in ``configs/arch/README.md``), instantiated on the meta device, so every parameter and buffer is
+counted without allocating it, at the dtype the runtime profile gives that component (plus the modules the
+class keeps in float32). Activations and decode memory are estimates (formulas below, documented in
+docs/gpu.md):
+
+- **denoise**: ``batch x tokens x (2 * ffn_dim + 6 * hidden) x 2 bytes``: the FFN's up-projection and its
+  GELU output, plus q, k, v, the attention output, the residual and the modulated input, for one block at a
+  time (inference keeps no activations across blocks; SDPA's flash/cuDNN/efficient kernels need no L^2
+  score matrix). ``batch`` is 2 where the pipeline batches CFG (LTX-2), 1 where it runs the two branches in
+  turn (Wan). LTX-2's two-stage recipe runs stage 1 at half the size with CFG and stage 2 at full size
+  without: the larger of the two counts. Not calibrated against a measurement yet (no GPU here):
+  ``make gpu-smoke`` prints measured peaks beside these figures.
+- **decode**: one decoder module's input and output at full resolution:
+  ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
+  decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
+  and 15.1 GiB (10 s) of research/gpu-recipes.md. Tiling bounds frames and size to one tile (LTX-2: 16
+  frames of 512x512; Wan: 256x256); Wan's causal decoder takes 4 frames at a time whatever the tiling.
+  HunyuanVideo 1.5's decoder (``AutoencoderKLHunyuanVideo15``) takes every frame at once and tiles only in
+  space (256x256). The decode rule follows the VAE's class, so the generic ``diffusers`` family (SkyReels-V2 on
+  the Wan VAE, HunyuanVideo 1.5) gets the rule of the VAE it loads. The decoded video itself (3 channels) is
+  added.
+- **reserve**: CUDA context, cuBLAS workspaces and allocator fragmentation: 1.5 GB + 5 % of the device.
+
+Phases: ``extend`` (the chat LLM, which visits the device only for its call), ``encode`` (text encoder and
+connectors), ``denoise`` (the transformers; Wan 2.2's experts one at a time under offload), ``decode``
+(VAEs, vocoder). Offload ``none`` keeps every component resident, so each phase adds its activations to the
+sum; ``model`` keeps only the running phase's largest component (plus LTX-2's latent upsampler, which the
+adapter pins); ``group`` streams leaf modules (twice the largest leaf) and keeps the VAEs resident.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from foundation.core.resolve import frames_for, round_up
+from foundation.core.sizes import SIZE_TABLE
+
+if TYPE_CHECKING:
+    import torch
+
+    from foundation.core.catalog import ModelSpec, RuntimeProfile
+
+__all__ = [
+    "OFFLOAD_MODES",
+    "Component",
+    "JobShape",
+    "ModelPlan",
+    "SizeRow",
+    "activation_gb",
+    "arch_dir",
+    "decode_gb",
+    "device_memory_gb",
+    "load_components",
+    "peak_gb",
+    "plan_model",
+    "reserve_gb",
+]
+
+GB = 1e9
+Offload = Literal["none", "model", "group"]
+OFFLOAD_MODES: tuple[Offload, ...] = ("none", "model", "group")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ACT_BYTES = 2  # activations in bf16/fp16: the production dtype of every denoiser
+# Components that are not the denoiser, the text stack or the decoder, by phase.
+ENCODE = ("text_encoder", "text_encoder_2", "image_encoder", "connectors")
+DENOISE = ("transformer", "transformer_2")
+DECODE = ("vae", "audio_vae", "vocoder")
+PINNED = ("latent_upsampler",)  # resident whatever the offload (pipelines/families/ltx2.py)
+# The decode rule of each VAE class, whatever the family that loads it (the generic family reuses them).
+DECODER = {"AutoencoderKLWan": "wan", "AutoencoderKLLTX2Video": "ltx2", "AutoencoderKLHunyuanVideo15": "hunyuan15"}
+# Tiles of diffusers' tiled decoders (frames, height, width; the class defaults in diffusers 0.42.1). 0 frames:
+# the decoder tiles only in space and takes every frame at once (AutoencoderKLHunyuanVideo15.tiled_decode).
+TILE = {"ltx2": (16, 512, 512), "wan": (4, 256, 256), "hunyuan15": (0, 256, 256)}
+WAN_DECODE_FRAMES = 4  # Wan's causal decoder: one latent frame (4 output frames) per call
+LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
+
+
+def arch_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "configs" / "arch"
+
+
+def reserve_gb(device_gb: float) -> float:
+    """Memory a device never gives the model: CUDA context, workspaces, allocator fragmentation."""
+    return 1.5 + 0.05 * device_gb
+
+
+@dataclass(frozen=True)
+class Component:
+    """One pipeline component as its real config builds it, measured on the meta device."""
+
+    name: str
+    cls: str
+    params: int  # as the config builds it (the LoRA not included)
+    lora_params: int  # LTX-2's distilled LoRA on the transformer (an upper bound: every block Linear)
+    weight_bytes: int  # parameters and buffers at the profile's dtype (float32-kept modules at 4 bytes)
+    largest_leaf_bytes: int  # the biggest leaf module: what group offload holds (twice, with prefetch)
+    dims: dict[str, int]  # what the activation formula needs: hidden, ffn, channels, patches
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """One resolution at the longest catalog duration, under each offload mode."""
+
+    resolution: str
+    width: int
+    height: int
+    seconds: int
+    frames: int
+    peak_gb: dict[Offload, float]  # offload mode -> peak
+    verdict: str  # for the profile's offload: fits / needs offload (<mode>) / does not fit
+    max_seconds: int  # the longest catalog duration that fits under the profile (0: none)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: str
+    profile: RuntimeProfile
+    device_gb: float
+    components: list[Component]
+    rows: list[SizeRow]
+    skipped: str = ""  # why the model has no plan ("no arch config ...")
+    extend_gb: float = 0.0  # peak while the chat LLM rewrites a prompt (0: no chat LLM)
+
+    def fits(self, resolution: str, seconds: int) -> bool:
+        """Whether ``resolution`` for ``seconds`` fits under the profile (a model without a plan: True)."""
+        if self.skipped:
+            return True
+        row = next((r for r in self.rows if r.resolution == resolution), None)
+        return row is not None and seconds <= row.max_seconds
+
+
+# ------------------------------------------------------------------------------------------ components
+
+
+def load_components(spec: ModelSpec, profile: RuntimeProfile, root: Path | None = None) -> list[Component] | None:
+    """The model's components from ``configs/arch/<id>/``, or None when the model ships no arch config."""
+    folder = (root or arch_dir()) / spec.id
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not files:
+        return None
+    wanted = spec.prompt_extend is not None and spec.prompt_extend.method == "chat_llm"
+    out = []
+    for path in files:
+        name = path.stem
+        if name == "prompt_llm" and not wanted:
+            continue
+        dtype = profile.dtypes.get(name, spec.dtype)
+        lora = name == "transformer" and spec.two_stage is not None
+        fp8 = profile.fp8 if name in DENOISE else "none"  # pipelines.runtime.profile.apply_fp8 casts the denoisers only
+        out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora=lora, fp8=fp8))
+    return out
+
+
+def _class(library: str, name: str) -> Any:
+    """``name`` from the library's top level, or a dotted path for classes it does not export there."""
+    module_name, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module_name or library), attr)
+
+
+def _build_on_meta(entry: dict[str, Any]) -> torch.nn.Module:
+    import torch
+
+    cls = _class(entry["library"], entry["class"])
+    with torch.device("meta"):
+        if entry["library"] == "diffusers":
+            return cls.from_config(entry["config"])  # type: ignore[no-any-return]
+        import transformers
+
+        config = dict(entry["config"])
+        config_obj = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
+        return cls(config_obj)  # type: ignore[no-any-return]
+
+
+def _fp32_kept(module: torch.nn.Module, dtype: str, library: str) -> tuple[str, ...]:
+    """Module names the class keeps in float32 when loaded in ``dtype`` (diffusers: any lower dtype;
+    transformers: ``_keep_in_fp32_modules`` for fp16 only, ``..._strict`` for fp16 and bf16)."""
+    if dtype == "float32":
+        return ()
+    if library == "diffusers":
+        return tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
+    keep = tuple(getattr(module, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == "float16":
+        keep += tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
+    return keep
+
+
+@functools.lru_cache(maxsize=64)
+def _measure(name: str, text: str, dtype: str, *, lora: bool, fp8: str = "none") -> Component:
+    """Build the component on the meta device and count it (cached: models share components).
+
+    ``fp8``: the profile's FP8 on this component. ``storage`` applies diffusers' own layerwise casting to the
+    meta module, so exactly the layers it casts (not norms, embeddings, patch embeddings or float32-kept
+    modules) count at 1 byte; ``compute`` counts every ``Linear`` weight at 1 byte, as torchao's float8
+    quantization (its default filter: every Linear) stores them."""
+    import torch
+
+    entry = json.loads(text)
+    module = _build_on_meta(entry)
+    keep = _fp32_kept(module, dtype, entry["library"])
+    size = DTYPE_BYTES[dtype]
+    if fp8 == "storage":
+        module.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    quantized = (
+        {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear)} if fp8 == "compute" else set()
+    )
+
+    def nbytes(tensor_name: str, tensor: torch.Tensor) -> int:
+        if tensor.dtype == torch.float8_e4m3fn or id(tensor) in quantized:
+            return tensor.numel()
+        kept = any(k in tensor_name.split(".") for k in keep)
+        return tensor.numel() * (4 if kept or not tensor.is_floating_point() else size)
+
+    params = 0
+    weight = 0
+    seen: set[int] = set()
+    for tensor_name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if id(tensor) in seen:  # tied weights count once
+            continue
+        seen.add(id(tensor))
+        weight += nbytes(tensor_name, tensor)
+        if isinstance(tensor, torch.nn.Parameter):
+            params += tensor.numel()
+    leaf_bytes = max(
+        (
+            sum(nbytes(n, p) for n, p in m.named_parameters(recurse=False))
+            for m in module.modules()
+            if not list(m.children())
+        ),
+        default=0,
+    )
+    if lora:  # the distilled LoRA, rank 384 on every Linear of the blocks (an upper bound on its targets)
+        extra = sum(
+            LORA_RANK * (m.in_features + m.out_features)
+            for n, m in module.named_modules()
+            if isinstance(m, torch.nn.Linear) and "transformer_blocks" in n
+        )
+        weight += extra * size
+    else:
+        extra = 0
+    return Component(name, entry["class"], params, extra, weight, leaf_bytes, _dims(module))
+
+
+def _dims(module: Any) -> dict[str, int]:
+    """The few numbers the activation and decode formulas need, read from the built module."""
+    config: Any = getattr(module, "config", None)
+    out: dict[str, int] = {}
+    if hasattr(module, "transformer_blocks") or hasattr(module, "blocks"):  # a denoiser
+        heads = int(getattr(config, "num_attention_heads", 0))
+        out["hidden"] = heads * int(getattr(config, "attention_head_dim", 0))
+        out["ffn"] = int(getattr(config, "ffn_dim", 0) or 4 * out["hidden"])  # diffusers FeedForward mult 4
+        patch = getattr(config, "patch_size", 1)
+        patch_t = getattr(config, "patch_size_t", None)
+        if isinstance(patch, (list, tuple)):
+            out["patch_t"], out["patch"] = int(patch[0]), int(patch[1])
+        else:
+            out["patch_t"], out["patch"] = int(patch_t or 1), int(patch)
+        if getattr(config, "audio_num_attention_heads", None):
+            out["audio_hidden"] = int(config.audio_num_attention_heads) * int(config.audio_attention_head_dim)
+    decoder = getattr(module, "decoder", None)
+    conv_out = getattr(decoder, "conv_out", None)
+    if conv_out is not None:
+        inner: Any = getattr(conv_out, "conv", conv_out)
+        out["c_last"] = int(inner.in_channels)
+        out["out_patch"] = int(getattr(config, "patch_size", None) or 1)
+        spatial: Any = getattr(config, "spatial_compression_ratio", None) or getattr(config, "scale_factor_spatial", 8)
+        temporal: Any = getattr(config, "temporal_compression_ratio", None) or getattr(
+            config, "scale_factor_temporal", 4
+        )
+        out["spatial"], out["temporal"] = int(spatial), int(temporal)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ estimates
+
+
+@dataclass(frozen=True)
+class JobShape:
+    width: int
+    height: int
+    frames: int
+    seconds: int
+
+
+def activation_gb(spec: ModelSpec, comps: dict[str, Component], job: JobShape) -> float:
+    den = comps.get("transformer") or comps.get("transformer_2")
+    vae = comps.get("vae")
+    if den is None or vae is None:
+        return 0.0
+    d, v = den.dims, vae.dims
+    lat_frames = (job.frames - 1) // v["temporal"] + 1
+    per_frame = (job.height // v["spatial"] // d["patch"]) * (job.width // v["spatial"] // d["patch"])
+    tokens = math.ceil(lat_frames / d["patch_t"]) * per_frame
+    per_token = 2 * d["ffn"] + 6 * d["hidden"]
+    cfg = any(vr.guidance_scale > 1.0 for mode in spec.modes.values() for vr in mode.variants.values())
+    # LTX2Pipeline batches CFG; WanPipeline, SkyReelsV2Pipeline and HunyuanVideo15Pipeline (its guider's
+    # batches) run the two branches in turn.
+    batch = 2 if cfg and spec.family == "ltx2" else 1
+    # Two stages: stage 1 at half the size (a quarter of the tokens) with CFG, stage 2 at full size without.
+    work = max(batch * tokens / 4, tokens) if spec.two_stage is not None else batch * tokens
+    audio = 0.0
+    if "audio_hidden" in d:  # LTX-2's audio stream: 25 latent steps per second (16 kHz / hop 160 / 4)
+        audio = batch * job.seconds * 25 * 8 * d["audio_hidden"]
+    return (work * per_token + audio) * ACT_BYTES / GB
+
+
+def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Component], job: JobShape) -> float:
+    vae = comps.get("vae")
+    if vae is None or "c_last" not in vae.dims:
+        return 0.0
+    v = vae.dims
+    size = DTYPE_BYTES[profile.dtypes.get("vae", spec.dtype)]
+    frames, height, width = job.frames, job.height, job.width
+    rule = DECODER.get(vae.cls, "")
+    if rule == "wan":
+        frames = min(frames, WAN_DECODE_FRAMES)
+    if profile.vae_tiling and rule in TILE:
+        tile_f, tile_h, tile_w = TILE[rule]
+        frames, height, width = min(frames, tile_f or frames), min(height, tile_h), min(width, tile_w)
+    module = 2 * frames * (height // v["out_patch"]) * (width // v["out_patch"]) * v["c_last"] * size
+    video = job.frames * 3 * job.height * job.width * size
+    return (module + video) / GB
+
+
+def _phase_weights(comps: dict[str, Component], mode: str) -> dict[str, float]:
+    """Weights on the device during each phase, in GB."""
+    gb = {name: c.weight_bytes / GB for name, c in comps.items()}
+    pinned = sum(gb.get(n, 0.0) for n in PINNED)
+    phases = {"extend": ("prompt_llm",), "encode": ENCODE, "denoise": DENOISE, "decode": DECODE}
+    if mode == "none":
+        resident = sum(v for n, v in gb.items() if n != "prompt_llm")
+        return {p: resident + (gb.get("prompt_llm", 0.0) if p == "extend" else 0.0) for p in phases}
+    if mode == "model":  # one component at a time (diffusers' offload hooks chain them)
+        return {p: pinned + max((gb.get(n, 0.0) for n in names), default=0.0) for p, names in phases.items()}
+    streamed = 2 * max((c.largest_leaf_bytes for n, c in comps.items() if n not in DECODE), default=0) / GB
+    resident = pinned + sum(gb.get(n, 0.0) for n in DECODE)
+    return {p: resident + streamed for p in phases}
+
+
+def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], job: JobShape, mode: str) -> float:
+    by_name = {c.name: c for c in comps}
+    weights = _phase_weights(by_name, mode)
+    work = {"denoise": activation_gb(spec, by_name, job), "decode": decode_gb(spec, profile, by_name, job)}
+    # Prompt extension is per job and optional: its peak is reported on its own (ModelPlan.extend_gb).
+    return max(weights[p] + work.get(p, 0.0) for p in weights if p != "extend")
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+def _largest_size(spec: ModelSpec, resolution: str) -> tuple[int, int]:
+    """The generated size with the most pixels among the model's ratios (stride-rounded)."""
+    sizes = [SIZE_TABLE[resolution][ratio] for ratio in spec.ratios]
+    rounded = [(round_up(w, spec.stride), round_up(h, spec.stride)) for w, h in sizes]
+    return max(rounded, key=lambda s: s[0] * s[1])
+
+
+def plan_model(spec: ModelSpec, profile: RuntimeProfile, device_gb: float, root: Path | None = None) -> ModelPlan:
+    """The plan of one model on a ``device_gb`` device: a row per resolution at its longest duration."""
+    if spec.tiny:
+        return ModelPlan(spec.id, profile, device_gb, [], [], skipped="tiny CPU model: not planned")
+    try:
+        return _plan(spec, profile, device_gb, root)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError) as e:
+        # A config this code cannot build or read (a newer family, a class this diffusers lacks): the model
+        # is reported unplanned, like one without configs, instead of failing the command or the worker.
+        reason = f"no plan: its arch config cannot be used here ({type(e).__name__}: {e}): not checked"
+        return ModelPlan(spec.id, profile, device_gb, [], [], skipped=reason)
+
+
+def _plan(spec: ModelSpec, profile: RuntimeProfile, device_gb: float, root: Path | None) -> ModelPlan:
+    comps = load_components(spec, profile, root)
+    if comps is None:
+        reason = f"no arch config (configs/arch/{spec.id}/): not checked"
+        return ModelPlan(spec.id, profile, device_gb, [], [], skipped=reason)
+    usable = device_gb - reserve_gb(device_gb)
+    rows = []
+    for resolution in spec.resolutions:
+        width, height = _largest_size(spec, resolution)
+
+        def job(seconds: int, w: int = width, h: int = height) -> JobShape:
+            frames = frames_for(seconds * spec.fps, spec.frame_rule.multiple, spec.frame_rule.offset)
+            return JobShape(w, h, frames, seconds)
+
+        longest = job(max(spec.durations))
+        peaks = {mode: peak_gb(spec, profile, comps, longest, mode) for mode in OFFLOAD_MODES}
+        fitting = [s for s in spec.durations if peak_gb(spec, profile, comps, job(s), profile.offload) <= usable]
+        rows.append(
+            SizeRow(
+                resolution=resolution,
+                width=width,
+                height=height,
+                seconds=longest.seconds,
+                frames=longest.frames,
+                peak_gb=peaks,
+                verdict=_verdict(peaks, profile.offload, usable),
+                max_seconds=max(fitting, default=0),
+            )
+        )
+    by_name = {c.name: c for c in comps}
+    extend = _phase_weights(by_name, profile.offload)["extend"] if "prompt_llm" in by_name else 0.0
+    return ModelPlan(spec.id, profile, device_gb, comps, rows, extend_gb=extend)
+
+
+def _verdict(peaks: dict[Offload, float], mode: Offload, usable: float) -> str:
+    if peaks[mode] <= usable:
+        return "fits"
+    stronger = OFFLOAD_MODES[OFFLOAD_MODES.index(mode) + 1 :]
+    for other in stronger:
+        if peaks[other] <= usable:
+            return f"needs offload ({other})"
+    return "does not fit"
+
+
+def device_memory_gb(device: str) -> float | None:
+    """Total memory of a CUDA ``device`` in GB, or None off CUDA (the plan then lets everything through)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return float(torch.cuda.get_device_properties(torch.device(device)).total_memory) / GB

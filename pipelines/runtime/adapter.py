@@ -1,0 +1,86 @@
+"""The adapter contract between the worker and a model family.
+
+An adapter is loaded once (``load``) and then serves many jobs, each in two calls the worker times as
+two stages: ``denoise`` (the diffusion loop, reporting every step) returns the family's ``Latents``, and
+``decode`` turns them into ``foundation.core.media.Media``. It never touches Redis, S3 or HTTP.
+
+An ``image_to_video`` job also hands ``denoise`` its input image (``image=``, a PIL image the worker read
+from the artifact store, checked against its sha256 and fitted to the generation size); text-only
+adapters never receive the keyword.
+
+A ``resumable`` adapter (attribute: Wan, LTX-2, and the generic adapter on a pipeline with a step callback)
+also takes ``checkpoints=``
+(``pipelines.runtime.resume.Checkpoints``): it checkpoints its denoising loop through it and resumes from the
+stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on what it returns.
+
+``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
+loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from foundation.core.catalog import ModelSpec
+    from foundation.core.media import Media, StepCallback
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings.models import ModelRuntimeSettings
+
+__all__ = ["Adapter", "Latents", "generate"]
+
+
+@dataclass(frozen=True)
+class Latents:
+    """The denoised state of one job, opaque to the worker; each family subclasses it (``WanLatents``).
+
+    ``resumed_from_step``: the step a resumable adapter restored from a checkpoint (None: ran from step 0).
+    """
+
+    resumed_from_step: int | None = field(default=None, kw_only=True)
+
+
+class Adapter(Protocol):
+    """A loaded model family. ``load`` once, then ``denoise`` + ``decode`` per job (deterministic per seed)."""
+
+    spec: ModelSpec
+    # The keys this family accepts in a variant's ``pipeline_kwargs``; equal to
+    # ``foundation.core.catalog.FAMILY_OPTIONS[family]``, which the catalog checks at load.
+    options: ClassVar[frozenset[str]]
+
+    @classmethod
+    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
+
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
+        """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it.
+
+        ``image`` is the input image of an ``image_to_video`` job, already checked and fitted by the worker:
+        RGB, exactly ``(job.gen_width, job.gen_height)``. The worker passes it only to jobs that have one, so
+        a text-only family may leave the keyword out of its signature.
+        """
+        ...
+
+    def decode(self, latents: Latents, job: ResolvedJob) -> Media:
+        """Decode what ``denoise`` returned for ``job`` into frames (and audio when the job asks for it)."""
+        ...
+
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+        """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure."""
+        ...
+
+    def memory_bytes(self) -> int:
+        """Bytes of weights and buffers this model holds now (0 once unloaded); the cache sizes models by it."""
+        ...
+
+    def unload(self) -> None:
+        """Free the model's memory (host and device)."""
+        ...
+
+
+def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Media:
+    """Denoise and decode in one call, for benchmarks and tests (the worker runs them as two stages)."""
+    conditioning = {"image": image} if image is not None else {}
+    return adapter.decode(adapter.denoise(job, on_step, **conditioning), job)

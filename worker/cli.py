@@ -1,0 +1,185 @@
+"""The ``genworker worker`` and ``genworker generate`` commands (registered in ``worker.cli``).
+
+Exit codes: 0 done; 1 the job failed (pipeline, encoder) or the worker hit a fatal error;
+2 bad input or configuration (a coded rejection is printed as ``code: message``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+    from rich.progress import Progress, TaskID
+
+    from foundation.core.contract import Stage
+    from foundation.core.resolve import ResolvedJob
+    from foundation.settings import Settings
+
+__all__ = ["generate_command", "worker_command"]
+
+_CONFIG_HELP = "YAML settings file (GENWORKER_* environment variables override it)."
+
+
+_ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help=_CONFIG_HELP)]
+
+
+def worker_command(config: _ConfigOption = None) -> None:
+    """Run the worker daemon: claim jobs of the hosted models until SIGTERM (a second one stops at once)."""
+    import logging
+
+    from foundation.settings import load_settings, state_paths
+    from worker.logs import configure_logging, write_logs_in_background
+    from worker.loop import run_worker
+
+    settings = load_settings(config)
+    configure_logging(settings.log_level)
+    write_logs_in_background()
+    logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
+    if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
+        from foundation.core.catalog import load_catalog
+        from pipelines.runtime import context_parallel
+
+        try:
+            group = context_parallel.join(settings.models.gpus_per_job)
+        except context_parallel.ParallelSetupError as e:
+            typer.echo(f"invalid configuration: {e}", err=True)
+            raise typer.Exit(2) from None
+        if group.rank > 0:
+            raise typer.Exit(context_parallel.follow(load_catalog(settings.catalog_path), settings.models))
+        try:
+            raise typer.Exit(run_worker(settings))
+        finally:
+            context_parallel.leave()
+    raise typer.Exit(run_worker(settings))
+
+
+def generate_command(
+    *,
+    model: Annotated[str, typer.Option(help="Model id from the catalog, e.g. tiny-wan.")],
+    prompt: Annotated[str, typer.Option(help="Text prompt.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the MP4 (poster: .jpg).")] = Path(
+        "out.mp4"
+    ),
+    image: Annotated[Path | None, typer.Option(help="Input image of image_to_video: a JPEG, PNG or WebP file.")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Generation mode (default: image_to_video with --image, else text_to_video).")
+    ] = None,
+    variant: Annotated[str, typer.Option(help="Variant (recipe) of the mode.")] = "standard",
+    resolution: Annotated[str | None, typer.Option(help="Resolution label, e.g. 144p (default: the model's).")] = None,
+    ratio: Annotated[str | None, typer.Option(help="Aspect ratio, e.g. 16:9 (default: the model's).")] = None,
+    duration: Annotated[int | None, typer.Option(help="Seconds of video (default: the model's).")] = None,
+    audio: Annotated[bool | None, typer.Option("--audio/--no-audio", help="Generate audio (models that can).")] = None,
+    prompt_extend: Annotated[
+        bool | None, typer.Option("--prompt-extend/--no-prompt-extend", help="Extend the prompt.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (default: random).")] = None,
+    negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt (default: the model's).")] = None,
+    config: _ConfigOption = None,
+) -> None:
+    """Generate one video in this process (same path as the worker, no queue or store)."""
+    from foundation.core.contract import parse_create_request
+    from foundation.core.errors import JobError, RequestRejected, WorkerFault
+    from foundation.settings import load_settings
+    from worker.generate import generate_once, prepare_job
+    from worker.logs import configure_logging
+
+    settings = load_settings(config)
+    configure_logging("WARNING")
+    params = {"resolution": resolution, "ratio": ratio, "duration_seconds": duration, "audio": audio}
+    params |= {"prompt_extend": prompt_extend, "seed": seed, "negative_prompt": negative_prompt}
+    body = {
+        "model": model,
+        "mode": mode or ("image_to_video" if image is not None else "text_to_video"),
+        "variant": variant,
+        "parameters": {k: v for k, v in params.items() if v is not None},
+        "input": {"prompt": prompt},
+    }
+    try:
+        if image is None:
+            job, fitted = prepare_job(settings, parse_create_request(body)), None
+        else:
+            job, fitted = _image_job(settings, body, image)
+        # Said once the request is valid, since only then is anything written there.
+        typer.echo(f"state in {settings.data_dir} (models: {settings.models.tiny_models_dir})", err=True)
+        with _ProgressBar() as bar:
+            result = generate_once(settings, job, output, on_stage=bar.stage, on_step=bar.step, image=fitted)
+    except RequestRejected as e:
+        typer.echo(f"{e.code.value}: {e.message}" + (f" (param {e.param})" if e.param else ""), err=True)
+        raise typer.Exit(2) from None
+    except (JobError, WorkerFault) as e:  # a missing ffmpeg or a full disk: said as plainly as a job error
+        typer.echo(f"{e.code.value}: {e.message}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(result.summary(), default=str))
+
+
+def _image_job(settings: Settings, body: dict[str, Any], path: Path) -> tuple[ResolvedJob, Image]:
+    """An image_to_video job from a local image file, checked as the API checks an upload (same codes and
+    limits, ``api.inputs``), and the image fitted to the generation size."""
+    import base64
+
+    from foundation.core.catalog import load_catalog
+    from foundation.core.contract import StoredImage, parse_create_request
+    from foundation.core.errors import ErrorCode, RequestRejected
+    from foundation.core.images import check_image
+    from foundation.core.resolve import check_inputs, resolve
+    from worker.input_image import decode_image, fit_image
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RequestRejected(ErrorCode.invalid_image, f"cannot read {path}: {e.strerror or e}", "--image") from None
+    limits = settings.api.inputs
+    checked = check_image(data, max_bytes=limits.max_image_bytes, max_pixels=limits.max_image_pixels, param="--image")
+    # The request carries the image as the API would receive it, so the mode's inputs are checked the same way.
+    uri = f"data:{checked.content_type};base64,{base64.b64encode(checked.data).decode('ascii')}"
+    request = parse_create_request({**body, "input": {**body["input"], "image": uri}})
+    catalog = load_catalog(settings.catalog_path)
+    check_inputs(request, catalog)
+    stored = StoredImage(
+        key=str(path),
+        content_type=checked.content_type,
+        bytes=len(checked.data),
+        sha256=checked.sha256,
+        width=checked.width,
+        height=checked.height,
+    )
+    job, _hold = resolve(request, catalog, image=stored)
+    return job, fit_image(decode_image(checked.data), job.gen_width, job.gen_height)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr: the stage as its label, denoising steps as its progress."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True, force_terminal=sys.stderr.isatty())
+        self._progress: Progress = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: TaskID = self._progress.add_task("starting", total=None)
+
+    def __enter__(self) -> _ProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def stage(self, stage: Stage) -> None:
+        self._progress.update(self._task, description=stage.value)
+
+    def step(self, step: int, total: int) -> None:
+        self._progress.update(self._task, completed=step, total=total)

@@ -1,0 +1,153 @@
+"""``genworker generate``: one job, in this process, without a queue or a store (for researchers).
+
+The same path as the daemon: resolve, then the daemon's own ``run_pipeline`` (load → extend the prompt →
+denoise → decode, with its out-of-memory retry and the model's time limit), then encode. So a clip made
+here is the clip a worker would upload for the same request and seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from foundation.core.catalog import load_catalog
+from foundation.core.contract import CreateRequest, PromptExtension, Stage
+from foundation.core.errors import ErrorCode, JobError
+from foundation.core.resolve import ResolvedJob, resolve
+from foundation.settings import Settings
+from worker.context import ensure_tiny_models
+from worker.pipeline_run import RunHooks, run_pipeline
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from foundation.core.media import StepCallback
+
+__all__ = ["GenerateResult", "generate_once", "prepare_job"]
+
+StageCallback = Callable[[Stage], None]
+
+
+@dataclass
+class GenerateResult:
+    job: ResolvedJob
+    video: Path
+    poster: Path | None
+    prompt_used: str
+    extension: PromptExtension | None
+    artifacts: list[dict[str, Any]]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "model": self.job.model,
+            "variant": self.job.variant,
+            "seed": self.job.seed,
+            "video": str(self.video),
+            "poster": str(self.poster) if self.poster else None,
+            "prompt_extension": self.extension.model_dump() if self.extension else None,
+            "artifacts": self.artifacts,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+        }
+
+
+def _noop_stage(stage: Stage) -> None:
+    return None
+
+
+def _noop_step(step: int, total: int) -> None:
+    return None
+
+
+class _LocalHooks(RunHooks):
+    """The one-shot side of a run: stages and steps to the caller's callbacks, timed, under the model's
+    time limit (``max_job_seconds``, as on a worker)."""
+
+    def __init__(self, on_stage: StageCallback, on_step: StepCallback, *, limit_s: float) -> None:
+        self._on_stage = on_stage
+        self._on_step = on_step
+        self._deadline = time.monotonic() + limit_s
+        self._limit_s = limit_s
+        self.log = logging.getLogger("genworker.generate")
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: Stage) -> Iterator[None]:
+        self._check_time()
+        self._on_stage(name)
+        started = time.perf_counter()
+        yield
+        self.seconds[name.value] = time.perf_counter() - started
+
+    def on_step(self, done: int, total: int) -> None:
+        self._check_time()
+        self._on_step(done, total)
+
+    def _check_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise JobError(ErrorCode.timeout, f"the job ran past its time limit ({self._limit_s:g} s)")
+
+
+def prepare_job(settings: Settings, request: CreateRequest) -> ResolvedJob:
+    """Resolve ``request`` against the catalog; raises ``RequestRejected`` (before anything loads)."""
+    job, _hold = resolve(request, load_catalog(settings.catalog_path))
+    return job
+
+
+def generate_once(
+    settings: Settings,
+    job: ResolvedJob,
+    out: Path,
+    *,
+    on_stage: StageCallback = _noop_stage,
+    on_step: StepCallback = _noop_step,
+    image: Image | None = None,
+) -> GenerateResult:
+    """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises.
+
+    ``image``: the input image of an ``image_to_video`` job, fitted to the generation size
+    (``worker.input_image.fit_image(decode_image(data), job.gen_width, job.gen_height)``).
+    """
+    from foundation.media.encoder import encode_video
+    from pipelines.runtime.cache import ModelCache
+
+    catalog = load_catalog(settings.catalog_path)
+    spec = catalog.models[job.model]
+    ensure_tiny_models(settings, catalog, [spec.id])
+    hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
+    rendered = run_pipeline(ModelCache(settings.models), spec, job, hooks, image=image)
+    with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
+        encoded = encode_video(
+            rendered.media,
+            keep_frames=job.keep_frames,
+            width=job.width,
+            height=job.height,
+            out_dir=Path(tmp),
+            settings=settings.encoder,
+        )
+        video, poster, artifacts = _place(encoded.artifacts(), out)
+    on_stage(Stage.done)
+    prompt_used = rendered.job.prompt
+    return GenerateResult(job, video, poster, prompt_used, rendered.extension, artifacts, hooks.seconds)
+
+
+def _place(files: list[tuple[Any, Path]], out: Path) -> tuple[Path, Path | None, list[dict[str, Any]]]:
+    """Move the encoded files next to each other at ``out`` (video) and ``out.jpg`` (poster)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    video: Path = out
+    poster: Path | None = None
+    described: list[dict[str, Any]] = []
+    for artifact, path in files:
+        target = out if artifact.kind == "video" else out.with_suffix(".jpg")
+        shutil.move(str(path), target)
+        if artifact.kind == "poster":
+            poster = target
+        described.append(artifact.model_dump(exclude={"key"}) | {"path": str(target)})
+    return video, poster, described

@@ -1,0 +1,196 @@
+"""One job through a model, shared by the daemon and ``genworker generate``: load → extend the prompt →
+denoise → decode, each a stage, each retried once after running out of memory.
+
+What differs between the two callers is behind ``RunHooks``: how a stage is entered and measured (the
+daemon writes it to the record, checks cancel, lease and time limit, logs and observes a metric; the
+one-shot command updates a progress bar and checks its own time limit), where step progress goes, and
+where model loads and out-of-memory retries are counted. What each does with the media afterwards
+(encode and upload, or encode to a local file) stays with the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from foundation.core.contract import PromptExtension, PromptTokens, Stage
+from foundation.core.errors import is_out_of_memory
+from pipelines.planning.flops import DenoiseFlops
+from pipelines.runtime.compile import compiled_graphs
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+    from foundation.core.catalog import ModelSpec
+    from foundation.core.media import Media
+    from foundation.core.resolve import ResolvedJob
+    from pipelines.runtime.adapter import Adapter, Latents
+    from pipelines.runtime.cache import ModelCache
+    from pipelines.runtime.resume import Checkpoints
+    from worker.logs import JobLogger
+
+__all__ = ["Rendered", "RunHooks", "run_pipeline"]
+
+_T = TypeVar("_T")
+
+
+class RunHooks:
+    """What a run reports to, and the checks that may stop it. This base reports nothing and never stops."""
+
+    log: logging.Logger | JobLogger = logging.getLogger("genworker.run")
+
+    def stage(self, name: Stage) -> AbstractContextManager[None]:
+        """Wraps one stage; entering may raise (cancel, time limit) to stop the run before the stage starts."""
+        return _no_stage()
+
+    def on_step(self, done: int, total: int) -> None:
+        """A denoising step ended; raising stops the loop within that step."""
+
+    def model_loaded(self, model_id: str, seconds: float) -> None:
+        """``model_id`` was loaded into the cache (not found resident), taking ``seconds``."""
+
+    def out_of_memory(self, stage: Stage) -> None:
+        """``stage`` ran out of memory; the cache is about to be cleared and the stage tried once more."""
+
+    def checkpoints(self) -> Checkpoints | None:
+        """Where a resumable adapter keeps denoising checkpoints and finds one to resume; None: no checkpoints."""
+        return None
+
+    def denoised(self) -> None:
+        """The denoising stage ended (done or raised): its checkpoints may stop."""
+
+    def compiled(self, model_id: str, graphs: int) -> None:
+        """A compiled model compiled ``graphs`` new graphs during this job (its warm-up missed a shape)."""
+
+
+@contextmanager
+def _no_stage() -> Iterator[None]:
+    yield
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a run produced: the job as run (``prompt`` is the prompt actually used) and its media."""
+
+    job: ResolvedJob
+    media: Media
+    extension: PromptExtension | None
+    gpu_seconds: float  # denoise and decode, retries included
+    prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
+    resumed_from_step: int | None = None  # the denoising continued from a checkpoint taken after this step
+    denoise_seconds: float = 0.0  # the denoising stage (retries included)
+    flops: DenoiseFlops | None = None  # the denoisers' calls, counted after the job (``pipelines.planning.flops``)
+    device: str = "cpu"  # where the model ran (the peak MFU is taken against)
+
+
+def run_pipeline(
+    cache: ModelCache, spec: ModelSpec, job: ResolvedJob, hooks: RunHooks, *, image: Image | None = None
+) -> Rendered:
+    """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise.
+
+    ``image`` is the job's input image, checked and fitted (``worker.input_image``); it reaches the
+    adapter's ``denoise`` as ``image=`` and only when there is one, so text-only adapters never see it.
+    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
+    """
+    run = _Run(cache, spec, hooks)
+    with hooks.stage(Stage.loading):
+        adapter = run.with_oom_retry(Stage.loading, run.adapter)
+    job, extension = run.extend_prompt(adapter, job)
+    tokens = _prompt_tokens(adapter, job, hooks)
+    started = time.perf_counter()
+    pipe = getattr(adapter, "pipe", None)  # diffusers adapters: their denoisers' FLOPs are counted
+    flops = DenoiseFlops() if pipe is not None else None
+    watch_compiles = bool(getattr(getattr(adapter, "profile", None), "compile", False))
+    graphs_before = compiled_graphs() if watch_compiles else 0
+    with hooks.stage(Stage.denoising):
+        conditioning: dict[str, Any] = {"image": image} if image is not None else {}
+        if getattr(adapter, "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
+            conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
+        try:
+            with flops.recording(pipe) if flops is not None else nullcontext():
+                latents: Latents = run.with_oom_retry(
+                    Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
+                )
+        finally:
+            hooks.denoised()
+    denoise_seconds = time.perf_counter() - started
+    if watch_compiles and (graphs := compiled_graphs() - graphs_before) > 0:
+        hooks.compiled(spec.id, graphs)
+    with hooks.stage(Stage.decoding):
+        # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
+        media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
+    return Rendered(
+        job,
+        media,
+        extension,
+        time.perf_counter() - started,
+        tokens,
+        latents.resumed_from_step,
+        denoise_seconds=denoise_seconds,
+        flops=flops,
+        device=str(getattr(adapter, "device", "cpu")),
+    )
+
+
+def _prompt_tokens(adapter: Adapter, job: ResolvedJob, hooks: RunHooks) -> PromptTokens | None:
+    """The used prompt's token count for the record, from adapters that can count (``prompt_tokens``): the
+    pipelines cut a prompt past the text encoder's limit silently, so the record says it instead."""
+    count = getattr(adapter, "prompt_tokens", None)
+    if count is None:
+        return None
+    tokens: PromptTokens = count(job)
+    if tokens.truncated:
+        hooks.log.warning(
+            "prompt past the text encoder's token limit: the rest is not seen",
+            extra={"tokens": tokens.total, "kept": tokens.kept},
+        )
+    return tokens
+
+
+class _Run:
+    def __init__(self, cache: ModelCache, spec: ModelSpec, hooks: RunHooks) -> None:
+        self._cache = cache
+        self._spec = spec
+        self._hooks = hooks
+
+    def adapter(self) -> Adapter:
+        """The resident adapter, loading it when it is not (the first time, or after an OOM cleared the cache)."""
+        loads_before = self._cache.load_count()
+        started = time.perf_counter()
+        adapter = self._cache.get(self._spec)
+        if self._cache.load_count() != loads_before:
+            self._hooks.model_loaded(self._spec.id, time.perf_counter() - started)
+        return adapter
+
+    def extend_prompt(self, adapter: Adapter, job: ResolvedJob) -> tuple[ResolvedJob, PromptExtension | None]:
+        if not job.prompt_extend:
+            return job, None
+        from pipelines.runtime.prompt_extend import extend_or_fallback
+
+        with self._hooks.stage(Stage.extending_prompt):
+            prompt_used, extension = extend_or_fallback(adapter, job)
+        if extension.status == "fallback":
+            self._hooks.log.warning(
+                "prompt extension fell back to the original prompt", extra={"reason": extension.reason}
+            )
+        return job.model_copy(update={"prompt": prompt_used}), extension
+
+    def with_oom_retry(self, stage: Stage, work: Callable[[], _T]) -> _T:
+        """Out of memory: free every cached model and try once more; a second OOM fails the job.
+
+        Retrying here rather than through the queue keeps the job on a worker whose memory was just
+        freed, and a job that cannot fit never loops through the queue (``out_of_memory`` is terminal).
+        """
+        try:
+            return work()
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
+            self._hooks.log.warning("out of memory: freeing the model cache and retrying once", extra={"stage": "oom"})
+            self._hooks.out_of_memory(stage)
+            self._cache.clear()  # unloads every model and returns the device's cached blocks
+        return work()
