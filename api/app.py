@@ -21,7 +21,7 @@ from api import health
 from api.access_log import AccessLogMiddleware
 from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
-from api.errors import install_error_handlers
+from api.error_handlers import install_error_handlers
 from api.fast_path import FastPath
 from api.keys import KeyStore
 from api.limits import (

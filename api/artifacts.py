@@ -36,8 +36,10 @@ from urllib.parse import parse_qs
 
 from starlette.responses import FileResponse
 
-from foundation.core.errors import ErrorCode, GenworkerError, TransientError
-from foundation.stores.local import InvalidKey, LocalStore
+from api.errors import RangeNotSatisfiable
+from foundation.core.errors import ErrorCode, TransientError
+from foundation.stores.errors import InvalidKey
+from foundation.stores.local import LocalStore
 
 __all__ = ["ByteRange", "RangeNotSatisfiable", "artifact_app", "parse_range"]
 
@@ -58,10 +60,6 @@ class ByteRange:
     @property
     def length(self) -> int:
         return self.end - self.start + 1
-
-
-class RangeNotSatisfiable(GenworkerError, ValueError):
-    """A well-formed byte range that selects nothing of the file (416)."""
 
 
 def parse_range(header: str | None, size: int) -> ByteRange | None:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.keys import ApiKey, InvalidProject, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
+from api.errors import InvalidProject
+from api.keys import ApiKey, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
 from genworker_client.typer_app import App
 
 if TYPE_CHECKING:

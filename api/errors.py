@@ -1,55 +1,41 @@
-"""HTTP errors: one body shape, ``{"error": {"code", "message", "param"}}``, for every failure.
+"""The HTTP tier's exceptions. Route code raises ``ApiError``; the others are raised by the tier's own
+parts and turned into answers where they are caught (``api.error_handlers`` renders every one).
 
-``ApiError`` is what route code raises. The handlers installed by ``install_error_handlers`` also turn
-FastAPI's own failures into that shape: request validation (FastAPI's 422) becomes 400, Starlette's
-404/405 get codes, backend trouble becomes 503, and anything else a generic 500 whose details stay in
-the server log. A stack trace never reaches a client.
+Exception tree (the classes of this module, under ``foundation.core.errors.GenworkerError``)::
 
-Backend trouble arrives already translated: the queue, the stores, the key store and the rate limiter
-raise ``BackendUnavailable`` (a ``TransientError``) in place of their client library's errors, so this
-module decides on our own types and never imports redis, sqlite3 or botocore.
-
-``_STATUS_CODES`` is the one table from an HTTP status to its ``ErrorCode``.
+    GenworkerError
+    ├── ApiError              an HTTP error a route raises (status, code, message, param, headers)
+    ├── BodyTooLarge          a request body over the limit, found while streaming it (413)
+    ├── RangeNotSatisfiable   a byte range that selects nothing of an artifact (416, also ``ValueError``)
+    ├── InvalidProject        a project name the queue's key scheme cannot hold (also ``ValueError``)
+    ├── UrlNotAllowed         an input image URL the outbound rules refuse (also ``ValueError``)
+    ├── FetchFailed           no usable answer from an input image URL
+    ├── FetchTooLarge         an input image URL's answer over the byte limit
+    ├── UrlRefused            a webhook URL the outbound rules refuse (also ``ValueError``)
+    ├── SealingError          an endpoint secret this server key cannot open
+    ├── UnknownEndpoint       no webhook endpoint with this id in the project (also ``KeyError``)
+    ├── UnknownDelivery       no webhook delivery with this id in the project (also ``KeyError``)
+    └── ServerStopped         SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from foundation.core.errors import ErrorCode, GenworkerError, RequestRejected, TransientError
+from foundation.core.errors import ErrorCode, GenworkerError
 
 __all__ = [
-    "ERROR_RESPONSES",
     "ApiError",
-    "ErrorBody",
-    "ErrorDetail",
-    "error_answer",
-    "error_response",
-    "install_error_handlers",
-    "responses_for",
+    "BodyTooLarge",
+    "FetchFailed",
+    "FetchTooLarge",
+    "InvalidProject",
+    "RangeNotSatisfiable",
+    "SealingError",
+    "ServerStopped",
+    "UnknownDelivery",
+    "UnknownEndpoint",
+    "UrlNotAllowed",
+    "UrlRefused",
 ]
-
-log = logging.getLogger("genworker.api")
-
-
-class ErrorDetail(BaseModel):
-    code: ErrorCode = Field(description="Stable machine-readable code.")
-    message: str = Field(description="Human-readable explanation; may change between releases.")
-    param: str | None = Field(default=None, description="The offending field path or header, when one is to blame.")
-
-
-class ErrorBody(BaseModel):
-    """Every non-2xx response has this body."""
-
-    error: ErrorDetail
 
 
 class ApiError(GenworkerError):
@@ -71,122 +57,45 @@ class ApiError(GenworkerError):
         self.headers = headers or {}
 
 
-def error_response(
-    status: int, code: ErrorCode, message: str, param: str | None = None, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, param=param))
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+class BodyTooLarge(GenworkerError):
+    """A request body over the limit, found while streaming it (answered 413)."""
 
 
-_DESCRIPTIONS: dict[int, str] = {
-    400: "Malformed body, invalid parameter or invalid header (`param` names it).",
-    401: "Missing, invalid or revoked API key.",
-    403: "The key lacks the scope this operation needs.",
-    404: "No such generation for this key's project.",
-    409: "Idempotency conflict, or the generation is no longer cancelable.",
-    413: "Request body larger than the configured limit.",
-    429: "Rate limit exceeded for this key; see `Retry-After`.",
-    500: "Unexpected server error (details are logged, never returned).",
-    503: "The queue or the artifact store is unreachable; retry with backoff.",
-}
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text} for status, text in _DESCRIPTIONS.items()
-}
+class RangeNotSatisfiable(GenworkerError, ValueError):
+    """A well-formed byte range that selects nothing of the file (416)."""
 
 
-def responses_for(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for these error statuses plus the ones any route can return."""
-    wanted = {400, 500, 503, *statuses}
-    return {s: ERROR_RESPONSES[s] for s in sorted(wanted)}
+class SealingError(GenworkerError):
+    """A sealed secret that this server key cannot open (the key changed, or the value was altered)."""
 
 
-# "A backend cannot answer now" (503), not "the server is broken" (500). The builtin socket errors
-# stay for one that escaped a client's own wrapping.
-_UNAVAILABLE: tuple[type[Exception], ...] = (TransientError, ConnectionError, TimeoutError)
+class UnknownEndpoint(GenworkerError, KeyError):
+    """No webhook endpoint with this id in the caller's project."""
 
 
-_STATUS_CODES: dict[int, ErrorCode] = {
-    400: ErrorCode.invalid_request,
-    401: ErrorCode.unauthenticated,
-    403: ErrorCode.insufficient_scope,
-    404: ErrorCode.not_found,
-    405: ErrorCode.method_not_allowed,
-    413: ErrorCode.payload_too_large,
-    429: ErrorCode.rate_limited,
-    503: ErrorCode.service_unavailable,
-}
+class UnknownDelivery(GenworkerError, KeyError):
+    """No webhook delivery with this id in the caller's project."""
 
 
-def _validation_param(loc: tuple[int | str, ...]) -> str | None:
-    # FastAPI prefixes the source ("query", "path", "header", "body"); the param is the rest.
-    if loc and loc[0] in {"query", "path", "header", "body"}:
-        loc = loc[1:]
-    return ".".join(str(p) for p in loc) or None
+class UrlRefused(GenworkerError, ValueError):
+    """A webhook URL the outbound rules refuse (scheme, host, or an address it resolves to)."""
 
 
-async def _on_api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.param, exc.headers)
+class UrlNotAllowed(GenworkerError, ValueError):
+    """The outbound rules refuse this URL: its scheme, its host, or an address it resolves to."""
 
 
-async def _on_rejected(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestRejected)
-    return error_response(400, exc.code, exc.message, exc.param)
+class FetchFailed(GenworkerError):
+    """No usable answer: unreachable, timed out, an error status, or a redirect that is not followed."""
 
 
-async def _on_validation(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    loc = tuple(first.get("loc", ()))
-    param = _validation_param(loc)
-    # A bad header is a malformed request; a bad query or path value an invalid parameter.
-    code = ErrorCode.invalid_request if loc[:1] == ("header",) else ErrorCode.invalid_parameter
-    return error_response(400, code, f"{param or 'request'}: {first['msg']}", param)
+class FetchTooLarge(GenworkerError):
+    """The answer's body is larger than the policy's ``max_bytes``."""
 
 
-async def _on_http(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    code = _STATUS_CODES.get(exc.status_code, ErrorCode.internal_error)
-    message = "no such route" if exc.status_code == 404 else str(exc.detail)
-    return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
+class ServerStopped(GenworkerError):
+    """SIGTERM after uvicorn's graceful shutdown: unwinds ``serve`` so callers can clean up."""
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, _UNAVAILABLE):
-        log.warning("backend unavailable on %s %s: %r", request.method, request.url.path, exc)
-        return error_response(
-            503, ErrorCode.service_unavailable, "a backend is temporarily unavailable; retry later", None
-        )
-    # Starlette re-raises after this response, so the server logs the traceback once.
-    log.error("unhandled error on %s %s: %r", request.method, request.url.path, exc)
-    return error_response(500, ErrorCode.internal_error, "internal error", None)
-
-
-# The handler of each exception type, looked up along the raised type's MRO as Starlette does.
-# ``Exception`` is the last resort: Starlette answers it outermost (500) and re-raises it.
-_HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
-    ApiError: _on_api_error,
-    RequestRejected: _on_rejected,
-    RequestValidationError: _on_validation,
-    StarletteHTTPException: _on_http,
-    **dict.fromkeys(_UNAVAILABLE, _on_unexpected),
-    Exception: _on_unexpected,
-}
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    for exc_type, handler in _HANDLERS.items():
-        app.add_exception_handler(exc_type, handler)
-
-
-async def error_answer(request: Request, exc: Exception) -> tuple[JSONResponse, bool]:
-    """What the installed handlers answer to ``exc`` raised by a route, for a path that runs outside
-    the framework (``api/fast_path.py``): the response, and whether the exception must still be
-    re-raised (an unexpected one: answered 500 outermost, then left to the server to log)."""
-    for cls in type(exc).__mro__:
-        handler = _HANDLERS.get(cls)
-        if handler is not None:
-            return await handler(request, exc), cls is Exception
-    raise exc  # a BaseException that is no Exception: nothing handles it
+class InvalidProject(GenworkerError, ValueError):
+    """A project name the queue's Redis key scheme cannot hold (``foundation.queue.keys``)."""

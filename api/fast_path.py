@@ -31,7 +31,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.access_log import log_request, request_id_for
-from api.errors import error_answer
+from api.error_handlers import error_answer
 from api.limits import rate_limit_headers, track_decision
 from api.metrics import ApiMetrics
 

@@ -18,7 +18,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
+from api.errors import FetchFailed, FetchTooLarge, UrlNotAllowed
+from api.outbound import OutboundPolicy, fetch
 from foundation.core.contract import InputSpec, StoredImage
 from foundation.core.errors import ErrorCode, RequestRejected
 from foundation.core.images import CheckedImage

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from foundation.core.errors import GenworkerError
+from api.errors import InvalidProject
 from foundation.queue import keys as queue_keys
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import redis_unavailable, sqlite_unavailable
@@ -73,10 +73,6 @@ class ApiKey(BaseModel):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
-
-
-class InvalidProject(GenworkerError, ValueError):
-    """A project name the queue's Redis key scheme cannot hold (``foundation.queue.keys``)."""
 
 
 def check_project(project: str) -> str:

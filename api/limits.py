@@ -34,8 +34,9 @@ from limits.strategies import MovingWindowRateLimiter
 from limits.util import WindowStats
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_response
-from foundation.core.errors import ErrorCode, GenworkerError
+from api.error_handlers import error_response
+from api.errors import BodyTooLarge
+from foundation.core.errors import ErrorCode
 from foundation.queue.redis.async_queue import execute_commands
 from foundation.queue.unavailable import redis_unavailable
 
@@ -66,10 +67,6 @@ __all__ = [
 # beyond either the connection is closed unread (a client sending that much gets a reset).
 DRAIN_MAX_BYTES = 64 * 1024 * 1024
 DRAIN_TIMEOUT_S = 5.0
-
-
-class BodyTooLarge(GenworkerError):
-    """A request body over the limit, found while streaming it (answered 413)."""
 
 
 class BodyLimitMiddleware:

@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from foundation.core.errors import GenworkerError
+from api.errors import FetchFailed, FetchTooLarge, UrlNotAllowed
 
 __all__ = [
     "FetchFailed",
@@ -52,18 +52,6 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _METADATA = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-
-class UrlNotAllowed(GenworkerError, ValueError):
-    """The outbound rules refuse this URL: its scheme, its host, or an address it resolves to."""
-
-
-class FetchFailed(GenworkerError):
-    """No usable answer: unreachable, timed out, an error status, or a redirect that is not followed."""
-
-
-class FetchTooLarge(GenworkerError):
-    """The answer's body is larger than the policy's ``max_bytes``."""
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
+from api.errors import ServerStopped
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
 from api.limits import AsyncRateLimiter, AsyncRedisWindowLimiter, RateLimiter, RedisWindowLimiter, TokenBucketLimiter
-from foundation.core.errors import GenworkerError
 from foundation.core.logs import configure_logging
 from foundation.settings import Settings
 
@@ -123,10 +123,6 @@ def build_app(settings: Settings) -> FastAPI:
         async_limiter=open_async_limiter(settings, async_queue),
         webhooks=webhooks,
     )
-
-
-class ServerStopped(GenworkerError):
-    """SIGTERM after uvicorn's graceful shutdown: unwinds ``serve`` so callers can clean up."""
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

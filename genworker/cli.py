@@ -22,7 +22,8 @@ app = App(name="genworker", help="GPU worker daemon and HTTP tier for video gene
 @app.command()
 def catalog(path: str | None = typer.Option(None, help="Catalog file (default: configs/models.yaml).")) -> None:
     """Validate the catalog and print its models as JSON."""
-    from foundation.core.catalog import CatalogError, load_catalog
+    from foundation.core.catalog import load_catalog
+    from foundation.core.errors import CatalogError
 
     try:
         cat = load_catalog(path)
@@ -78,7 +79,8 @@ def fleet_init(
     api_port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
 ) -> None:
     """Write a starting env file (loopback Redis and S3, a fresh S3 secret); never overwrites one."""
-    from genworker.fleet import FleetError, init_env_file
+    from genworker.errors import FleetError
+    from genworker.fleet import init_env_file
 
     try:
         init_env_file(env_file, redis_port=redis_port, s3_port=s3_port, api_port=api_port)
@@ -96,7 +98,8 @@ def fleet_up(
     ] = None,
 ) -> None:
     """Start redis-server, SeaweedFS, a key, one API and N workers; Ctrl-C drains and stops them all."""
-    from genworker.fleet import FleetError, run_fleet
+    from genworker.errors import FleetError
+    from genworker.fleet import run_fleet
 
     try:
         code = run_fleet(env_file, workers=workers)
@@ -117,7 +120,8 @@ def pipeline_new(
     out: Annotated[Path, typer.Option("--out", help="Where NAME/ is written.")] = Path("scaffold"),
 ) -> None:
     """Write NAME/catalog.yaml, NAME/tiny_NAME.py and NAME/test_NAME.py for CLASS (docs/adding-a-pipeline.md)."""
-    from genworker.scaffold import ScaffoldError, write_scaffold
+    from genworker.errors import ScaffoldError
+    from genworker.scaffold import write_scaffold
 
     try:
         written = write_scaffold(name, from_diffusers, out)

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import typer
 
 from foundation.settings import ENV_PREFIX, Settings, load_settings
+from genworker.errors import FleetError, FleetStopped
 
 __all__ = ["Fleet", "FleetError", "fleet_settings", "init_env_file", "read_env_file", "run_fleet"]
 
@@ -42,10 +43,6 @@ FLEET_PREFIX = "FLEET_"  # the fleet's own knobs; the processes never see them
 _READY_TIMEOUT_S = 60.0
 _WEED_PORTS = 8  # master, volume, filer, admin: HTTP + gRPC each (S3 takes the endpoint's port)
 _LOOPBACK = {"127.0.0.1", "localhost"}
-
-
-class FleetError(Exception):
-    """A fleet that cannot start as configured (said before anything runs, where possible)."""
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -353,12 +350,8 @@ def _bindable(port: int) -> bool:
     return True
 
 
-class _Stop(Exception):
-    """SIGTERM: unwinds the supervision loop so the fleet stops in order."""
-
-
 def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop
+    raise FleetStopped
 
 
 def run_fleet(env_file: Path, *, workers: int | None) -> int:
@@ -390,7 +383,7 @@ def run_fleet(env_file: Path, *, workers: int | None) -> int:
             time.sleep(0.5)
         typer.echo(f"fleet: {why}; stopping (logs: {fleet.logs})", err=True)
         status = 1
-    except (_Stop, KeyboardInterrupt):
+    except (FleetStopped, KeyboardInterrupt):
         pass
     finally:
         fleet.stop()

@@ -84,7 +84,8 @@ def plan_command(
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
 ) -> None:
     """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
-    from foundation.core.catalog import CatalogError, load_catalog
+    from foundation.core.catalog import load_catalog
+    from foundation.core.errors import CatalogError
     from foundation.settings import load_settings
     from pipelines.planning.memory_plan import plan_model
     from pipelines.runtime.profile import runtime_profile

@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genworker.errors import ScaffoldError
+
 __all__ = ["RECIPE_PLACEHOLDER", "Family", "ScaffoldError", "inspect_pipeline", "write_scaffold"]
 
 RECIPE_PLACEHOLDER = "FILL-ME"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
-
-
-class ScaffoldError(ValueError):
-    """A name or class the scaffold cannot start from; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from foundation.core.errors import BackendUnavailable, GenworkerError
 from foundation.stores.base import ARTIFACTS_ROOT
-from pipelines.runtime.resume import CheckpointCorrupt, DenoiseCheckpoint
+from pipelines.errors import CheckpointCorrupt
+from pipelines.runtime.resume import DenoiseCheckpoint
 
 if TYPE_CHECKING:
     from foundation.core.catalog import CheckpointPolicy

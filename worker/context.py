@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.core.catalog import Catalog, CatalogError, load_catalog
-from foundation.core.errors import FatalWorkerError
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.errors import CatalogError, FatalWorkerError
 from foundation.queue.base import WorkerHeartbeat, WorkerQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore

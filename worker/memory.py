@@ -16,9 +16,10 @@ import logging
 from foundation.core.catalog import Catalog
 from foundation.core.errors import FatalWorkerError
 from foundation.settings import Settings
+from pipelines.errors import ModelLoadError
 from pipelines.planning.memory_plan import device_memory_gb, plan_model
 from pipelines.runtime.profile import runtime_profile
-from pipelines.runtime.registry import ModelLoadError, resolve_device
+from pipelines.runtime.registry import resolve_device
 
 __all__ = ["advertisable_models", "fitting_models"]
 

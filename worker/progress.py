@@ -26,8 +26,9 @@ import time
 from concurrent.futures import Executor, Future
 
 from foundation.core.contract import Stage
-from foundation.core.errors import ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from foundation.core.errors import ErrorCode, JobCanceled, JobError
 from foundation.queue.base import ProgressWrite, WorkerQueue
+from worker.errors import JobInterrupted, StaleClaim
 from worker.lease import Lease
 
 __all__ = ["JobProgress"]

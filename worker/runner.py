@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from foundation.core.catalog import Catalog, ModelSpec, mode_inputs
 from foundation.core.contract import Stage, utcnow
-from foundation.core.errors import ErrorCode, JobError, JobInterrupted
+from foundation.core.errors import ErrorCode, JobError
 from foundation.core.resolve import ResolvedJob
 from foundation.queue.base import Claim, WorkerQueue
 from worker.attempt import Attempt, HandOff, Settler
 from worker.checkpoints import CheckpointSetup, JobCheckpoints
+from worker.errors import JobInterrupted
 from worker.faults import LocalFaults
 from worker.lease import LeaseKeeper
 from worker.logs import job_logger, log_stage

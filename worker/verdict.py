@@ -44,21 +44,19 @@ from typing import Literal
 
 from foundation.core.errors import (
     BackendUnavailable,
-    EncoderUnavailable,
     ErrorCode,
     FatalWorkerError,
     JobCanceled,
     JobError,
-    JobInterrupted,
     RequestRejected,
-    StaleClaim,
     TransientError,
-    WorkDiskFull,
     WorkerFault,
     is_out_of_memory,
     short_message,
 )
-from pipelines.runtime.registry import ModelLoadError
+from foundation.media.errors import EncoderUnavailable, WorkDiskFull
+from pipelines.errors import ModelLoadError
+from worker.errors import JobInterrupted, StaleClaim
 
 __all__ = ["FaultKind", "Verdict", "backoff_s", "classify"]
 

@@ -28,7 +28,8 @@ from starlette.types import Scope as Scope_
 
 from api.auth import Principal, bearer
 from api.context import ApiContext
-from api.errors import ApiError, responses_for
+from api.error_handlers import responses_for
+from api.errors import ApiError
 from api.event_stream import Cursor, StreamSlots, comment, is_terminal, merge, note_message, status_message
 from api.keys import Scope
 from api.query import only_query

@@ -31,7 +31,8 @@ from api.create import (
     request_hash,
     takes_image,
 )
-from api.errors import ApiError, responses_for
+from api.error_handlers import responses_for
+from api.errors import ApiError
 from api.input_image import store_image
 from api.keys import Scope
 from api.query import only_query

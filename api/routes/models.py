@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.context import ApiContext
-from api.errors import responses_for
+from api.error_handlers import responses_for
 from api.query import only_query
 from api.views import ModelList, ModelView, model_view
 from foundation.core.catalog import ModelSpec

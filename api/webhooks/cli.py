@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.keys import InvalidProject
+from api.errors import InvalidProject
 from api.webhooks.models import EventType
 from genworker_client.typer_app import App
 
@@ -70,7 +70,7 @@ def add(
     config: _Config = None,
 ) -> None:
     """Register an endpoint; print its signing secret alone on stdout (shown only this once)."""
-    from api.webhooks.transport import UrlRefused
+    from api.errors import UrlRefused
 
     kinds = _events(events)
     with closing(_open(data_dir, config)) as hooks:
@@ -110,7 +110,7 @@ def remove(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = N
 @webhooks_app.command("enable")
 def enable(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = None, config: _Config = None) -> None:
     """Enable an endpoint the sender disabled (its failure run starts over)."""
-    from api.webhooks.service import UnknownEndpoint
+    from api.errors import UnknownEndpoint
 
     with closing(_open(data_dir, config)) as hooks:
         try:
@@ -141,7 +141,7 @@ def redeliver(
     config: _Config = None,
 ) -> None:
     """Send a delivery again now, under the same webhook-id."""
-    from api.webhooks.service import UnknownDelivery
+    from api.errors import UnknownDelivery
 
     with closing(_open(data_dir, config)) as hooks:
         try:

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from api.outbound import OutboundPolicy, Target, UrlNotAllowed, check_url
-from api.webhooks.transport import PostResult, UrlRefused
+from api.errors import UrlNotAllowed, UrlRefused
+from api.outbound import OutboundPolicy, Target, check_url
+from api.webhooks.transport import PostResult
 from foundation.settings import Settings, WebhookSettings
 
 __all__ = ["GuardedTransport", "open_transport", "policy_for"]

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Authenticator, bearer
-from api.errors import ApiError, responses_for
+from api.error_handlers import responses_for
+from api.errors import ApiError, UnknownDelivery, UnknownEndpoint, UrlRefused
 from api.keys import Scope
 from api.query import only_query
 from api.webhooks.models import Attempt, Delivery, DeliveryState, Endpoint, EventType
-from api.webhooks.service import MAX_URL_LENGTH, UnknownDelivery, UnknownEndpoint, Webhooks
-from api.webhooks.transport import UrlRefused
+from api.webhooks.service import MAX_URL_LENGTH, Webhooks
 from foundation.core.errors import ErrorCode
 
 __all__ = ["build_router"]

@@ -18,16 +18,12 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from foundation.core.errors import GenworkerError
+from api.errors import SealingError
 
 __all__ = ["SECRET_PREFIX", "Sealer", "SealingError", "new_secret", "server_key"]
 
 SECRET_PREFIX = "whsec_"  # the Standard Webhooks spelling: base64 of the raw key after it
 KEY_FILE = "webhooks-key"
-
-
-class SealingError(GenworkerError):
-    """A sealed secret that this server key cannot open (the key changed, or the value was altered)."""
 
 
 def new_secret() -> str:

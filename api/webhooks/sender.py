@@ -29,9 +29,10 @@ from datetime import UTC, datetime, timedelta
 
 from standardwebhooks.webhooks import Webhook
 
+from api.errors import SealingError
 from api.webhooks.events import deliveries_for, event_type
 from api.webhooks.models import ATTEMPTS_KEPT, Attempt, Delivery, DeliveryState, Endpoint
-from api.webhooks.sealing import Sealer, SealingError
+from api.webhooks.sealing import Sealer
 from api.webhooks.store import WebhookStore
 from api.webhooks.transport import PostResult, Transport
 from foundation.core.contract import GenerationRecord

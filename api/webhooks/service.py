@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from api.errors import UnknownDelivery, UnknownEndpoint, UrlRefused
 from api.keys import check_project
 from api.webhooks.models import Delivery, DeliveryState, Endpoint, EventType
 from api.webhooks.sealing import Sealer, new_secret, server_key
 from api.webhooks.sender import Sender, SenderThread
 from api.webhooks.store import SqliteWebhookStore, WebhookStore
-from api.webhooks.transport import Transport, UrlRefused
+from api.webhooks.transport import Transport
 from foundation.queue.base import ApiQueue
 from foundation.settings import Settings, WebhookSettings
 
@@ -29,14 +30,6 @@ log = logging.getLogger("genworker.webhooks")
 
 MAX_URL_LENGTH = 2048
 MAX_ENDPOINTS_PER_PROJECT = 20
-
-
-class UnknownEndpoint(KeyError):
-    pass
-
-
-class UnknownDelivery(KeyError):
-    pass
 
 
 @dataclass

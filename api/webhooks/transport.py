@@ -12,11 +12,7 @@ from typing import Protocol
 
 __all__ = ["PostResult", "Transport", "UrlRefused"]
 
-from foundation.core.errors import GenworkerError
-
-
-class UrlRefused(GenworkerError, ValueError):
-    """A webhook URL the outbound rules refuse (scheme, host, or an address it resolves to)."""
+from api.errors import UrlRefused
 
 
 @dataclass(frozen=True)

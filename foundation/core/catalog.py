@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from foundation.core.errors import GenworkerError
+from foundation.core.errors import CatalogError
 from foundation.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
@@ -122,10 +122,6 @@ def mode_inputs(mode: str) -> tuple[str, ...]:
 # LTX-2's distilled stage 1 runs exactly the 8 pre-trained sigmas (DISTILLED_SIGMA_VALUES in diffusers'
 # pipelines/ltx2/utils.py, from Lightricks/LTX-2 ltx_pipelines/utils/constants.py DISTILLED_SIGMAS).
 LTX2_DISTILLED_STEPS = 8
-
-
-class CatalogError(GenworkerError, ValueError):
-    """A catalog file that cannot be used; the message names file, entry and field."""
 
 
 class FrameRule(BaseModel):

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from foundation.core.errors import ErrorCode, GenworkerError
+from foundation.core.errors import ErrorCode, IllegalTransition
 
 __all__ = [
     "AUTO_RATIO",
@@ -62,15 +62,6 @@ _ALLOWED: dict[Status, frozenset[Status]] = {
     Status.failed: frozenset(),
     Status.canceled: frozenset(),
 }
-
-
-class IllegalTransition(GenworkerError, ValueError):
-    """A status change the lifecycle does not allow (e.g. ``succeeded -> running``)."""
-
-    def __init__(self, current: Status, new: Status) -> None:
-        super().__init__(f"illegal status transition {current.value} -> {new.value}")
-        self.current = current
-        self.new = new
 
 
 def check_transition(current: Status, new: Status) -> None:

@@ -3,38 +3,25 @@
 Every failure that reaches a record or an HTTP body carries one stable, machine-readable code from
 ``ErrorCode`` (a closed enum: adding a code is a contract change, removing one is a breaking change).
 
-Exception tree (every exception class the project defines, with the module it lives in when that
-is not this one; ``genworker_client`` is a separate distribution with its own tree in its ``errors.py``)::
+Exception tree (the classes of this module; each layer keeps its own in its ``errors`` module, under
+``GenworkerError``: ``foundation.queue.errors``, ``foundation.stores.errors``, ``foundation.media.errors``,
+``pipelines.errors``, ``worker.errors``, ``api.errors``, ``genworker.errors``; ``tests/unit/test_errors_tree.py``
+keeps every tree whole)::
 
     GenworkerError
     ├── RequestRejected          a create request or queue payload the catalog refuses (4xx, terminal)
     ├── JobError                 a job that fails for good, with a code (no retry)
-    │   ├── JobCanceled          the job's cancel flag was seen (ends ``canceled``, not ``failed``)
-    │   └── ModelLoadError       pipelines.runtime.registry: unknown adapter, missing weights, failing load
+    │   └── JobCanceled          the job's cancel flag was seen (ends ``canceled``, not ``failed``)
     ├── TransientError           infrastructure trouble worth a retry with backoff (storage, queue, crash)
     │   └── BackendUnavailable   a queue, store or key-store backend did not answer (connection refused
     │                            or reset, timeout, failover, a locked database); the API answers 503
     ├── FatalWorkerError         the worker itself cannot go on (bad config, lost device); it stops
     ├── WorkerFault              this worker cannot run jobs now, another may: the job is released (no
-    │   │                        attempt used up) and the worker backs off (daemon: ``verdict``)
-    │   ├── EncoderUnavailable   media: the ffmpeg binary is missing, cannot be executed or is broken
-    │   └── WorkDiskFull         media: no space left on the worker's work disk while encoding
-    ├── StaleClaim               a fenced queue call refused this attempt (another attempt owns the job)
-    ├── JobInterrupted           the worker is stopping: release the job for re-delivery now
+    │                            attempt used up) and the worker backs off
     ├── UnknownJob               no record with this id (also a ``KeyError``)
     ├── IdempotencyConflict      an idempotency key reused with another body (also a ``ValueError``)
-    ├── IllegalTransition        contract: a status change the lifecycle forbids (also ``ValueError``)
-    ├── CatalogError             catalog: a catalog file that cannot be used (also ``ValueError``)
-    ├── InvalidKey               stores.local: an object key that could escape the root (``ValueError``)
-    ├── UnreadableEntry          queue.entries: a stream entry that is no job pointer (``ValueError``)
-    ├── PromptExtendError        pipelines.runtime.prompt_extend: extension failed; the original prompt is used
-    ├── ApiError                 api.errors: an HTTP error a route raises (status, code, message)
-    ├── RangeNotSatisfiable      api.artifacts: a byte range that selects nothing (416, ``ValueError``)
-    ├── InvalidProject           api.keys: a project name the queue's key scheme cannot hold (``ValueError``)
-    ├── BodyTooLarge             api.limits: a request body over the limit, found while streaming (413)
-    ├── UrlRefused               api.webhooks.transport: a webhook URL the outbound rules refuse (400)
-    ├── SealingError             api.webhooks.sealing: an endpoint secret this server key cannot open
-    └── ServerStopped            api.server: SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
+    ├── IllegalTransition        a status change the lifecycle forbids (also a ``ValueError``)
+    └── CatalogError             a catalog file that cannot be used (also a ``ValueError``)
 
 ``PUBLIC_MESSAGES`` is the one table of what a client is told for each code: short, fixed sentences. A
 failed record stores and serves only these; the details (exception text, ffmpeg's stderr, store
@@ -53,19 +40,17 @@ from types import MappingProxyType
 __all__ = [
     "PUBLIC_MESSAGES",
     "BackendUnavailable",
-    "EncoderUnavailable",
+    "CatalogError",
     "ErrorCode",
     "FatalWorkerError",
     "GenworkerError",
     "IdempotencyConflict",
+    "IllegalTransition",
     "JobCanceled",
     "JobError",
-    "JobInterrupted",
     "RequestRejected",
-    "StaleClaim",
     "TransientError",
     "UnknownJob",
-    "WorkDiskFull",
     "WorkerFault",
     "is_out_of_memory",
     "public_message",
@@ -227,29 +212,6 @@ class WorkerFault(GenworkerError):
         self.message = message
 
 
-class EncoderUnavailable(WorkerFault):
-    """ffmpeg cannot run here at all (not found, not executable, crashes on a bare ``-version``), as
-    opposed to ffmpeg refusing one job's input (``JobError(encode_failed)``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.encode_failed, message)
-
-
-class WorkDiskFull(WorkerFault):
-    """The work directory's filesystem has no space left (ENOSPC) for the encoder's output."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.internal_error, message)
-
-
-class StaleClaim(GenworkerError):
-    """A fenced queue call refused this attempt (re-delivered, released or finished elsewhere)."""
-
-
-class JobInterrupted(GenworkerError):
-    """The worker is stopping (drain grace over, or a second signal): release the job for re-delivery."""
-
-
 def short_message(exc: BaseException) -> str:
     """First line of the exception text, bounded: records and logs carry no tracebacks or tensors."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -274,3 +236,16 @@ class IdempotencyConflict(GenworkerError, ValueError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"idempotency key already used for generation {job_id} with a different body")
         self.job_id = job_id
+
+
+class IllegalTransition(GenworkerError, ValueError):
+    """A status change the lifecycle does not allow (e.g. ``succeeded -> running``)."""
+
+    def __init__(self, current: StrEnum, new: StrEnum) -> None:
+        super().__init__(f"illegal status transition {current.value} -> {new.value}")
+        self.current = current
+        self.new = new
+
+
+class CatalogError(GenworkerError, ValueError):
+    """A catalog file that cannot be used; the message names file, entry and field."""

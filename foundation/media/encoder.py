@@ -33,8 +33,9 @@ from typing import IO
 import numpy as np
 
 from foundation.core.contract import Artifact, AudioInfo
-from foundation.core.errors import EncoderUnavailable, ErrorCode, JobError, WorkDiskFull
+from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media
+from foundation.media.errors import EncoderUnavailable, WorkDiskFull
 from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, ffmpeg_problem, resolve_codec
 from foundation.media.frames import CropBox, audio_sample_count, center_crop_box, exact_fps, fit_audio
 from foundation.media.settings import EncoderSettings

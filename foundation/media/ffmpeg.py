@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from foundation.core.errors import EncoderUnavailable
+from foundation.media.errors import EncoderUnavailable
 from foundation.media.settings import EncoderSettings
 
 __all__ = [

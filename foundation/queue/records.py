@@ -12,8 +12,9 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, check_transition, utcnow
-from foundation.core.errors import ErrorCode, GenworkerError
+from foundation.core.errors import ErrorCode
 from foundation.queue.base import Outcome
+from foundation.queue.errors import UnreadableRecord
 
 __all__ = [
     "UnreadableRecord",
@@ -28,16 +29,6 @@ __all__ = [
     "with_progress",
     "worker_lost",
 ]
-
-
-class UnreadableRecord(GenworkerError, ValueError):
-    """A stored record this version cannot read (e.g. a status value a newer version wrote during a
-    rolling upgrade). The reader sets that one record aside as a dead letter and goes on with the rest."""
-
-    def __init__(self, raw: str, detail: str) -> None:
-        super().__init__(detail)
-        self.raw = raw
-        self.detail = detail
 
 
 def parse(raw: str) -> GenerationRecord:

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from foundation.core.errors import ErrorCode, GenworkerError, JobError, TransientError
+from foundation.core.errors import ErrorCode, JobError, TransientError
 from foundation.stores.base import ListedObject, SignedUrl, StoredObject
+from foundation.stores.errors import InvalidKey
 
 __all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
 
@@ -33,10 +34,6 @@ __all__ = ["ARTIFACTS_PATH", "InvalidKey", "LocalStore", "check_key"]
 ARTIFACTS_PATH = "/v1/artifacts"
 _COPY_BLOCK = 1 << 20
 _MAX_KEY_CHARS = 1024
-
-
-class InvalidKey(GenworkerError, ValueError):
-    """A key that could escape the root or is not a plain relative path."""
 
 
 def check_key(key: str) -> str:

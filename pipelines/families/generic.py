@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
+from pipelines.errors import ModelLoadError, PromptExtendError
 from pipelines.runtime.adapter import Latents
 from pipelines.runtime.profile import (
     apply_cache,
@@ -44,8 +45,7 @@ from pipelines.runtime.profile import (
     runtime_profile,
     synchronize,
 )
-from pipelines.runtime.prompt_extend import PromptExtendError
-from pipelines.runtime.registry import ModelLoadError, hub_revision, resolve_weights
+from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 
 if TYPE_CHECKING:

@@ -35,6 +35,7 @@ from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media, StepCallback
+from pipelines.errors import PromptExtendError
 from pipelines.runtime.adapter import Latents
 from pipelines.runtime.profile import (
     IMAGE_MODE,
@@ -53,7 +54,7 @@ from pipelines.runtime.profile import (
     runtime_profile,
     synchronize,
 )
-from pipelines.runtime.prompt_extend import PromptExtendError, finish_extension, seeded_rng
+from pipelines.runtime.prompt_extend import finish_extension, seeded_rng
 from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 

@@ -22,6 +22,7 @@ from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
+from pipelines.errors import PromptExtendError
 from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
 from pipelines.runtime.adapter import Latents
 from pipelines.runtime.profile import (
@@ -40,7 +41,7 @@ from pipelines.runtime.profile import (
     runtime_profile,
     synchronize,
 )
-from pipelines.runtime.prompt_extend import ChatLLM, PromptExtendError, finish_extension
+from pipelines.runtime.prompt_extend import ChatLLM, finish_extension
 from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from pipelines.errors import FollowerStopped, ParallelSetupError
+
 if TYPE_CHECKING:
     from PIL.Image import Image
 
@@ -54,10 +56,6 @@ log = logging.getLogger("genworker.pipelines.context_parallel")
 _IDLE_TIMEOUT = timedelta(days=365)
 _DENOISERS = ("transformer", "transformer_2")
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-class ParallelSetupError(RuntimeError):
-    """The process group cannot be formed as configured (not started by torchrun, wrong size)."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +210,7 @@ def follow(catalog: Catalog, runtime: ModelRuntimeSettings) -> int:
             conditioning = {"image": order.image} if order.image is not None else {}
             try:
                 loaded[order.model].inner.denoise(job, _following(group), **conditioning)
-            except _Stopped:
+            except FollowerStopped:
                 pass
             except Exception as e:  # the same error rank 0 met (same inputs, same code): stay in step for the next job
                 log.warning("follower denoise failed: %s: %s", type(e).__name__, e, extra={"model": job.model})
@@ -220,10 +218,6 @@ def follow(catalog: Catalog, runtime: ModelRuntimeSettings) -> int:
         adapter.inner.unload()
     leave()
     return 0
-
-
-class _Stopped(Exception):
-    """Rank 0 stopped the job at this step (cancel, drain, an error in its step callback)."""
 
 
 def _leading(on_step: StepCallback, group: JobGroup) -> StepCallback:
@@ -241,7 +235,7 @@ def _leading(on_step: StepCallback, group: JobGroup) -> StepCallback:
 def _following(group: JobGroup) -> StepCallback:
     def step(done: int, total: int) -> None:
         if _receive_flag(group):
-            raise _Stopped
+            raise FollowerStopped
 
     return step
 

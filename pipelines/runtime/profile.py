@@ -21,7 +21,8 @@ from foundation.core.catalog import RuntimeProfile, check_profile
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media
-from pipelines.runtime.registry import ModelLoadError, hub_revision, resolve_weights
+from pipelines.errors import ModelLoadError
+from pipelines.runtime.registry import hub_revision, resolve_weights
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from foundation.core.contract import PromptExtension
-from foundation.core.errors import FatalWorkerError, GenworkerError, JobCanceled, is_out_of_memory, short_message
+from foundation.core.errors import FatalWorkerError, JobCanceled, is_out_of_memory, short_message
+from pipelines.errors import PromptExtendError
 
 if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
@@ -46,10 +47,6 @@ _SPACES = re.compile(r"\s+")
 # Control, format, surrogate, private-use and unassigned characters, plus the replacement character
 # that undecodable bytes become: random-weight models emit plenty of both.
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
-
-
-class PromptExtendError(GenworkerError):
-    """Prompt extension failed (empty output, timed out, no enhancer); the worker falls back."""
 
 
 def sanitize(text: str) -> str:

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
+from foundation.core.errors import JobError, is_out_of_memory
+from pipelines.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
@@ -36,13 +37,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("genworker.pipelines")
-
-
-class ModelLoadError(JobError):
-    """A model that cannot be loaded: unknown adapter, missing weights, or a failing ``from_pretrained``."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.model_load_failed, message)
 
 
 def adapter_class(path: str) -> type[Adapter]:

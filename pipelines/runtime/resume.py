@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pipelines.errors import CheckpointCorrupt, UnsupportedState
+
 if TYPE_CHECKING:
     import torch
 
@@ -58,14 +60,6 @@ _NOT_STATE = frozenset({"_internal_dict", "config", "step"})
 
 # What a skipped denoiser returns: (module, positional args, keyword args) -> its output's structure.
 SkipOutput = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
-
-
-class CheckpointCorrupt(ValueError):
-    """The bytes are not a checkpoint this version can read."""
-
-
-class UnsupportedState(TypeError):
-    """A scheduler holds state a checkpoint cannot carry (the job runs on, without checkpoints)."""
 
 
 @dataclass(frozen=True)

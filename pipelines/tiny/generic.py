@@ -1,8 +1,8 @@
 """Tiny random-weight models of the families served by the generic adapter (``pipelines.families.generic``).
 
 Built offline like the others in ``pipelines.tiny.builders`` (same seeding, same ``save_pretrained`` layout,
-loaded by the same ``from_pretrained`` code as the real weights). Component configs are shrunk the way diffusers' own fast
-tests shrink them (``get_dummy_components`` in diffusers' ``tests/pipelines/<family>/``), except where the
+loaded by the same ``from_pretrained`` code as the real weights). Component configs are shrunk the way diffusers'
+own fast tests shrink them (``get_dummy_components`` in diffusers' ``tests/pipelines/<family>/``), except where the
 production layout matters to us: the VAE keeps the real spatial/temporal compression, so the tiny model has the
 real entry's stride and frame rule.
 

@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from api.app import create_app
+from api.errors import FetchFailed, FetchTooLarge, UrlNotAllowed
 from api.keys import SqliteKeyStore
 from api.limits import TokenBucketLimiter
-from api.outbound import FetchFailed, FetchTooLarge, OutboundPolicy, UrlNotAllowed, fetch
+from api.outbound import OutboundPolicy, fetch
 from foundation.core.catalog import load_catalog
 from foundation.queue.factory import open_queue
 from foundation.settings import Settings

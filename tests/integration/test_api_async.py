@@ -25,10 +25,10 @@ from foundation.core.catalog import load_catalog
 from foundation.core.contract import GenerationRecord, parse_create_request
 from foundation.queue import keys, records
 from foundation.queue.config import QueueSettings
+from foundation.queue.errors import NotDurable
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
-from foundation.queue.redis.durability import NotDurable
 from foundation.queue.redis.scripts import Scripts, commit_call, create_call
 from tests.e2e.conftest import create_body
 from tests.fixtures.redis_server import start_redis

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from foundation.core.errors import EncoderUnavailable, ErrorCode, JobError
+from foundation.core.errors import ErrorCode, JobError
 from foundation.media.encoder import encode_video
+from foundation.media.errors import EncoderUnavailable
 from tests.integration.test_encoder import FAST, make_media
 
 

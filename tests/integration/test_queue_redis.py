@@ -16,7 +16,8 @@ import redis
 from pydantic import TypeAdapter
 from redis.crc import key_slot
 
-from foundation.core.contract import IllegalTransition, Status, check_transition
+from foundation.core.contract import Status, check_transition
+from foundation.core.errors import IllegalTransition
 from foundation.queue import keys
 from foundation.queue.base import Outcome
 from foundation.queue.redis.backend import RedisQueue

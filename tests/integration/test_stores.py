@@ -27,8 +27,9 @@ from api.artifacts import artifact_app
 from foundation.core.errors import BackendUnavailable, ErrorCode, JobError, TransientError
 from foundation.stores.base import ArtifactStore, artifact_key
 from foundation.stores.config import StoreSettings
+from foundation.stores.errors import InvalidKey
 from foundation.stores.factory import SECRET_FILE, open_store
-from foundation.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore
+from foundation.stores.local import ARTIFACTS_PATH, LocalStore
 from foundation.stores.s3 import S3Store
 from tests.fixtures.seaweed import SeaweedServer
 

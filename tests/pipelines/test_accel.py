@@ -180,7 +180,8 @@ def test_a_two_expert_lora_missing_one_file_is_not_loaded_at_all(
     catalog: Catalog, tiny_runtime: ModelRuntimeSettings
 ) -> None:
     from foundation.core.catalog import LoraSpec
-    from pipelines.runtime.registry import ModelLoadError, load_adapter
+    from pipelines.errors import ModelLoadError
+    from pipelines.runtime.registry import load_adapter
 
     base = catalog.models["tiny-wan-i2v-a14b"]
     i2v = base.modes["image_to_video"]

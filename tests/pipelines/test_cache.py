@@ -120,7 +120,7 @@ def test_concurrent_gets_load_once(tiny_runtime: ModelRuntimeSettings, catalog: 
 def test_load_failure_leaves_the_cache_usable(
     tiny_runtime: ModelRuntimeSettings, catalog: Catalog, budget_gb: float
 ) -> None:
-    from pipelines.runtime.registry import ModelLoadError
+    from pipelines.errors import ModelLoadError
 
     cache = _cache(tiny_runtime, budget_gb)
     broken = catalog.models[WAN].model_copy(update={"id": "tiny-missing", "weights": "tiny-missing"})

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from foundation.core.catalog import Catalog, CatalogError, default_catalog_path, load_catalog
-from foundation.core.errors import ErrorCode, JobError
+from foundation.core.catalog import Catalog, default_catalog_path, load_catalog
+from foundation.core.errors import CatalogError, ErrorCode, JobError
 from foundation.core.resolve import resolve
 from foundation.settings import Settings
 from foundation.settings.models import ModelRuntimeSettings

@@ -72,7 +72,7 @@ def test_the_shipped_lora_variant_is_a_few_step_recipe_priced_below_standard(cat
 def test_a_lora_that_does_not_load_leaves_the_model_serving_and_releases_its_jobs(
     tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
 ) -> None:
-    from pipelines.runtime.registry import ModelLoadError
+    from pipelines.errors import ModelLoadError
 
     base = catalog.models["tiny-wan"]
     missing = LoraSpec(weights="tiny-wan", weight_name="not-downloaded.safetensors")

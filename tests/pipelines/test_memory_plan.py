@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foundation.core.catalog import FAMILY_COMPONENTS, Catalog, CatalogError, ModelSpec, RuntimeProfile, load_catalog
-from foundation.core.errors import FatalWorkerError
+from foundation.core.catalog import FAMILY_COMPONENTS, Catalog, ModelSpec, RuntimeProfile, load_catalog
+from foundation.core.errors import CatalogError, FatalWorkerError
 from foundation.settings import load_settings
 from foundation.settings.models import ModelRuntimeSettings
 from genworker.cli import app

@@ -15,15 +15,16 @@ from foundation.core.catalog import (
     ATTENTION_BACKENDS,
     MASK_REJECTING_BACKENDS,
     Catalog,
-    CatalogError,
     default_catalog_path,
     load_catalog,
 )
+from foundation.core.errors import CatalogError
 from foundation.settings.models import ModelRuntimeSettings
+from pipelines.errors import ModelLoadError
 from pipelines.families.ltx2 import LTX2TextToVideo
 from pipelines.families.wan import WanTextToVideo
 from pipelines.runtime.adapter import generate
-from pipelines.runtime.registry import ModelLoadError, load_adapter
+from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 

@@ -6,11 +6,12 @@ import pytest
 
 from foundation.core.catalog import Catalog, PromptExtendSpec
 from foundation.settings.models import ModelRuntimeSettings
+from pipelines.errors import PromptExtendError
 from pipelines.families.ltx2 import LTX2TextToVideo
 from pipelines.families.wan import WanTextToVideo
 from pipelines.runtime.adapter import Adapter
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.prompt_extend import PromptExtendError, extend_or_fallback, sanitize
+from pipelines.runtime.prompt_extend import extend_or_fallback, sanitize
 from tests.pipelines.conftest import MakeJob
 
 PROMPT = "a lighthouse in a storm"

@@ -9,15 +9,9 @@ import pytest
 from foundation.core.catalog import Catalog
 from foundation.core.errors import ErrorCode
 from foundation.settings.models import ModelRuntimeSettings
+from pipelines.errors import ModelLoadError
 from pipelines.families.wan import WanTextToVideo
-from pipelines.runtime.registry import (
-    ModelLoadError,
-    adapter_class,
-    load_adapter,
-    resolve_device,
-    resolve_dtype,
-    resolve_weights,
-)
+from pipelines.runtime.registry import adapter_class, load_adapter, resolve_device, resolve_dtype, resolve_weights
 
 
 def test_catalog_adapters_resolve(catalog: Catalog) -> None:

@@ -16,9 +16,10 @@ import torch
 
 from foundation.core.catalog import Catalog
 from foundation.core.resolve import ResolvedJob
+from pipelines.errors import CheckpointCorrupt
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.resume import CheckpointCorrupt, DenoiseCheckpoint
+from pipelines.runtime.resume import DenoiseCheckpoint
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import MemoryCheckpoints, StepLog, frames_of
 from tests.pipelines.i2v_support import fitted, i2v_job

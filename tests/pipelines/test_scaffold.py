@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foundation.core.catalog import Catalog, CatalogError, load_catalog
+from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.errors import CatalogError
 from genworker.cli import app
-from genworker.scaffold import RECIPE_PLACEHOLDER, ScaffoldError, write_scaffold
+from genworker.errors import ScaffoldError
+from genworker.scaffold import RECIPE_PLACEHOLDER, write_scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 THIRD = "CogVideoXPipeline"

@@ -23,11 +23,12 @@ from foundation.core.errors import BackendUnavailable
 from foundation.queue import keys
 from foundation.queue.base import JobQueue, Outcome
 from foundation.queue.config import QueueSettings
+from foundation.queue.errors import NotDurable
 from foundation.queue.factory import open_queue
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.backend import RedisQueue
 from foundation.queue.redis.connect import redis_client
-from foundation.queue.redis.durability import Durability, NotDurable
+from foundation.queue.redis.durability import Durability
 from foundation.queue.redis.scripts import Scripts
 from tests.fixtures.redis_cluster import LocalCluster
 from tests.fixtures.redis_sentinel import SentinelGroup, start_sentinel_group

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from foundation.core.catalog import CatalogError, load_catalog
+from foundation.core.catalog import load_catalog
+from foundation.core.errors import CatalogError
 
 SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 REQUIRED_MODELS = {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "ltx-2", "tiny-wan", "tiny-ltx2"}

@@ -7,16 +7,8 @@ from typing import Any
 
 import pytest
 
-from foundation.core.contract import (
-    TERMINAL,
-    GenerationRecord,
-    IllegalTransition,
-    Money,
-    Status,
-    check_transition,
-    parse_create_request,
-)
-from foundation.core.errors import ErrorCode, RequestRejected
+from foundation.core.contract import TERMINAL, GenerationRecord, Money, Status, check_transition, parse_create_request
+from foundation.core.errors import ErrorCode, IllegalTransition, RequestRejected
 
 LEGAL = {
     (Status.queued, Status.running),

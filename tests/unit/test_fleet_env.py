@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from genworker.fleet import FleetError, fleet_settings, init_env_file, read_env_file
+from genworker.errors import FleetError
+from genworker.fleet import fleet_settings, init_env_file, read_env_file
 
 
 def test_init_writes_a_private_file_that_describes_a_loopback_fleet(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ import ipaddress
 
 import pytest
 
-from api.outbound import OutboundPolicy, UrlNotAllowed, address_refusal, check_url
+from api.errors import UrlNotAllowed
+from api.outbound import OutboundPolicy, address_refusal, check_url
 
 POLICY = OutboundPolicy()
 

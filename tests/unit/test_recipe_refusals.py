@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from foundation.core.catalog import CatalogError, default_catalog_path, load_catalog
+from foundation.core.catalog import default_catalog_path, load_catalog
+from foundation.core.errors import CatalogError
 
 
 def _ltx2_catalog(tmp_path: Path, mutate: Any) -> Path:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.artifacts import ByteRange, RangeNotSatisfiable, parse_range
+from api.artifacts import ByteRange, parse_range
+from api.errors import RangeNotSatisfiable
 
 
 @pytest.mark.parametrize(

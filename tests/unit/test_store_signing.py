@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from foundation.stores.local import ARTIFACTS_PATH, InvalidKey, LocalStore, check_key
+from foundation.stores.errors import InvalidKey
+from foundation.stores.local import ARTIFACTS_PATH, LocalStore, check_key
 
 SECRET = b"unit-test-secret-0123456789abcdef"
 

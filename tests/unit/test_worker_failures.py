@@ -9,20 +9,18 @@ import pytest
 import torch
 
 from foundation.core.errors import (
-    EncoderUnavailable,
     ErrorCode,
     FatalWorkerError,
     JobCanceled,
     JobError,
-    JobInterrupted,
     RequestRejected,
-    StaleClaim,
     TransientError,
-    WorkDiskFull,
     is_out_of_memory,
     short_message,
 )
-from pipelines.runtime.registry import ModelLoadError
+from foundation.media.errors import EncoderUnavailable, WorkDiskFull
+from pipelines.errors import ModelLoadError
+from worker.errors import JobInterrupted, StaleClaim
 from worker.verdict import FaultKind, backoff_s, classify
 
 

@@ -12,10 +12,11 @@ import pytest
 
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import Stage, Status
-from foundation.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError, JobInterrupted, StaleClaim
+from foundation.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError
 from foundation.queue.base import Claim
 from foundation.queue.sqlite.backend import SqliteQueue
 from tests.integration.worker_harness import make_record
+from worker.errors import JobInterrupted, StaleClaim
 from worker.lease import LeaseKeeper
 from worker.progress import JobProgress
 

@@ -19,11 +19,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from api.app import create_app
+from api.errors import UrlRefused
 from api.keys import Scope, SqliteKeyStore
 from api.webhooks.outbound_transport import GuardedTransport
 from api.webhooks.sender import Sender
 from api.webhooks.service import Webhooks, open_webhooks
-from api.webhooks.transport import UrlRefused
 from foundation.core.catalog import Catalog, load_catalog
 from foundation.queue.factory import open_queue
 from foundation.settings import WebhookSettings

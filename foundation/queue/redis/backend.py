@@ -45,12 +45,12 @@ from foundation.queue.base import (
     ProgressWrite,
     WorkerHeartbeat,
 )
+from foundation.queue.errors import NotDurable, UnreadableEntry, UnreadableRecord
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import DeadReason, out_of_attempts
-from foundation.queue.records import UnreadableRecord
 from foundation.queue.redis import plans as redis_plans
-from foundation.queue.redis.durability import Durability, NotDurable
-from foundation.queue.redis.entries import UnreadableEntry, read_payload
+from foundation.queue.redis.durability import Durability
+from foundation.queue.redis.entries import read_payload
 from foundation.queue.redis.jobs import MAX_CAS_TRIES, JobWriter
 from foundation.queue.redis.plans import Plan, Snapshot, holds, split_token
 from foundation.queue.redis.reads import RedisReads

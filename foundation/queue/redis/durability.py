@@ -24,13 +24,9 @@ from typing import Any
 import redis.exceptions as rx
 from redis.cluster import RedisCluster
 
-from foundation.core.errors import BackendUnavailable
+from foundation.queue.errors import NotDurable
 
 __all__ = ["Durability", "NotDurable", "probe"]
-
-
-class NotDurable(BackendUnavailable):
-    """A commit took effect on the primary but was not confirmed by the replicas (or AOF) in time."""
 
 
 @dataclass(frozen=True)

@@ -12,20 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from foundation.core.errors import GenworkerError
+from foundation.queue.errors import UnreadableEntry
 
 __all__ = ["PAYLOAD_FIELD", "EntryPayload", "UnreadableEntry", "encode_payload", "read_payload"]
 
 PAYLOAD_FIELD = "payload"
-
-
-class UnreadableEntry(GenworkerError, ValueError):
-    """A stream entry that is not a valid job pointer; ``reason`` goes into the dead letter."""
-
-    def __init__(self, reason: str, job_id: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.job_id = job_id
 
 
 class EntryPayload(BaseModel):

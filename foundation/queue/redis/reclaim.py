@@ -24,10 +24,10 @@ import redis
 
 from foundation.core.contract import Status, utcnow
 from foundation.queue import keys
+from foundation.queue.errors import UnreadableEntry, UnreadableRecord
 from foundation.queue.policy import DeadReason
-from foundation.queue.records import UnreadableRecord
 from foundation.queue.redis import plans as redis_plans
-from foundation.queue.redis.entries import UnreadableEntry, read_payload
+from foundation.queue.redis.entries import read_payload
 from foundation.queue.redis.jobs import JobWriter
 from foundation.queue.redis.scripts import Scripts
 

@@ -33,6 +33,7 @@ from foundation.queue.base import (
     ProgressWrite,
     WorkerHeartbeat,
 )
+from foundation.queue.errors import UnreadableRecord
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import (
     DeadReason,
@@ -46,7 +47,6 @@ from foundation.queue.policy import (
     released_event,
     retry_event,
 )
-from foundation.queue.records import UnreadableRecord
 from foundation.queue.sqlite.clock import Clock, rebase
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.sqlite.group import GroupCommit

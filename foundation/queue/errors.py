@@ -1,0 +1,40 @@
+"""The queue's own exceptions; what a backend cannot reach is ``foundation.core.errors.BackendUnavailable``.
+
+Exception tree (the classes of this module, under their bases from ``foundation.core.errors``)::
+
+    GenworkerError
+    ├── UnreadableRecord     a stored record this version cannot read (also ``ValueError``)
+    ├── UnreadableEntry      a stream entry that is no job pointer (also ``ValueError``)
+    └── TransientError
+        └── BackendUnavailable
+            └── NotDurable   a commit the replicas (or AOF) did not confirm in time
+"""
+
+from __future__ import annotations
+
+from foundation.core.errors import BackendUnavailable, GenworkerError
+
+__all__ = ["NotDurable", "UnreadableEntry", "UnreadableRecord"]
+
+
+class UnreadableRecord(GenworkerError, ValueError):
+    """A stored record this version cannot read (e.g. a status value a newer version wrote during a
+    rolling upgrade). The reader sets that one record aside as a dead letter and goes on with the rest."""
+
+    def __init__(self, raw: str, detail: str) -> None:
+        super().__init__(detail)
+        self.raw = raw
+        self.detail = detail
+
+
+class UnreadableEntry(GenworkerError, ValueError):
+    """A stream entry that is not a valid job pointer; ``reason`` goes into the dead letter."""
+
+    def __init__(self, reason: str, job_id: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.job_id = job_id
+
+
+class NotDurable(BackendUnavailable):
+    """A commit took effect on the primary but was not confirmed by the replicas (or AOF) in time."""

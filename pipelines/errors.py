@@ -1,0 +1,54 @@
+"""The model layer's exceptions.
+
+Exception tree (the classes of this module, under their bases from ``foundation.core.errors``)::
+
+    GenworkerError
+    ├── JobError
+    │   └── ModelLoadError       unknown adapter, missing weights, a failing load (``model_load_failed``)
+    ├── PromptExtendError        extension failed; the worker uses the original prompt
+    ├── ParallelSetupError       the job's process group cannot be formed as configured (also ``RuntimeError``)
+    ├── FollowerStopped          rank 0 stopped the job at this step: a follower rank leaves its denoise
+    ├── CheckpointCorrupt        bytes that are no denoising checkpoint this version reads (also ``ValueError``)
+    └── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+"""
+
+from __future__ import annotations
+
+from foundation.core.errors import ErrorCode, GenworkerError, JobError
+
+__all__ = [
+    "CheckpointCorrupt",
+    "FollowerStopped",
+    "ModelLoadError",
+    "ParallelSetupError",
+    "PromptExtendError",
+    "UnsupportedState",
+]
+
+
+class ModelLoadError(JobError):
+    """A model that cannot be loaded: unknown adapter, missing weights, or a failing ``from_pretrained``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.model_load_failed, message)
+
+
+class PromptExtendError(GenworkerError):
+    """Prompt extension failed (empty output, timed out, no enhancer); the worker falls back."""
+
+
+class ParallelSetupError(GenworkerError, RuntimeError):
+    """The process group cannot be formed as configured (not started by torchrun, wrong size)."""
+
+
+class FollowerStopped(GenworkerError):
+    """Rank 0 stopped the job at this step (cancel, drain, an error in its step callback): a follower rank
+    leaves its denoising loop and waits for the next order."""
+
+
+class CheckpointCorrupt(GenworkerError, ValueError):
+    """The bytes are not a checkpoint this version can read."""
+
+
+class UnsupportedState(GenworkerError, TypeError):
+    """A scheduler holds state a checkpoint cannot carry (the job runs on, without checkpoints)."""
