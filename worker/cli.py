@@ -43,11 +43,12 @@ def worker_command(config: _ConfigOption = None) -> None:
     logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
     if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
         from foundation.core.catalog import load_catalog
+        from pipelines.errors import ParallelSetupError
         from pipelines.runtime import context_parallel
 
         try:
             group = context_parallel.join(settings.models.gpus_per_job)
-        except context_parallel.ParallelSetupError as e:
+        except ParallelSetupError as e:
             typer.echo(f"invalid configuration: {e}", err=True)
             raise typer.Exit(2) from None
         if group.rank > 0:

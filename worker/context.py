@@ -150,7 +150,7 @@ def preload(ctx: WorkerContext) -> None:
         seconds = time.perf_counter() - started
         ctx.metrics.model_load_seconds.labels(model).observe(seconds)
         log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
-        if getattr(getattr(adapter, "profile", None), "compile", False):
+        if adapter.profile.compile:
             from pipelines.runtime.compile import warm_up, warmup_jobs
 
             started = time.perf_counter()
@@ -187,9 +187,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     health.set_ready(False, "loading models")
     status_server = _start_status_server(settings, health, metrics)
     store = open_store(settings.store, data_dir=settings.data_dir)
-    ensure_bucket = getattr(store, "ensure_bucket", None)
-    if ensure_bucket is not None:  # S3: create the bucket once at start, not on the first upload
-        ensure_bucket()
+    store.ensure_bucket()  # S3: create the bucket once at start, not on the first upload
     leases = LeaseKeeper(queue, settings.queue.lease_ttl_s, ws.hang_margin_s, on_hang=health.mark_unhealthy)
     cache = ModelCache(settings.models)
     runner, post = _job_path(

@@ -102,13 +102,13 @@ def run_pipeline(
     job, extension = run.extend_prompt(adapter, job)
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
-    pipe = getattr(adapter, "pipe", None)  # diffusers adapters: their denoisers' FLOPs are counted
+    pipe = adapter.pipe  # diffusers adapters: their denoisers' FLOPs are counted
     flops = DenoiseFlops() if pipe is not None else None
-    watch_compiles = bool(getattr(getattr(adapter, "profile", None), "compile", False))
+    watch_compiles = bool(adapter.profile.compile)
     graphs_before = compiled_graphs() if watch_compiles else 0
     with hooks.stage(Stage.denoising):
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
-        if getattr(adapter, "resumable", False) and (checkpoints := hooks.checkpoints()) is not None:
+        if adapter.resumable and (checkpoints := hooks.checkpoints()) is not None:
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
         try:
             with flops.recording(pipe) if flops is not None else nullcontext():
@@ -132,17 +132,16 @@ def run_pipeline(
         latents.resumed_from_step,
         denoise_seconds=denoise_seconds,
         flops=flops,
-        device=str(getattr(adapter, "device", "cpu")),
+        device=adapter.device,
     )
 
 
 def _prompt_tokens(adapter: Adapter, job: ResolvedJob, hooks: RunHooks) -> PromptTokens | None:
     """The used prompt's token count for the record, from adapters that can count (``prompt_tokens``): the
     pipelines cut a prompt past the text encoder's limit silently, so the record says it instead."""
-    count = getattr(adapter, "prompt_tokens", None)
-    if count is None:
+    tokens = adapter.prompt_tokens(job)
+    if tokens is None:
         return None
-    tokens: PromptTokens = count(job)
     if tokens.truncated:
         hooks.log.warning(
             "prompt past the text encoder's token limit: the rest is not seen",

@@ -80,6 +80,11 @@ class SignedUrl:
 
 
 class ArtifactStore(Protocol):
+    def ensure_bucket(self) -> None:
+        """Make what the store keeps objects in, if it is not there (S3: the bucket, private); a worker calls it
+        once at start, so the first upload does not. Nothing to make for a store whose root exists once it opens."""
+        ...
+
     def put_file(self, key: str, path: Path, *, content_type: str, sha256: str | None = None) -> StoredObject:
         """Upload ``path`` under ``key`` (multipart when large, bounded memory); verify the checksum.
         Transient trouble raises ``TransientError(upload_failed)`` after the store's own retries."""

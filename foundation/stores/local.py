@@ -64,6 +64,9 @@ class LocalStore:
         self.public_base_url = public_base_url.rstrip("/")
         self.ttl_s = ttl_s
 
+    def ensure_bucket(self) -> None:
+        """Nothing to make: the root directory is made when the store opens."""
+
     def path_for(self, key: str) -> Path:
         """The file behind ``key``; raises ``InvalidKey`` for a key that is not confined to the root."""
         path = self.root.joinpath(*check_key(key).split("/"))

@@ -30,7 +30,7 @@ from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
-from pipelines.runtime.adapter import Latents
+from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.profile import (
     apply_cache,
     apply_profile,
@@ -76,7 +76,7 @@ def pipeline_class(name: str) -> Any:
     return cls
 
 
-class DiffusersTextToVideo:
+class DiffusersTextToVideo(Adapter):
     """A loaded diffusers pipeline served from catalog data. Not thread-safe: one GPU loop calls it."""
 
     # The catalog checks each entry's options against its own ``diffusers.options`` (``self.options`` below

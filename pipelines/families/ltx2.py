@@ -36,7 +36,7 @@ from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media, StepCallback
 from pipelines.errors import PromptExtendError
-from pipelines.runtime.adapter import Latents
+from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.profile import (
     IMAGE_MODE,
     apply_cache,
@@ -118,7 +118,7 @@ class _Stage:
     guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
 
 
-class LTX2TextToVideo:
+class LTX2TextToVideo(Adapter):
     """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
     # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: keywords of
@@ -192,7 +192,7 @@ class LTX2TextToVideo:
     # ------------------------------------------------------------------------------------------ denoise
 
     # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage.
-    resumable: ClassVar[bool] = True
+    resumable = True
 
     def denoise(
         self,

@@ -24,7 +24,7 @@ from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
-from pipelines.runtime.adapter import Latents
+from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.profile import (
     apply_cache,
     apply_lora,
@@ -85,7 +85,7 @@ class WanLatents(Latents):
     video: torch.Tensor
 
 
-class WanTextToVideo:
+class WanTextToVideo(Adapter):
     """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
     # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: ``boundary_ratio``
@@ -134,7 +134,7 @@ class WanTextToVideo:
     # ------------------------------------------------------------------------------------------ denoise
 
     # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
-    resumable: ClassVar[bool] = True
+    resumable = True
 
     def denoise(self, job: ResolvedJob, on_step: StepCallback, *, checkpoints: Checkpoints | None = None) -> WanLatents:
         return self._denoise_with(self._pipe(), job, on_step, checkpoints)

@@ -8,10 +8,14 @@ An ``image_to_video`` job also hands ``denoise`` its input image (``image=``, a 
 from the artifact store, checked against its sha256 and fitted to the generation size); text-only
 adapters never receive the keyword.
 
-A ``resumable`` adapter (attribute: Wan, LTX-2, and the generic adapter on a pipeline with a step callback)
+A ``resumable`` adapter (Wan, LTX-2, and the generic adapter on a pipeline with a step callback)
 also takes ``checkpoints=``
 (``pipelines.runtime.resume.Checkpoints``): it checkpoints its denoising loop through it and resumes from the
 stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on what it returns.
+
+Every family subclasses ``Adapter``: the protocol declares everything the worker reads of a loaded model
+(``device``, ``profile``, ``pipe``, ``resumable``, ``prompt_tokens``), with defaults where a family has
+nothing to say, so no caller reaches past it. ``pipelines.runtime.registry`` loads only such subclasses.
 
 ``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
 loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
@@ -20,12 +24,13 @@ loaded adapter of the same model) and returns the same media: latents carry ever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from foundation.core.catalog import ModelSpec
+    from foundation.core.catalog import ModelSpec, RuntimeProfile
+    from foundation.core.contract import PromptTokens
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
@@ -50,6 +55,20 @@ class Adapter(Protocol):
     # The keys this family accepts in a variant's ``pipeline_kwargs``; equal to
     # ``foundation.core.catalog.FAMILY_OPTIONS[family]``, which the catalog checks at load.
     options: ClassVar[frozenset[str]]
+    # Where the model runs ("cuda", "cuda:1", "cpu"): the worker reads GPU memory and FLOPs of it.
+    device: str
+    # The runtime profile the model was loaded under (the catalog's, with the worker's overrides): the
+    # worker warms up ``compile`` models before it reports ready and counts graphs compiled inside jobs.
+    profile: RuntimeProfile
+    # The diffusers pipeline whose denoisers' FLOPs the worker counts (MFU); None for a model not built on one.
+    pipe: Any = None
+    # Whether ``denoise`` takes ``checkpoints=`` (resumable denoising, ``pipelines.runtime.resume``).
+    resumable: bool = False
+
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens | None:
+        """The used prompt's token count against the text encoder's limit, or None for a family that cannot
+        count: the pipelines cut a prompt past the limit silently, so the job's record says it instead."""
+        return None
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipelines.runtime.context_parallel import load_across_gpus
 from pipelines.runtime.profile import free_device_memory
 from pipelines.runtime.registry import load_adapter, resolve_device
 
@@ -101,7 +102,10 @@ class ModelCache:
                 return hit
             self._make_room(spec.id, self._expected_size(spec))
             started = time.perf_counter()
-            adapter = load_adapter(spec, self.runtime)
+            if self.runtime.gpus_per_job > 1:  # one job across the node's GPUs
+                adapter: Adapter = load_across_gpus(spec, self.runtime)
+            else:
+                adapter = load_adapter(spec, self.runtime)
             seconds = time.perf_counter() - started
             size = self._size_of(spec, adapter)
             with self._state:

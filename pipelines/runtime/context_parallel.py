@@ -35,20 +35,24 @@ import os
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pipelines.errors import FollowerStopped, ParallelSetupError
+from foundation.core.errors import JobError, is_out_of_memory
+from pipelines.errors import FollowerStopped, ModelLoadError, ParallelSetupError
+from pipelines.runtime.adapter import Adapter
+from pipelines.runtime.registry import load_adapter
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
     from foundation.core.catalog import Catalog, ModelSpec
+    from foundation.core.contract import PromptTokens
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
-    from pipelines.runtime.adapter import Adapter, Latents
+    from pipelines.runtime.adapter import Latents
 
-__all__ = ["JobGroup", "ParallelAdapter", "ParallelSetupError", "follow", "job_gpus", "join", "leave", "parallelize"]
+__all__ = ["JobGroup", "ParallelAdapter", "follow", "job_gpus", "join", "leave", "load_across_gpus", "parallelize"]
 
 log = logging.getLogger("genworker.pipelines.context_parallel")
 
@@ -128,6 +132,20 @@ def job_gpus() -> int:
     return _Process.group.size if _Process.group is not None else 1
 
 
+def load_across_gpus(spec: ModelSpec, runtime: ModelRuntimeSettings) -> ParallelAdapter:
+    """Load ``spec`` on this rank and enable context parallel on it; every rank of the job group calls it
+    (rank 0 from the model cache, the followers on rank 0's order)."""
+    adapter = load_adapter(spec, runtime)
+    try:
+        return parallelize(adapter, spec)
+    except JobError:
+        raise
+    except Exception as e:
+        if is_out_of_memory(e):
+            raise
+        raise ModelLoadError(f"context parallel for {spec.id} failed: {type(e).__name__}: {e}") from e
+
+
 def parallelize(adapter: Adapter, spec: ModelSpec) -> ParallelAdapter:
     """Enable context parallel on a freshly loaded adapter's denoisers (rank 0 first orders the followers to
     load it, so both sides build their meshes together)."""
@@ -135,7 +153,7 @@ def parallelize(adapter: Adapter, spec: ModelSpec) -> ParallelAdapter:
     with group.lock:
         if group.rank == 0:
             _send(group, _Order("load", model=spec.id))
-        pipe = adapter.pipe  # type: ignore[attr-defined]  # every diffusers family keeps its pipeline here
+        pipe = adapter.pipe
         try:
             for name in _DENOISERS:
                 if (model := getattr(pipe, name, None)) is not None:
@@ -146,25 +164,28 @@ def parallelize(adapter: Adapter, spec: ModelSpec) -> ParallelAdapter:
     return ParallelAdapter(adapter, group)
 
 
-class ParallelAdapter:
+class ParallelAdapter(Adapter):
     """Rank 0's view of a context-parallel model: the adapter, with every denoise mirrored on the followers.
 
     Not ``resumable``: a resumed job would skip steps on rank 0 that the followers compute."""
 
-    resumable: ClassVar[bool] = False
+    resumable = False
 
     def __init__(self, inner: Adapter, group: JobGroup) -> None:
         self.inner = inner
         self._group = group
         self.spec: ModelSpec = inner.spec
         self.options = inner.options
-
-    def __getattr__(self, name: str) -> Any:  # pipe, family attributes (the FLOP recorder, compile warm-up)
-        return getattr(self.inner, name)
+        self.device = inner.device
+        self.profile = inner.profile
+        self.pipe = inner.pipe
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter:
-        raise NotImplementedError("loaded through pipelines.runtime.registry.load_adapter")
+        raise NotImplementedError("loaded through load_across_gpus")
+
+    def prompt_tokens(self, job: ResolvedJob) -> PromptTokens | None:
+        return self.inner.prompt_tokens(job)
 
     def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
         conditioning = {"image": image} if image is not None else {}
@@ -190,19 +211,15 @@ class ParallelAdapter:
 def follow(catalog: Catalog, runtime: ModelRuntimeSettings) -> int:
     """A follower rank's loop: load, denoise and unload as rank 0 orders, until ``stop``. Returns an exit code."""
     from foundation.core.resolve import ResolvedJob
-    from pipelines.runtime.registry import load_adapter
 
     group = _require_group()
     loaded: dict[str, ParallelAdapter] = {}
     while (order := _receive(group)).kind != "stop":
         if order.kind == "load":
             try:
-                adapter = load_adapter(catalog.models[order.model], runtime)
+                loaded[order.model] = load_across_gpus(catalog.models[order.model], runtime)
             except Exception as e:  # rank 0 met it too and does not host the model: stay for the next order
                 log.warning("follower load failed: %s", e, extra={"model": order.model})
-                continue
-            assert isinstance(adapter, ParallelAdapter)
-            loaded[order.model] = adapter
         elif order.kind == "unload":
             loaded.pop(order.model).inner.unload()
         else:

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, cast
 
 from foundation.core.errors import JobError, is_out_of_memory
 from pipelines.errors import ModelLoadError
+from pipelines.runtime.adapter import Adapter
 
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
     from foundation.settings.models import ModelRuntimeSettings
-    from pipelines.runtime.adapter import Adapter
 
 __all__ = [
-    "ModelLoadError",
     "adapter_class",
     "hub_revision",
     "load_adapter",
@@ -37,6 +36,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("genworker.pipelines")
+_ADAPTER = f"{Adapter.__module__}.{Adapter.__qualname__}"
 
 
 def adapter_class(path: str) -> type[Adapter]:
@@ -48,12 +48,11 @@ def adapter_class(path: str) -> type[Adapter]:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ModelLoadError(f"adapter {path!r}: cannot import module {module_name!r} ({e})") from e
-    cls = getattr(module, class_name, None)
+    cls = vars(module).get(class_name)
     if not isinstance(cls, type):
         raise ModelLoadError(f"adapter {path!r}: module {module_name!r} has no class {class_name!r}")
-    for method in ("load", "denoise", "decode", "extend_prompt", "memory_bytes", "unload"):
-        if not callable(getattr(cls, method, None)):
-            raise ModelLoadError(f"adapter {path!r}: class {class_name!r} lacks the Adapter method {method!r}")
+    if Adapter not in cls.__mro__:  # the protocol's defaults come with the subclassing (pipelines.runtime.adapter)
+        raise ModelLoadError(f"adapter {path!r}: class {class_name!r} does not subclass {_ADAPTER}")
     return cast("type[Adapter]", cls)
 
 
@@ -110,10 +109,6 @@ def load_adapter(spec: ModelSpec, runtime: ModelRuntimeSettings) -> Adapter:
     started = time.perf_counter()
     try:
         adapter = cls.load(spec, runtime, device=device, dtype=dtype)
-        if runtime.gpus_per_job > 1:  # one job across the node's GPUs (pipelines.runtime.context_parallel)
-            from pipelines.runtime.context_parallel import parallelize
-
-            adapter = parallelize(adapter, spec)
     except JobError:
         raise
     except Exception as e:

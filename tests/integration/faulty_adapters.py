@@ -28,19 +28,22 @@ from foundation.settings.models import ModelRuntimeSettings
 from pipelines.families.ltx2 import LTX2TextToVideo
 from pipelines.families.wan import WanTextToVideo
 from pipelines.families.wan_i2v import WanImageToVideo
-from pipelines.runtime.adapter import Latents
+from pipelines.runtime.adapter import Adapter, Latents
 
 __all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "SlowLtx2", "SlowWan", "SlowWanI2V"]
 
 
-class _WrappedWan:
-    """Delegates to the real tiny Wan adapter; subclasses change ``denoise``."""
+class _WrappedWan(Adapter):
+    """Delegates to the real tiny Wan adapter; subclasses change ``denoise``. Its ``pipe`` and
+    ``prompt_tokens`` keep the protocol's defaults: the worker counts no FLOPs or tokens of it."""
 
     options: ClassVar[frozenset[str]] = WanTextToVideo.options
 
     def __init__(self, spec: ModelSpec, inner: Any) -> None:
         self.spec = spec
         self.inner = inner
+        self.device = inner.device
+        self.profile = inner.profile
 
     inner_class: ClassVar[Any] = WanTextToVideo
 
@@ -109,7 +112,7 @@ class SlowWan(_WrappedWan):
     replays without computing are as fast as on a GPU, and it is resumable like the Wan it wraps.
     """
 
-    resumable: ClassVar[bool] = True
+    resumable = True
     # slow-wan ``long`` (40 steps, ~6 s) and ``short`` (10 steps, ~2 s); timeout-wan ``standard``.
     step_sleep_s: ClassVar[dict[str, float]] = {"long": 0.15, "short": 0.2, "standard": 0.1}
 
@@ -134,7 +137,7 @@ class _SlowForwards(_WrappedWan):
     """Another real adapter (``inner_class``) with ``pause_s`` of sleep per real transformer forward (hooks on
     each expert's output projection: steps a resume replays stay fast). Resumable like the adapter it wraps."""
 
-    resumable: ClassVar[bool] = True
+    resumable = True
     pause_s: ClassVar[float] = 0.1
 
     def denoise(self, job: ResolvedJob, on_step: StepCallback, **kwargs: Any) -> Latents:

@@ -24,7 +24,6 @@ from foundation.core.catalog import Catalog
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.runtime import context_parallel
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,8 +81,8 @@ def test_two_gloo_ranks_match_one_process_and_stop_together(
 
     group = context_parallel.join(2, timeout=_GROUP_TIMEOUT)
     assert (group.rank, group.size, context_parallel.job_gpus()) == (0, 2, 2)
-    adapter = load_adapter(spec, tiny_runtime.model_copy(update={"gpus_per_job": 2}))
-    assert isinstance(adapter, context_parallel.ParallelAdapter) and not adapter.resumable
+    adapter = context_parallel.load_across_gpus(spec, tiny_runtime.model_copy(update={"gpus_per_job": 2}))
+    assert not adapter.resumable
     tokens: list[int] = []
     adapter.pipe.transformer.blocks[1].register_forward_pre_hook(lambda _m, args: tokens.append(args[0].shape[1]))
 

@@ -28,7 +28,7 @@ def test_catalog_adapters_resolve(catalog: Catalog) -> None:
         ("pipelines.nope:Thing", "cannot import module 'pipelines.nope'"),
         ("pipelines.families.wan:Nope", "has no class 'Nope'"),
         ("pipelines.families.wan", "not of the form"),
-        ("foundation.core.media:Media", "lacks the Adapter method 'load'"),
+        ("foundation.core.media:Media", "does not subclass pipelines.runtime.adapter.Adapter"),
     ],
 )
 def test_bad_adapter_paths_fail_clearly(path: str, message: str) -> None:

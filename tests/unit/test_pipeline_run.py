@@ -25,7 +25,7 @@ from foundation.core.media import Media, StepCallback
 from foundation.core.resolve import ResolvedJob, resolve
 from foundation.settings import Settings
 from foundation.settings.models import ModelRuntimeSettings
-from pipelines.runtime.adapter import Latents
+from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.cache import ModelCache
 from worker.generate import generate_once, prepare_job
 from worker.pipeline_run import RunHooks, run_pipeline
@@ -36,7 +36,7 @@ class _FakeLatents(Latents):
     seed: int
 
 
-class RecordingAdapter:
+class RecordingAdapter(Adapter):
     """Denoises by counting steps and decodes to frames filled with the seed; OOMs on request."""
 
     options: ClassVar[frozenset[str]] = frozenset()
@@ -46,6 +46,8 @@ class RecordingAdapter:
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
+        self.device = "cpu"
+        self.profile = spec.runtime
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> RecordingAdapter:
