@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
 
 # The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -45,6 +45,24 @@ tiny-models: venv
 
 test: venv deps
 	$(PY) -m pytest
+
+# The inner loop: the unit tests and the queue contract suite on SQLite, in under two minutes. make test stays
+# the complete suite (and what .ci/run calls).
+test-fast: venv deps
+	$(PY) -m pytest -q tests/unit tests/integration/test_queue_contract.py -k "not (test_queue_contract and redis)"
+
+# The flake hunt: the whole suite RUNS times in a row while one spinning process per core keeps every core busy.
+# Each run prints its result and wall time; a failure here is a bug in a test or the code (wait on a condition,
+# never on a longer sleep). Not part of make test.
+RUNS ?= 3
+test-stress: venv deps
+	@spinners=""; for _ in $$(seq $$(nproc)); do python3 -c 'while True: pass' & spinners="$$spinners $$!"; done; \
+	trap 'kill $$spinners' EXIT; status=0; \
+	for run in $$(seq $(RUNS)); do \
+	  start=$$(date +%s); \
+	  if $(PY) -m pytest -q; then result=passed; else result=FAILED; status=1; fi; \
+	  echo "stress run $$run of $(RUNS): $$result in $$(( $$(date +%s) - start )) s"; \
+	done; exit $$status
 
 # The playground in a real Chromium alone (make test runs it too); screenshots in var/test-artifacts/browser.
 test-browser: venv deps
