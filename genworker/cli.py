@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from genworker_client.typer_app import App
+
+if TYPE_CHECKING:
+    from foundation.core.catalog import ModelSpec
 
 __all__ = ["app"]
 
@@ -131,6 +134,74 @@ def pipeline_new(
     for path in written:
         typer.echo(str(path))
     typer.echo("next: fill in the recipe (FILL-ME) in catalog.yaml with its sources, then run the test", err=True)
+
+
+weights_app = App(
+    help="Real weights on a GPU node: exactly the files a model loads, at its pinned revision.", no_args_is_help=True
+)
+app.add_typer(weights_app, name="weights")
+
+_Model = Annotated[str, typer.Argument(help="A real (not tiny) model id of the catalog, e.g. wan2.1-t2v-14b.")]
+_Config = Annotated[Path | None, typer.Option("--config", "-c", help="Settings YAML (GENWORKER_* still apply).")]
+
+
+def _weights_target(model: str, config: Path | None) -> tuple[ModelSpec, Path]:
+    from foundation.core.catalog import load_catalog
+    from foundation.settings import load_settings
+
+    settings = load_settings(config)
+    spec = load_catalog(settings.catalog_path).get(model)
+    if spec is None:
+        typer.echo(f"genworker weights: no model {model!r} in the catalog", err=True)
+        raise typer.Exit(2)
+    if settings.models.weights_dir is None:
+        typer.echo("genworker weights: set models.weights_dir (GENWORKER_MODELS__WEIGHTS_DIR)", err=True)
+        raise typer.Exit(2)
+    return spec, Path(settings.models.weights_dir)
+
+
+@weights_app.command("pull")
+def weights_pull(
+    model: _Model,
+    from_cache: Annotated[
+        Path | None,
+        typer.Option("--from-cache", help="Copy from a directory laid out like the hub cache, offline."),
+    ] = None,
+    config: _Config = None,
+) -> None:
+    """Fetch what MODEL loads into models.weights_dir/<hub id> (no unused shards) and record a manifest."""
+    from pipelines.errors import ModelLoadError
+    from pipelines.runtime.weights import pull
+
+    spec, weights_dir = _weights_target(model, config)
+    try:
+        pull(spec, weights_dir, from_cache=from_cache, progress=lambda line: typer.echo(line, err=True))
+    except ModelLoadError as e:
+        typer.echo(f"genworker weights pull: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+@weights_app.command("verify")
+def weights_verify(
+    model: _Model,
+    quick: Annotated[bool, typer.Option("--quick", help="Presence and sizes only; no hashing.")] = False,
+    config: _Config = None,
+) -> None:
+    """Check that every file MODEL loads is under models.weights_dir, at the pinned revision, intact."""
+    from pipelines.errors import ModelLoadError
+    from pipelines.runtime.weights import verify
+
+    spec, weights_dir = _weights_target(model, config)
+    try:
+        problems = verify(spec, weights_dir, quick=quick, progress=lambda line: typer.echo(line, err=True))
+    except ModelLoadError as e:
+        typer.echo(f"genworker weights verify: {e}", err=True)
+        raise typer.Exit(2) from None
+    for problem in problems:
+        typer.echo(problem)
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(f"{model}: every file it loads is there and intact", err=True)
 
 
 # The worker daemon and the one-shot generator (worker/cli.py).
