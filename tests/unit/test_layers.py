@@ -28,17 +28,57 @@ PACKAGES = {
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # One wrong-way import per layer: (file, the line added, the contract it breaks, the import it names).
 WRONG_WAY = [
-    ("foundation/core/sizes.py", "from worker import verdict", "core (foundation/core)", "foundation.core.sizes -> worker.verdict"),
-    ("foundation/stores/base.py", "from foundation.settings import Settings", "backends (foundation/queue, stores, media)", "foundation.stores.base -> foundation.settings"),
-    ("foundation/media/frames.py", "from foundation.queue import keys", "the backends do not import each other", "foundation.media.frames -> foundation.queue.keys"),
-    ("foundation/queue/sqlite/clock.py", "from foundation.queue.redis import entries", "the queue's Redis and SQLite backends", "foundation.queue.sqlite.clock -> foundation.queue.redis.entries"),
-    ("foundation/settings/models.py", "from pipelines import errors", "settings (foundation/settings)", "foundation.settings.models -> pipelines.errors"),
-    ("pipelines/planning/flops.py", "from worker import metrics", "models (pipelines/)", "pipelines.planning.flops -> worker.metrics"),
-    ("pipelines/runtime/resume.py", "from pipelines.families import wan", "inside pipelines/", "pipelines.runtime.resume -> pipelines.families.wan"),
+    (
+        "foundation/core/sizes.py",
+        "from worker import verdict",
+        "core (foundation/core)",
+        "foundation.core.sizes -> worker.verdict",
+    ),
+    (
+        "foundation/stores/base.py",
+        "from foundation.settings import Settings",
+        "backends (foundation/queue, stores, media)",
+        "foundation.stores.base -> foundation.settings",
+    ),
+    (
+        "foundation/media/frames.py",
+        "from foundation.queue import keys",
+        "the backends do not import each other",
+        "foundation.media.frames -> foundation.queue.keys",
+    ),
+    (
+        "foundation/queue/sqlite/clock.py",
+        "from foundation.queue.redis import entries",
+        "the queue's Redis and SQLite backends",
+        "foundation.queue.sqlite.clock -> foundation.queue.redis.entries",
+    ),
+    (
+        "foundation/settings/models.py",
+        "from pipelines import errors",
+        "settings (foundation/settings)",
+        "foundation.settings.models -> pipelines.errors",
+    ),
+    (
+        "pipelines/planning/flops.py",
+        "from worker import metrics",
+        "models (pipelines/)",
+        "pipelines.planning.flops -> worker.metrics",
+    ),
+    (
+        "pipelines/runtime/resume.py",
+        "from pipelines.families import wan",
+        "inside pipelines/",
+        "pipelines.runtime.resume -> pipelines.families.wan",
+    ),
     ("worker/metrics.py", "from api import views", "daemon (worker/)", "worker.metrics -> api.views"),
     ("api/views.py", "from pipelines import errors", "http (api/)", "api.views -> pipelines.errors"),
-    ("client/src/genworker_client/cadence.py", "import foundation.core.errors", "client (genworker_client)", "genworker_client.cadence -> foundation.core.errors"),
-]  # fmt: skip
+    (
+        "client/src/genworker_client/cadence.py",
+        "import foundation.core.errors",
+        "client (genworker_client)",
+        "genworker_client.cadence -> foundation.core.errors",
+    ),
+]
 
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
