@@ -132,11 +132,12 @@ def generate_command(
 
 def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     """``--jobs``: every line is checked first (a refused one stops the batch before any model loads, exit 2),
-    then the jobs run in order on one model cache. A failed job is reported on its line and the batch goes on;
-    the exit status is 1 when any failed."""
+    then the jobs run in order on one model cache. A failed job is reported on its line with the code a worker
+    would record (``worker.daemon.verdict``) and the batch goes on; the exit status is 1 when any failed."""
     from pipelines.cache import ModelCache
-    from worker.core.errors import JobError, RequestRejected, WorkerFault
+    from worker.core.errors import ErrorCode, RequestRejected
     from worker.daemon.generate import generate_once
+    from worker.daemon.verdict import classify
 
     try:
         prepared = _prepare_jobs(settings, path)
@@ -148,9 +149,11 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     for n, job, fitted in prepared:
         try:
             result = generate_once(settings, job, out_dir / f"{n}.mp4", image=fitted, cache=cache)
-        except (JobError, WorkerFault) as e:
+        except Exception as e:  # a pipeline that raises (a missing package, a model bug) fails its job alone
             failed += 1
-            typer.echo(json.dumps({"job": n, "error": {"code": e.code.value, "message": e.message}}))
+            verdict = classify(e)
+            code = (verdict.code or ErrorCode.internal_error).value
+            typer.echo(json.dumps({"job": n, "error": {"code": code, "message": verdict.message}}))
             continue
         typer.echo(json.dumps({"job": n, **result.summary()}, default=str))
     return 1 if failed else 0
