@@ -160,7 +160,8 @@ def generate_once(
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
     hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    rendered = run_pipeline(cache or ModelCache(settings.models), spec, job, hooks, image=image)
+    cache = cache if cache is not None else ModelCache(settings.models)
+    rendered = run_pipeline(cache, spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(
             rendered.media,
