@@ -22,8 +22,11 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN pip install --upgrade "pip>=25"
 
 # The API tier: the server distribution without its `worker` extra (no torch, diffusers, transformers,
-# accelerate, imageio-ffmpeg) plus the client distribution its `genworker client` commands use.
+# accelerate, imageio-ffmpeg) plus the client distribution its `genworker client` commands use, each shared
+# dependency at the version of the worker's lock (requirements/worker.lock, the versions the tests ran with).
+# The catalog ships inside the wheel; the build reads it, as GET /v1/models does.
 WORKDIR /app
+COPY requirements/worker.lock ./requirements/worker.lock
 COPY pyproject.toml README.md ./
 COPY foundation ./foundation
 COPY genworker ./genworker
@@ -33,7 +36,8 @@ COPY api ./api
 COPY client ./client
 COPY configs ./configs
 COPY scripts ./scripts
-RUN pip install /app/client /app && genworker version \
+RUN pip install -c requirements/worker.lock /app/client /app && pip check && genworker version \
+ && genworker catalog > /dev/null \
  && python -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('torch', 'diffusers', 'transformers')))"
 
 RUN useradd --create-home --uid 10001 genworker \

@@ -7,18 +7,38 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
 
-# The venv is (re)installed when a pyproject.toml changes. torch is pinned to the CPU wheel 2.13.0.
+# The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
 # `genworker-client` dependency, and the `worker` extra brings the model stack (torch, diffusers).
-$(STAMP): pyproject.toml client/pyproject.toml
+# The production lock is a constraints file here, so the tests run the exact versions a worker image
+# installs; the test/dev/bench extras, which no image installs, are left to the resolver.
+LOCK := requirements/worker.lock
+$(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e './client[cli]' -e '.[worker,test,dev,bench]'
+	$(PIP) install --quiet -c $(LOCK) -e './client[cli]' -e '.[worker,test,dev,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Recompile the production lock after a dependency changes in a pyproject.toml: exact versions of the closure
+# of requirements/worker.in (the client with its CLI, the server with its `worker` extra) for the interpreter
+# the venv is made with (python3, 3.11) on Linux x86_64. Pins already in the lock stay unless a pyproject no
+# longer admits them; LOCK_ARGS="--upgrade-package diffusers" moves one on purpose. uv lives in its own venv.
+# torch resolves to the CPU wheel (LOCK_FIND_LINKS; --upgrade-package torch lets it, since the lock's own
+# torch==2.13.0 would otherwise be looked up on the index, whose 2.13.0 is the CUDA build). The lock names the
+# version alone, which the CUDA build an image installs first meets too; one naming nvidia-* or triton fails.
+LOCK_VENV := var/lock-venv
+LOCK_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
+lock:
+	test -x $(LOCK_VENV)/bin/uv || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet uv==0.13.9; }
+	$(LOCK_VENV)/bin/uv pip compile requirements/worker.in --quiet --python python3 --python-platform x86_64-manylinux_2_28 \
+	  --find-links $(LOCK_FIND_LINKS) --no-emit-package genworker --no-emit-package genworker-client \
+	  --upgrade-package torch --custom-compile-command "make lock" -o $(LOCK) $(LOCK_ARGS)
+	sed -i -E 's/^(torch==[^+ ]+)\+cpu$$/\1/' $(LOCK)
+	! grep -E '^(nvidia-|triton)' $(LOCK)
 
 # System packages the tests need, installed with apt-get when running as root (Debian): redis-server;
 # prometheus (promtool and the server, for tests/deploy); kubernetes-client (kubectl, which renders

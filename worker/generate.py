@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import CreateRequest, PromptExtension, Stage
 from foundation.core.errors import ErrorCode, JobError
@@ -29,10 +31,43 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from foundation.core.media import StepCallback
+    from pipelines.runtime.cache import ModelCache
 
-__all__ = ["GenerateResult", "generate_once", "prepare_job"]
+__all__ = ["GenerateOptions", "GenerateResult", "generate_once", "prepare_job"]
 
 StageCallback = Callable[[Stage], None]
+
+
+class GenerateOptions(BaseModel):
+    """One job of ``genworker generate``, by the command's option names: its flags, or one line of ``--jobs``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    prompt: str
+    image: Path | None = None
+    mode: str | None = None
+    variant: str = "standard"
+    resolution: str | None = None
+    ratio: str | None = None
+    duration: int | None = None
+    audio: bool | None = None
+    prompt_extend: bool | None = None
+    seed: int | None = None
+    negative_prompt: str | None = None
+
+    def request_body(self) -> dict[str, Any]:
+        """The create request the API would receive for this job (the image goes in separately)."""
+        params = {"resolution": self.resolution, "ratio": self.ratio, "duration_seconds": self.duration}
+        params |= {"audio": self.audio, "prompt_extend": self.prompt_extend, "seed": self.seed}
+        params |= {"negative_prompt": self.negative_prompt}
+        return {
+            "model": self.model,
+            "mode": self.mode or ("image_to_video" if self.image is not None else "text_to_video"),
+            "variant": self.variant,
+            "parameters": {k: v for k, v in params.items() if v is not None},
+            "input": {"prompt": self.prompt},
+        }
 
 
 @dataclass
@@ -109,11 +144,14 @@ def generate_once(
     on_stage: StageCallback = _noop_stage,
     on_step: StepCallback = _noop_step,
     image: Image | None = None,
+    cache: ModelCache | None = None,
 ) -> GenerateResult:
     """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises.
 
     ``image``: the input image of an ``image_to_video`` job, fitted to the generation size
     (``worker.input_image.fit_image(decode_image(data), job.gen_width, job.gen_height)``).
+    ``cache``: the models already loaded by earlier jobs of this process (``genworker generate --jobs``);
+    by default a fresh one, so the model loads for this job.
     """
     from foundation.media.encoder import encode_video
     from pipelines.runtime.cache import ModelCache
@@ -122,7 +160,8 @@ def generate_once(
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
     hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    rendered = run_pipeline(ModelCache(settings.models), spec, job, hooks, image=image)
+    cache = cache if cache is not None else ModelCache(settings.models)
+    rendered = run_pipeline(cache, spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(
             rendered.media,

@@ -39,6 +39,7 @@ __all__ = [
     "TwoStageSpec",
     "VariantSpec",
     "check_profile",
+    "config_dir",
     "default_catalog_path",
     "load_catalog",
     "mode_inputs",
@@ -529,8 +530,16 @@ def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
     return f"unknown key {key!r} for family {family!r} ({hint}allowed: {', '.join(sorted(allowed))})"
 
 
+def config_dir() -> Path:
+    """The ``configs/`` folder (the catalog, ``arch/``): inside this package in an installed wheel (pyproject.toml
+    force-includes it there, so a worker finds it whatever its working directory), else the checkout's own."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "configs"
+    return packaged if packaged.is_dir() else here.parents[1] / "configs"
+
+
 def default_catalog_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
+    return config_dir() / "models.yaml"
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from foundation.core.catalog import config_dir
 from foundation.core.resolve import frames_for, round_up
 from foundation.core.sizes import SIZE_TABLE
 
@@ -85,7 +86,7 @@ LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
 
 
 def arch_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "configs" / "arch"
+    return config_dir() / "arch"
 
 
 def reserve_gb(device_gb: float) -> float:

@@ -5,6 +5,8 @@ one is checked against the settings model, ``pyproject.toml`` and the generated 
   (a typo would otherwise be ignored silently by pydantic-settings);
 - the GPU image installs the torch version the ``worker`` extra pins, the API image none, and both copy
   every package ``pyproject.toml`` builds plus the client distribution;
+- the GPU image installs requirements/worker.lock and checks, at build, that the installed worker reads its
+  catalog and plans every model;
 - the GPU image keeps its contract (non-root, weights volume, healthcheck on /healthz, entrypoint);
 - the compose example gives the worker a GPU and a stop grace above its drain grace;
 - the config reference in ``docs/operators.md`` is the one ``scripts/gen_config_reference.py`` makes.
@@ -58,16 +60,26 @@ def test_images_install_the_right_torch_and_every_package(name: str) -> None:
     text = (ROOT / name).read_text(encoding="utf-8")
     project = _pyproject()["project"]
     assert not [d for d in project["dependencies"] if d.startswith("torch")]  # the API tier's set has none
-    pins = [d for d in project["optional-dependencies"]["worker"] if d.startswith("torch")]
+    pins = [d for d in project["optional-dependencies"]["worker"] if re.match(r"torch\b", d)]  # not torchao
     assert pins == ["torch==2.13.0"]
     gpu = name == "Dockerfile.gpu"
     assert set(re.findall(r'"(torch==[^"]+)"', text)) == (set(pins) if gpu else set())
     packages = _pyproject()["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     copied = set(re.findall(r"^COPY (\S+) ", text, flags=re.MULTILINE))
     assert {*packages, "client"} <= copied, {*packages, "client"} - copied
-    install = '/app/client "/app[worker]"' if gpu else "/app/client /app &&"
-    assert f"RUN pip install {install}" in text
+    install = '--no-deps /app/client "/app[worker]"' if gpu else "-c requirements/worker.lock /app/client /app"
+    assert f"RUN pip install {install} && pip check" in text
     assert re.search(r"^USER 10001:10001$", text, flags=re.MULTILINE)
+
+
+def test_the_gpu_image_installs_the_lock_and_builds_only_if_the_installed_worker_reads_its_configs() -> None:
+    """The lock is the whole closure (no dependency resolved at build time), and the build step runs what
+    ``genworker worker`` needs at start: the catalog and the memory plan, both read from the wheel."""
+    text = (ROOT / "Dockerfile.gpu").read_text(encoding="utf-8")
+    assert "RUN pip install --no-deps -r requirements/worker.lock\n" in text
+    assert text.index("requirements/worker.lock") < text.index('"/app[worker]"')
+    step = text[text.index('RUN pip install --no-deps /app/client "/app[worker]"') :].split("\n\n", 1)[0]
+    assert "genworker catalog" in step and "genworker plan --gpu-memory-gb 80" in step
 
 
 def test_the_gpu_image_runs_the_worker_with_a_healthcheck_and_a_weights_volume() -> None:

@@ -171,19 +171,28 @@ def status_is(*statuses: Status) -> Callable[[GenerationRecord], bool]:
 
 
 class WorkerProcess:
-    """``genworker worker`` in a child process, its JSON log in a file, its status server on a port."""
+    """``genworker worker`` in a child process, its JSON log in a file, its status server on a port.
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    By default this checkout's code; ``command`` (run in ``cwd``) is another install's ``genworker worker``,
+    which then imports nothing from the checkout."""
+
+    def __init__(
+        self, env: dict[str, str], log_path: Path, *, command: list[str] | None = None, cwd: Path = ROOT
+    ) -> None:
         self.port = free_port()
         self.env = {**os.environ, **env, **settings_env({"worker": {"metrics_port": self.port}})}
-        self.env.setdefault("PYTHONPATH", str(ROOT))
+        if command is None:
+            self.env.setdefault("PYTHONPATH", str(ROOT))
+        else:
+            self.env.pop("PYTHONPATH", None)
+        self.command = command or [sys.executable, "-m", "genworker.cli", "worker"]
+        self.cwd = cwd
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "genworker.cli", "worker"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self
 
