@@ -40,9 +40,9 @@ from api.keys import ApiKey, KeyStore, Scope, hash_key
 from api.limits import (
     AsyncRateLimiter,
     AsyncRedisLimiter,
+    MemoryLimiter,
     RateDecision,
     RateLimiter,
-    TokenBucketLimiter,
     note_decision,
 )
 from foundation.core.errors import ErrorCode
@@ -229,7 +229,7 @@ class Authenticator:
     async def _hit(self, key_id: str) -> RateDecision:
         if self.async_limiter is not None:
             return await self.async_limiter.hit(key_id)
-        if isinstance(self.limiter, TokenBucketLimiter):  # in memory: nothing to wait for
+        if isinstance(self.limiter, MemoryLimiter):  # in memory: nothing to wait for
             return self.limiter.hit(key_id)
         return await self._offload(self.limiter.hit, key_id)
 

@@ -47,15 +47,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncRateLimiter",
     "AsyncRedisLimiter",
-    "AsyncRedisWindowLimiter",
     "BodyLimitMiddleware",
     "MemoryLimiter",
     "RateDecision",
     "RateLimitHeadersMiddleware",
     "RateLimiter",
     "RedisLimiter",
-    "RedisWindowLimiter",
-    "TokenBucketLimiter",
     "note_decision",
     "rate_item",
     "rate_limit_headers",
@@ -205,18 +202,12 @@ class track_decision:  # noqa: N801 - used as a function: ``with track_decision(
 
 
 def rate_limit_headers(decision: RateDecision | None, present: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """``decision.headers()`` as raw headers, less those an answer with the raw headers ``present``
+    """``decision.headers()`` as raw ASGI headers, less those an answer with the raw headers ``present``
     has already (a 429 carries its own); none when no decision was taken."""
     if decision is None:
         return []
-    raw = [
-        (b"ratelimit-limit", b"%d" % decision.limit),
-        (b"ratelimit-remaining", b"%d" % decision.remaining),
-        (b"ratelimit-reset", b"%d" % decision.reset_s),
-    ]
-    if not decision.allowed:
-        raw.append((b"retry-after", b"%d" % decision.retry_after_s))
     names = {name.lower() for name, _ in present}
+    raw = [(name.lower().encode("ascii"), value.encode("ascii")) for name, value in decision.headers().items()]
     return [(name, value) for name, value in raw if name not in names]
 
 
@@ -413,10 +404,3 @@ def _storage_over(client: redis.Redis) -> RedisStorage:
     storage.storage = client
     storage.initialize_storage("")
     return storage
-
-
-# The names the API wires today (api/app.py, api/auth.py, api/server.py); both backends now share one
-# moving window, so "token bucket" and "window" no longer tell them apart.
-TokenBucketLimiter = MemoryLimiter
-RedisWindowLimiter = RedisLimiter
-AsyncRedisWindowLimiter = AsyncRedisLimiter
