@@ -26,6 +26,7 @@ from foundation.core.contract import GenerationRecord, parse_create_request
 from foundation.queue import keys, records
 from foundation.queue.config import QueueSettings
 from foundation.queue.errors import NotDurable
+from foundation.queue.factory import open_queue
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
@@ -94,7 +95,7 @@ def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
 
     async def create() -> tuple[str, int | None, int | None]:
-        fast = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2))
+        fast = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2), sync)
         assert fast is not None
         try:
             created = await fast.enqueue(_record(2), idempotency_key="k", request_hash="h")
@@ -134,9 +135,10 @@ def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url:
     _, reader = keys_store.create("alpha", [Scope.generations_read])
     _, writer = keys_store.create("alpha", [Scope.generations_write])
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    sync = RedisQueue(redis_url, max_attempts=2)
 
     async def run() -> None:
-        queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2))
+        queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2), sync)
         assert queue is not None
         folded = AsyncRedisLimiter(queue.client, rate_per_s=0.1, burst=4, owns_client=False)
         alone = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url, decode_responses=True), rate_per_s=0.1, burst=4)
@@ -184,6 +186,7 @@ def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url:
         asyncio.run(run())
     finally:
         client.close()
+        sync.close()
         keys_store.close()
 
 
@@ -205,8 +208,11 @@ def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tm
 
         async def run() -> str:
             settings = {"backend": "redis", "redis_url": primary.url, "wait_replicas": 1, "max_attempts": 2}
-            queue = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=10_000))
-            stalled = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=300))
+            waiting = open_queue(QueueSettings(**settings, wait_timeout_ms=10_000))
+            hurried = open_queue(QueueSettings(**settings, wait_timeout_ms=300))
+            assert isinstance(waiting, RedisQueue) and isinstance(hurried, RedisQueue)
+            queue = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=10_000), waiting)
+            stalled = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=300), hurried)
             assert queue is not None and stalled is not None
             try:
                 created = await queue.enqueue(_record(5), idempotency_key="d1", request_hash="h")
@@ -225,6 +231,8 @@ def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tm
             finally:
                 await queue.aclose()
                 await stalled.aclose()
+                waiting.close()
+                hurried.close()
 
         job_id = asyncio.run(run())
         assert replica.client().hget(keys.job_record("tiny-wan", job_id), "record") is not None
