@@ -1,21 +1,19 @@
 """The API's poll path on Redis over ``redis.asyncio``: ``AsyncApiQueue`` for ``RedisQueue``.
 
-The same keys (``keys``), the same Lua script (``position.lua`` for the place in the queue) and the
-same record parsing as ``RedisQueue``'s reads, awaited on the event loop instead of run on a thread:
-
-- ``poll``: the id → model index once per job and process (a job never changes model), then one
-  pipeline of ``HGET record`` and ``position.lua`` (it answers -1 unless the job is queued).
-  ``poll_with`` sends another component's commands on this server first in the same pipeline (the
-  API's rate-limit counter: one round trip per poll, not two).
+- ``poll``: the same keys (``keys``), ``position.lua`` and record parsing as ``RedisQueue``'s reads,
+  awaited on the event loop instead of run on a thread: the id → model index once per job and process
+  (a job never changes model), then one round trip of ``HGET record`` and ``position.lua`` (it
+  answers -1 unless the job is queued). ``poll_with`` sends another component's commands on this
+  server first in the same round trip (the API's rate-limit hit: ``auth.Authenticator.authorize_poll``).
 - ``enqueue``: ``RedisQueue.enqueue`` itself, the backend's one create (idempotency, durability, the
   index writes, ``commit.lua``), on a thread of this queue's own, then the job's place in the queue.
 
 Only a single server (``redis_mode: single``) gets this path (``async_redis_client``); Sentinel and
 Cluster clients keep the sync queue behind ``async_api.OffloadedQueue``. Over plain TCP the client is a
 ``WiredRedis``: the round trips of ``execute_commands`` (every poll and rate-limit hit) go over
-``redis_wire.RedisWire``, lean connections of its own (~30 µs of Python less per poll than redis-py's
-asyncio connection); over TLS they keep redis-py's connections. Every public method
-translates "Redis cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
+``wire.RedisWire``, lean connections of its own; over TLS they take redis-py's pipeline. What each buys:
+docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)". Every public method translates "Redis
+cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
 """
 
 from __future__ import annotations
@@ -26,10 +24,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import hiredis
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from foundation.core.contract import GenerationRecord
 from foundation.queue import keys
@@ -57,32 +54,6 @@ _POLL_CACHE_MAX = 10_000
 CREATE_THREADS = 4
 
 
-class _HiredisPacking:
-    """Commands packed by hiredis in C, as redis-py's asyncio connection packs them in Python (the same
-    bytes: tests/unit/test_redis_packing.py); where they would differ (a first argument with a space, as
-    in "SCRIPT LOAD", which redis-py splits, or an argument hiredis does not take), redis-py packs it."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        first = args[0]
-        if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
-            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
-        try:
-            return [hiredis.pack_command(args)]
-        except (TypeError, UnicodeEncodeError):  # a bool, a memoryview, a lone surrogate: redis-py's way
-            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
-
-    def pack_commands(self, commands: Any) -> list[bytes]:
-        return [b"".join(chunk for command in commands for chunk in self.pack_command(*command))]
-
-
-class _Connection(_HiredisPacking, aioredis.Connection):
-    pass
-
-
-class _SSLConnection(_HiredisPacking, aioredis.SSLConnection):
-    pass
-
-
 class WiredRedis(aioredis.Redis):
     """redis.asyncio's client, whose ``execute_commands`` round trips go over ``wire`` (``RedisWire``,
     lean connections of its own to the same server); every other call is redis-py's."""
@@ -108,11 +79,8 @@ def async_redis_client(settings: QueueSettings, url: str | None = None) -> aiore
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
     tls = issubclass(pool.connection_class, redis.SSLConnection)
     sync.close()
-    utf8 = kwargs.get("encoding", "utf-8") == "utf-8"  # hiredis encodes text as UTF-8 (what it cannot, redis-py does)
-    if utf8:
-        connection_class: type[aioredis.Connection] = _SSLConnection if tls else _Connection
-    else:
-        connection_class = aioredis.SSLConnection if tls else aioredis.Connection
+    utf8 = kwargs.get("encoding", "utf-8") == "utf-8"  # the wire decodes replies as UTF-8
+    connection_class = aioredis.SSLConnection if tls else aioredis.Connection
     async_pool = aioredis.ConnectionPool(connection_class=connection_class, **kwargs)
     if tls or not utf8 or pool.connection_class is not redis.Connection:
         return aioredis.Redis(connection_pool=async_pool)
@@ -157,32 +125,15 @@ def _position(raw: Any) -> int | None:
 
 
 async def _round_trip(client: aioredis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send ``commands`` at once on one connection and read their replies, a Redis error as a value:
-    on a ``WiredRedis``, over its wire; else on one of ``client``'s pooled connections, as redis-py's
-    ``Pipeline`` would without its bookkeeping (~30 µs of Python a poll). Either way a connection error
-    drops the connection and the connection's retry policy decides whether all of it is sent again."""
+    """Send ``commands`` at once on one connection and read their replies, a Redis error as a value: on a
+    ``WiredRedis``, over its wire; else in redis-py's pipeline. Either way a connection error drops the
+    connection and the connection's retry policy decides whether all of it is sent again."""
     if isinstance(client, WiredRedis):
         return await client.wire.round_trip(commands)
-    pool = client.connection_pool
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-
-    async def once() -> list[Any]:
-        await conn.send_packed_command(conn.pack_commands(commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as e:  # this command's error; the connection is in step
-                replies.append(e)
-        return replies
-
-    async def failed(error: Exception) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(once, failed)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 async def execute_commands(
@@ -193,10 +144,7 @@ async def execute_commands(
     again from the first command refused with NOSCRIPT on: that one did not run, and every command
     before it ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
     ``commit.lua`` are done)."""
-    # On a WiredRedis, straight to its wire: one coroutine less on every poll.
-    replies = await (
-        client.wire.round_trip(commands) if isinstance(client, WiredRedis) else _round_trip(client, commands)
-    )
+    replies = await _round_trip(client, commands)
     for reply in replies:
         if isinstance(reply, Exception):
             break
@@ -271,7 +219,7 @@ class AsyncRedisQueue:
 
     async def _poll_commands(self, job_id: str) -> tuple[tuple[Any, ...], ...]:
         """The poll's two commands for ``job_id`` (none when it has no model index: no such job), kept
-        for the next poll of the same job (built once: ~5 µs of key checks a poll)."""
+        for the next poll of the same job (its keys checked once, not on every poll)."""
         model = await self._model_of(job_id)
         if model is None:
             return ()
