@@ -258,7 +258,7 @@ def _enable(model: Any, group: JobGroup) -> None:
 
 def _cpu_resolver(model: Any, group: JobGroup) -> Any:
     import torch
-    from diffusers.models._modeling_parallel import ParallelConfig
+    from diffusers import ParallelConfig
     from torch.distributed.device_mesh import init_device_mesh
 
     def resolve(config: Any) -> Any:
