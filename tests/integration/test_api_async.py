@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import time
 from pathlib import Path
@@ -23,14 +22,14 @@ from api.keys import Scope, SqliteKeyStore
 from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import GenerationRecord, parse_create_request
-from foundation.queue import keys, records
+from foundation.queue import keys
 from foundation.queue.config import QueueSettings
 from foundation.queue.errors import NotDurable
 from foundation.queue.factory import open_queue
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
-from foundation.queue.redis.scripts import Scripts, commit_call, create_call
+from foundation.queue.redis.scripts import Scripts, commit_call
 from tests.e2e.conftest import create_body
 from tests.fixtures.redis_server import start_redis
 
@@ -69,25 +68,6 @@ def test_commit_call_lays_out_commit_lua_as_scripts_does() -> None:
     async_keys, async_args = commit_call(plan, events_maxlen=1234, record_ttl_ms=5678)
     assert async_keys == sync_keys
     assert _without_clock(async_args) == _without_clock(sync_args)
-
-
-@pytest.mark.parametrize("job_id", [None, "gen_A-z.0:1/2@3+4=5_" + "x" * 170])
-def test_a_create_is_laid_out_as_the_create_plans_commit(job_id: str | None) -> None:
-    """``create_call`` writes the create's plan itself: the same KEYS, plan and record as ``commit_call``
-    of ``redis_plans.create``, for any id the keys allow; its event is stamped with the record's time."""
-    record = records.enqueued(_record(), max_attempts=2)
-    if job_id is not None:
-        record = record.model_copy(update={"id": job_id})
-    recorder = _Recorder()
-    Scripts(recorder, events_maxlen=1234, record_ttl_ms=5678).create(record)
-    [(sent_keys, sent_args)] = recorder.calls
-    plan_keys, plan_args = commit_call(redis_plans.create(record), events_maxlen=1234, record_ttl_ms=5678)
-    sent, planned = json.loads(sent_args[0]), json.loads(plan_args[0])
-    assert sent.pop("at") == record.updated_at.isoformat()  # type: ignore[union-attr]
-    assert re.fullmatch(r"[0-9a-f]{32}", sent.pop("plan_id")) and planned.pop("plan_id")
-    planned.pop("at")
-    assert (sent_keys, sent, sent_args[1:]) == (plan_keys, planned, plan_args[1:])
-    assert create_call(record, events_maxlen=1234, record_ttl_ms=5678)[0] == plan_keys
 
 
 def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
