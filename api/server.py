@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.types import ASGIApp
 
-    from foundation.queue.base import AsyncApiQueue
     from foundation.stores.base import ArtifactStore
 
 __all__ = [
@@ -72,21 +71,17 @@ def open_limiter(settings: Settings) -> RateLimiter:
     return MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst)
 
 
-def open_async_limiter(settings: Settings, queue: AsyncApiQueue | None = None) -> AsyncRateLimiter | None:
+def open_async_limiter(settings: Settings) -> AsyncRateLimiter | None:
     """``open_limiter``'s Redis counter over an asyncio client (for the async routes), where Redis is one
-    server; None otherwise (the in-process window needs none; Sentinel and Cluster use the sync one).
-    Where the counter lives on the queue's own server and ``queue`` is the asyncio Redis queue, the
-    limiter runs on that queue's client, so a poll can carry its hit (``Authenticator.authorize_poll``)."""
-    from foundation.queue.redis.async_queue import AsyncRedisQueue, async_redis_client
+    server; None otherwise (the in-process window needs none; Sentinel and Cluster use the sync one)."""
+    from foundation.queue.redis.async_queue import async_redis_client
 
     if keys_backend(settings) != "redis":
         return None
-    api = settings.api
-    if isinstance(queue, AsyncRedisQueue) and _keys_redis_url(settings) == settings.queue.redis_url:
-        return AsyncRedisLimiter(queue.client, api.rate_limit_per_s, api.rate_limit_burst, owns_client=False)
     client = async_redis_client(settings.queue, url=_keys_redis_url(settings))
     if client is None:
         return None
+    api = settings.api
     return AsyncRedisLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
 
 
@@ -120,7 +115,7 @@ def build_app(settings: Settings) -> FastAPI:
         limiter=open_limiter(settings),
         artifacts_app=artifacts_app_for(store),
         async_queue=async_queue,
-        async_limiter=open_async_limiter(settings, async_queue),
+        async_limiter=open_async_limiter(settings),
         webhooks=webhooks,
     )
 

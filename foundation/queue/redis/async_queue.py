@@ -3,8 +3,7 @@
 - ``poll``: the same keys (``keys``), ``position.lua`` and record parsing as ``RedisQueue``'s reads,
   awaited on the event loop instead of run on a thread: the id → model index once per job and process
   (a job never changes model), then one round trip of ``HGET record`` and ``position.lua`` (it
-  answers -1 unless the job is queued). ``poll_with`` sends another component's commands on this
-  server first in the same round trip (the API's rate-limit hit: ``auth.Authenticator.authorize_poll``).
+  answers -1 unless the job is queued).
 - ``enqueue``: ``RedisQueue.enqueue`` itself, the backend's one create (idempotency, durability, the
   index writes, ``commit.lua``), on a thread of this queue's own, then the job's place in the queue.
 
@@ -187,35 +186,21 @@ class AsyncRedisQueue:
 
     @property
     def client(self) -> aioredis.Redis:
-        """The client this queue runs on (another component may share it: ``poll_with``)."""
+        """The client this queue runs on."""
         return self._r  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------------------------ reads
     async def poll(self, job_id: str) -> Polled | None:
-        _, polled = await self.poll_with(job_id, ())
-        return polled
-
-    async def poll_with(
-        self, job_id: str, commands: Sequence[Sequence[Any]], scripts: Sequence[str] = ()
-    ) -> tuple[list[Any], Polled | None]:
-        """``poll``, with ``commands`` (raw, for this server) sent first in the same pipeline: their
-        replies, then the poll. They run whether or not the job exists. ``scripts`` are the Lua sources
-        that ``commands`` call by SHA, loaded when the server has lost them."""
         with redis_unavailable:
             mine = self._polls.get(job_id)
             if mine is None:
                 mine = await self._poll_commands(job_id)
-            sent = [*commands, *mine]
-            ours = (self._position_lua, *scripts)
-            replies = await execute_commands(self._r, sent, ours) if sent else []
-        theirs = replies[: len(commands)]
-        if not mine:
-            return theirs, None
-        raw, pos = replies[len(commands) :]
+            if not mine:
+                return None
+            raw, pos = await execute_commands(self._r, mine, (self._position_lua,))
         if raw is None:
-            return theirs, None
-        record = GenerationRecord.model_validate_json(raw)
-        return theirs, Polled(record, _position(pos))
+            return None
+        return Polled(GenerationRecord.model_validate_json(raw), _position(pos))
 
     async def _poll_commands(self, job_id: str) -> tuple[tuple[Any, ...], ...]:
         """The poll's two commands for ``job_id`` (none when it has no model index: no such job), kept
