@@ -132,7 +132,7 @@ async def _round_trip(client: aioredis.Redis, commands: Sequence[Sequence[Any]])
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
-    return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+    return await pipe.execute(raise_on_error=False)
 
 
 async def execute_commands(

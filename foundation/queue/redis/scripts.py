@@ -47,7 +47,6 @@ from importlib import resources
 from typing import Any
 
 import redis.exceptions as rx
-from foundation.queue.redis.round_trip import RoundTrips, lean
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -56,6 +55,7 @@ from foundation.queue import keys
 from foundation.queue.redis.durability import Durability
 from foundation.queue.redis.plans import Plan
 from foundation.queue.redis.plans import create as create_plan
+from foundation.queue.redis.round_trip import RoundTrips, lean
 
 __all__ = [
     "Delivery",
