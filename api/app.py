@@ -27,9 +27,9 @@ from api.keys import KeyStore
 from api.limits import (
     AsyncRateLimiter,
     BodyLimitMiddleware,
+    MemoryLimiter,
     RateLimiter,
     RateLimitHeadersMiddleware,
-    TokenBucketLimiter,
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
@@ -82,7 +82,7 @@ def create_app(
     aqueue = async_queue or OffloadedQueue(queue)
     auth = Authenticator(
         keys,
-        limiter or TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst),
+        limiter or MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst),
         async_limiter=async_limiter,
         cache=key_cache,
     )

@@ -39,15 +39,13 @@ from api.errors import ApiError
 from api.keys import ApiKey, KeyStore, Scope, hash_key
 from api.limits import (
     AsyncRateLimiter,
-    AsyncRedisLimiter,
+    MemoryLimiter,
     RateDecision,
     RateLimiter,
-    TokenBucketLimiter,
     note_decision,
 )
 from foundation.core.errors import ErrorCode
 from foundation.queue.base import AsyncApiQueue, Polled
-from foundation.queue.redis.async_queue import AsyncRedisQueue
 
 __all__ = ["KEY_CACHE_MAX", "KEY_CACHE_TTL_S", "Authenticator", "KeyCache", "Principal", "bearer", "presented_key"]
 
@@ -197,21 +195,9 @@ class Authenticator:
     async def authorize_poll(
         self, key: str, scope: Scope, job_id: str, queue: AsyncApiQueue
     ) -> tuple[Principal, Polled | None]:
-        """``authorize``, then ``queue.poll(job_id)``. Where the rate-limit counter and the queue share
-        one Redis client, the counter's hit rides in the poll's pipeline: one round trip, not two (the
-        record read for a request refused 429 or 403 is dropped unseen; the answers are the same)."""
-        principal = await self._principal(key)
-        if isinstance(queue, AsyncRedisQueue) and (limiter := self._sharing(queue)) is not None:
-            now = time.time()
-            replies, polled = await queue.poll_with(job_id, limiter.commands(principal.key_id, now), limiter.scripts)
-            return self._decided(principal, limiter.decision(replies, now), scope), polled
-        principal = self._decided(principal, await self._hit(principal.key_id), scope)
+        """``authorize``, then ``queue.poll(job_id)``."""
+        principal = await self.authorize(key, scope)
         return principal, await queue.poll(job_id)
-
-    def _sharing(self, queue: AsyncRedisQueue) -> AsyncRedisLimiter | None:
-        """The async limiter when it runs on ``queue``'s own client (so on its server), else None."""
-        limiter = self.async_limiter
-        return limiter if isinstance(limiter, AsyncRedisLimiter) and limiter.client is queue.client else None
 
     async def _principal(self, key: str) -> Principal:
         principal = self.cache.get(hash_key(key))
@@ -229,7 +215,7 @@ class Authenticator:
     async def _hit(self, key_id: str) -> RateDecision:
         if self.async_limiter is not None:
             return await self.async_limiter.hit(key_id)
-        if isinstance(self.limiter, TokenBucketLimiter):  # in memory: nothing to wait for
+        if isinstance(self.limiter, MemoryLimiter):  # in memory: nothing to wait for
             return self.limiter.hit(key_id)
         return await self._offload(self.limiter.hit, key_id)
 

@@ -1,10 +1,11 @@
 """The hot routes' fast path: the poll and the create answered in plain ASGI, before the framework.
 
 A client repeats ``GET /v1/generations/{generation_id}`` every few seconds per generation, and
-``POST /v1/generations`` is the other call every client makes. Through FastAPI each paid the routing
-and six middleware layers, more time than the poll's own work (docs/benchmarks.md, api section).
-``FastPath`` sits outside that stack and answers these two requests itself, with what each layer
-would have added, by the same functions the layers use:
+``POST /v1/generations`` is the other call every client makes. Through FastAPI each pays the routing
+and six middleware layers, more than the poll's own work. ``FastPath`` sits outside that stack and
+answers these two requests itself, with what each layer would have added, by the same functions the
+layers use (what it buys, against the framework path in the same run: docs/benchmarks.md,
+"Micro-optimizations, A/B (issue 37)"):
 
 - the route's body: ``routes.generations.answer_poll`` / ``answer_create``;
 - the error bodies: ``errors.error_answer``, the handlers' own table; an unexpected error is answered

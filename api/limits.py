@@ -47,15 +47,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncRateLimiter",
     "AsyncRedisLimiter",
-    "AsyncRedisWindowLimiter",
     "BodyLimitMiddleware",
     "MemoryLimiter",
     "RateDecision",
     "RateLimitHeadersMiddleware",
     "RateLimiter",
     "RedisLimiter",
-    "RedisWindowLimiter",
-    "TokenBucketLimiter",
     "note_decision",
     "rate_item",
     "rate_limit_headers",
@@ -190,8 +187,7 @@ def note_decision(decision: RateDecision) -> None:
 
 
 class track_decision:  # noqa: N801 - used as a function: ``with track_decision() as box``
-    """Collect the rate decision taken for the request served inside (``note_decision``). A class, not
-    a generator: it wraps every request (a generator-based context manager costs ~2 µs more)."""
+    """Collect the rate decision taken for the request served inside (``note_decision``)."""
 
     __slots__ = ("_token",)
 
@@ -205,18 +201,12 @@ class track_decision:  # noqa: N801 - used as a function: ``with track_decision(
 
 
 def rate_limit_headers(decision: RateDecision | None, present: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """``decision.headers()`` as raw headers, less those an answer with the raw headers ``present``
+    """``decision.headers()`` as raw ASGI headers, less those an answer with the raw headers ``present``
     has already (a 429 carries its own); none when no decision was taken."""
     if decision is None:
         return []
-    raw = [
-        (b"ratelimit-limit", b"%d" % decision.limit),
-        (b"ratelimit-remaining", b"%d" % decision.remaining),
-        (b"ratelimit-reset", b"%d" % decision.reset_s),
-    ]
-    if not decision.allowed:
-        raw.append((b"retry-after", b"%d" % decision.retry_after_s))
     names = {name.lower() for name, _ in present}
+    raw = [(name.lower().encode("ascii"), value.encode("ascii")) for name, value in decision.headers().items()]
     return [(name, value) for name, value in raw if name not in names]
 
 
@@ -349,17 +339,12 @@ _KEY_NAMES_MAX = 10_000
 
 class AsyncRedisLimiter:
     """``RedisLimiter`` over a ``redis.asyncio`` client (single server): the same keys and window, awaited.
+    It closes its client at ``aclose``."""
 
-    ``commands`` and ``decision`` split a hit in two for a caller that sends the commands in a pipeline
-    of its own on this server (the poll's: ``auth.Authenticator.authorize_poll``): the same two scripts
-    ``hit`` runs, with the same arguments, and the same reading of their replies. ``owns_client``: this
-    limiter closes its client at ``aclose`` (not when it shares the queue's)."""
-
-    def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int, *, owns_client: bool = True) -> None:
+    def __init__(self, client: aioredis.Redis, rate_per_s: float, burst: int) -> None:
         from limits.aio.storage import RedisStorage as AsyncRedisStorage
 
         self.client = client
-        self.owns_client = owns_client
         self.item = rate_item(rate_per_s, burst)
         storage = AsyncRedisStorage(
             "async+redis://",
@@ -367,20 +352,20 @@ class AsyncRedisLimiter:
             key_prefix=RATE_KEY_PREFIX,
             connection_pool=client.connection_pool,  # type: ignore[arg-type]  # passed on to redis.asyncio.Redis
         )
-        bridge: Any = storage.bridge  # its key names and registered scripts, for ``commands``
+        bridge: Any = storage.bridge  # its key names and registered scripts, for ``_commands``
         self._bridge = bridge
         self._window_s = self.item.get_expiry()
         self.scripts = (bridge.lua_acquire_moving_window.script, bridge.lua_moving_window.script)
         self._keys: dict[str, str] = {}  # API key id → its counter's Redis key
 
     async def hit(self, key_id: str) -> RateDecision:
-        """``limits``' hit and window reading, in one round trip (``commands`` in a pipeline)."""
+        """``limits``' hit and window reading, in one round trip."""
         now = time.time()
         with redis_unavailable:
-            replies = await execute_commands(self.client, self.commands(key_id, now), self.scripts)
-        return self.decision(replies, now)
+            replies = await execute_commands(self.client, self._commands(key_id, now), self.scripts)
+        return self._decided(replies, now)
 
-    def commands(self, key_id: str, now: float) -> list[tuple[Any, ...]]:
+    def _commands(self, key_id: str, now: float) -> list[tuple[Any, ...]]:
         """One hit at ``now`` as raw commands (the scripts by SHA; their sources are ``scripts``)."""
         key = self._keys.get(key_id)
         if key is None:
@@ -393,16 +378,15 @@ class AsyncRedisLimiter:
             ("EVALSHA", self._bridge.lua_moving_window.sha, 1, key, now - window_s, amount),
         ]
 
-    def decision(self, replies: Sequence[Any], now: float) -> RateDecision:
-        """The decision ``hit`` would return, from the replies to ``commands(key_id, now)``."""
+    def _decided(self, replies: Sequence[Any], now: float) -> RateDecision:
+        """The decision from the replies to ``_commands(key_id, now)``."""
         acquired, window = replies
         start, count = (float(window[0]), int(window[1])) if window else (now, 0)
         stats = WindowStats(start + self._window_s, self.item.amount - count)
         return _decision(bool(acquired), stats, self.item, time.time())
 
     async def aclose(self) -> None:
-        if self.owns_client:
-            await self.client.aclose(close_connection_pool=True)
+        await self.client.aclose(close_connection_pool=True)
 
 
 def _storage_over(client: redis.Redis) -> RedisStorage:
@@ -413,10 +397,3 @@ def _storage_over(client: redis.Redis) -> RedisStorage:
     storage.storage = client
     storage.initialize_storage("")
     return storage
-
-
-# The names the API wires today (api/app.py, api/auth.py, api/server.py); both backends now share one
-# moving window, so "token bucket" and "window" no longer tell them apart.
-TokenBucketLimiter = MemoryLimiter
-RedisWindowLimiter = RedisLimiter
-AsyncRedisWindowLimiter = AsyncRedisLimiter

@@ -2,7 +2,7 @@
 
 The distributed mode runs N replicas of this process over one Redis (queue, keys, rate limits) and
 one S3-compatible store; nothing is held in a replica that another needs, except the in-process
-token bucket used with the SQLite key store (the embedded mode has one API process).
+rate-limit window used with the SQLite key store (the embedded mode has one API process).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from api.errors import ServerStopped
 from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
-from api.limits import AsyncRateLimiter, AsyncRedisWindowLimiter, RateLimiter, RedisWindowLimiter, TokenBucketLimiter
+from api.limits import AsyncRateLimiter, AsyncRedisLimiter, MemoryLimiter, RateLimiter, RedisLimiter
 from foundation.core.logs import configure_logging
 from foundation.settings import Settings
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from starlette.types import ASGIApp
 
-    from foundation.queue.base import AsyncApiQueue
     from foundation.stores.base import ArtifactStore
 
 __all__ = [
@@ -68,26 +67,22 @@ def open_key_store(settings: Settings) -> KeyStore:
 def open_limiter(settings: Settings) -> RateLimiter:
     api = settings.api
     if keys_backend(settings) == "redis":
-        return RedisWindowLimiter(_keys_redis(settings), api.rate_limit_per_s, api.rate_limit_burst)
-    return TokenBucketLimiter(api.rate_limit_per_s, api.rate_limit_burst)
+        return RedisLimiter(_keys_redis(settings), api.rate_limit_per_s, api.rate_limit_burst)
+    return MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst)
 
 
-def open_async_limiter(settings: Settings, queue: AsyncApiQueue | None = None) -> AsyncRateLimiter | None:
+def open_async_limiter(settings: Settings) -> AsyncRateLimiter | None:
     """``open_limiter``'s Redis counter over an asyncio client (for the async routes), where Redis is one
-    server; None otherwise (the in-process bucket needs none; Sentinel and Cluster use the sync one).
-    Where the counter lives on the queue's own server and ``queue`` is the asyncio Redis queue, the
-    limiter runs on that queue's client, so a poll can carry its hit (``Authenticator.authorize_poll``)."""
-    from foundation.queue.redis.async_queue import AsyncRedisQueue, async_redis_client
+    server; None otherwise (the in-process window needs none; Sentinel and Cluster use the sync one)."""
+    from foundation.queue.redis.async_queue import async_redis_client
 
     if keys_backend(settings) != "redis":
         return None
-    api = settings.api
-    if isinstance(queue, AsyncRedisQueue) and _keys_redis_url(settings) == settings.queue.redis_url:
-        return AsyncRedisWindowLimiter(queue.client, api.rate_limit_per_s, api.rate_limit_burst, owns_client=False)
     client = async_redis_client(settings.queue, url=_keys_redis_url(settings))
     if client is None:
         return None
-    return AsyncRedisWindowLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
+    api = settings.api
+    return AsyncRedisLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
 
 
 def artifacts_app_for(store: ArtifactStore) -> ASGIApp | None:
@@ -120,7 +115,7 @@ def build_app(settings: Settings) -> FastAPI:
         limiter=open_limiter(settings),
         artifacts_app=artifacts_app_for(store),
         async_queue=async_queue,
-        async_limiter=open_async_limiter(settings, async_queue),
+        async_limiter=open_async_limiter(settings),
         webhooks=webhooks,
     )
 

@@ -6,11 +6,12 @@ negative prompts and signed URLs are never logged at INFO: they are customer dat
 The daemon writes its lines from a thread of their own (``write_logs_in_background``): a line logged
 between a claim and the model's start (``claimed``, a resident model's ``loading``) costs the GPU
 thread the record and an append, not the JSON, the write, nor waking the writer (a futex wake and,
-on an idle VM, an interrupt to a halted core: the two lines cost the daemon's pick-up 0.08 ms more
-than that, paired A/B at INFO, ``scripts/bench_worker.py``'s protocol). The writer wakes on its own
-every ``WRITE_EVERY_S``, and at once for a warning or an error, and writes what has come in the order
-it was logged. An exit, forced or not, writes what is queued; a process killed outright loses the INFO
-lines of its last 50 ms at most.
+on an idle VM, an interrupt to a halted core). What that buys the daemon's pick-up, against lines
+written in place in the same run: docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)". The
+writer wakes on its own every ``WRITE_EVERY_S``, and at once for a warning or an error, and writes what
+has come in the order it was logged. An exit, forced or not, writes what is queued; a process killed
+outright loses the INFO lines of its last ``WRITE_EVERY_S`` at most, and a reader of another worker's
+output waits for a line rather than assume it is there.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ StepCallback = Callable[[int, int], None]
 
 @dataclass
 class AudioTrack:
-    """A waveform: float32 samples shaped (channels, n) in [-1, 1], at ``sample_rate`` Hz."""
+    """A waveform: float32 samples shaped (channels, n), nominally in [-1, 1], at ``sample_rate`` Hz, as
+    the model made it: the encoder fits it to the clip's exact length, clipped and cleaned
+    (``foundation.media.frames.fit_audio``), so a model hands over its whole track."""
 
     samples: np.ndarray
     sample_rate: int
@@ -34,7 +36,8 @@ class Media:
     """One generated clip at generation size (``width`` x ``height``, a multiple of the stride).
 
     ``chunks`` yields uint8 arrays shaped (n, height, width, 3), in order, ``num_frames`` in total; it can
-    be consumed once. The encoder keeps the first ``keep_frames`` and center-crops to the target size.
+    be consumed once. The encoder keeps the first ``keep_frames`` and center-crops to the target size, and
+    trims or pads ``audio`` to exactly as long as those frames.
     """
 
     width: int

@@ -1,6 +1,7 @@
 """The queue's asyncio face for the API tier: ``open_async_queue`` picks an ``AsyncApiQueue``.
 
-- Redis, one server: ``redis_async.AsyncRedisQueue``, awaited on the event loop (no thread at all).
+- Redis, one server: ``redis.async_queue.AsyncRedisQueue``: polls awaited on the event loop, creates by
+  the sync ``RedisQueue.enqueue`` on a thread (the backend's one create).
 - Anything else (SQLite; Redis through Sentinel or Cluster): ``OffloadedQueue``, the sync queue's calls
   on a small executor of the queue's own. Its threads are few and long-lived, so SQLite keeps one
   connection per thread of a fixed set (``sqlite_db``), however the server is loaded.
@@ -14,7 +15,8 @@ where SQLite says so: a WAL left by a crashed process is recovered by the next r
 
 SQLite's creates go to the executor in batches (``enqueue_many``): the creates that arrive while one
 batch is being written wait for it, then go together, one hand-off to a thread and one transaction
-(one fsync) for all of them (``sqlite_group``). Each is answered once its batch committed.
+(one fsync) for all of them (``sqlite_group``). Each is answered once its batch committed. Every path
+creates through the backend's one ``enqueue`` (SQLite's is ``enqueue_many`` of one).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from foundation.core.contract import GenerationRecord
 from foundation.queue.base import ApiQueue, AsyncApiQueue, EnqueueResult, Polled
 from foundation.queue.config import QueueSettings
 from foundation.queue.redis.async_queue import AsyncRedisQueue
+from foundation.queue.redis.backend import RedisQueue
 from foundation.queue.sqlite.backend import SqliteQueue
 
 __all__ = ["MAX_CREATE_BATCH", "OFFLOAD_THREADS", "OffloadedQueue", "open_async_queue"]
@@ -50,7 +53,7 @@ Create = tuple[GenerationRecord, str | None, str | None]
 def open_async_queue(settings: QueueSettings, queue: ApiQueue) -> AsyncApiQueue:
     """The asyncio path to the queue ``queue`` (opened from ``settings`` by ``factory.open_queue``)."""
     if settings.backend == "redis":
-        native = AsyncRedisQueue.open(settings)
+        native = AsyncRedisQueue.open(settings, queue) if isinstance(queue, RedisQueue) else None
         if native is not None:
             return native
         return OffloadedQueue(queue)
@@ -127,19 +130,16 @@ class OffloadedQueue:
         assert self._enqueue_many is not None
         outcomes: list[Polled | Exception] = []
         for result in self._enqueue_many(creates):
-            if isinstance(result, Exception):
-                outcomes.append(result)
-            else:
-                stored = result.record
-                position = None if stored.terminal else self.queue.position(stored.id)
-                outcomes.append(Polled(stored, position, replayed=result.replayed))
+            outcomes.append(result if isinstance(result, Exception) else self._polled(result))
         return outcomes
 
     def _enqueue(self, record: GenerationRecord, idempotency_key: str | None, request_hash: str | None) -> Polled:
-        result = self.queue.enqueue(record, idempotency_key=idempotency_key, request_hash=request_hash)
+        return self._polled(self.queue.enqueue(record, idempotency_key=idempotency_key, request_hash=request_hash))
+
+    def _polled(self, result: EnqueueResult) -> Polled:
+        """A create's answer: the stored job and its place in the queue."""
         stored = result.record
-        position = None if stored.terminal else self.queue.position(stored.id)
-        return Polled(stored, position, replayed=result.replayed)
+        return Polled(stored, None if stored.terminal else self.queue.position(stored.id), replayed=result.replayed)
 
     async def aclose(self) -> None:
         """Stop the executor's threads (the wrapped queue stays open: its opener closes it)."""

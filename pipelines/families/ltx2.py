@@ -41,10 +41,10 @@ from pipelines.runtime.profile import (
     IMAGE_MODE,
     apply_cache,
     apply_profile,
+    audio_track,
     check_image,
     check_job_shape,
     count_prompt_tokens,
-    fit_audio,
     free_device_memory,
     load_dtypes,
     media_from_video,
@@ -398,7 +398,7 @@ class LTX2TextToVideo(Adapter):
         # 4. Decode the video.
         video = self._decode_video(latents.video, generator, dict(job.pipeline_kwargs))
         # 5. Decode the audio only when the job wants it.
-        audio = self._decode_audio(latents.audio, seconds=job.keep_frames / job.fps) if job.audio else None
+        audio = self._decode_audio(latents.audio) if job.audio else None
         pipe.maybe_free_model_hooks()
         synchronize(self.device)
         return media_from_video(self.spec.id, job, video, audio)
@@ -427,7 +427,7 @@ class LTX2TextToVideo(Adapter):
             video: torch.Tensor = vae.decode(latents.to(vae.dtype), timestep, return_dict=False)[0]
         return video
 
-    def _decode_audio(self, audio_latents: torch.Tensor, *, seconds: float) -> AudioTrack:
+    def _decode_audio(self, audio_latents: torch.Tensor) -> AudioTrack:
         import torch
         from diffusers.utils.torch_utils import get_module_execution_device
 
@@ -437,7 +437,7 @@ class LTX2TextToVideo(Adapter):
         with torch.no_grad():
             mel = audio_vae.decode(audio_latents, return_dict=False)[0]
             waveform = pipe.vocoder(mel.to(pipe.vocoder.dtype))
-        return fit_audio(waveform, self.sample_rate, seconds)
+        return audio_track(waveform, self.sample_rate)
 
     # ------------------------------------------------------------------------------------------ prompt
 

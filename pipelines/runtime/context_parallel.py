@@ -275,11 +275,13 @@ def _enable(model: Any, group: JobGroup) -> None:
 
 def _cpu_resolver(model: Any, group: JobGroup) -> Any:
     import torch
-    from diffusers.models._modeling_parallel import ParallelConfig
+    from diffusers import ParallelConfig
     from torch.distributed.device_mesh import init_device_mesh
 
+    parallel_config: Any = ParallelConfig  # diffusers' top-level export is typed loosely
+
     def resolve(config: Any) -> Any:
-        parallel = ParallelConfig(context_parallel_config=config)
+        parallel = parallel_config(context_parallel_config=config)
         mesh = init_device_mesh("cpu", config.mesh_shape, mesh_dim_names=config.mesh_dim_names)
         parallel.setup(group.rank, group.size, torch.device("cpu"), mesh=mesh)
         model._parallel_config = parallel

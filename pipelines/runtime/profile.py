@@ -39,10 +39,10 @@ __all__ = [
     "apply_fp8",
     "apply_lora",
     "apply_profile",
+    "audio_track",
     "check_image",
     "check_job_shape",
     "count_prompt_tokens",
-    "fit_audio",
     "free_device_memory",
     "load_dtypes",
     "load_variant_loras",
@@ -421,10 +421,8 @@ def uint8_chunks(video: torch.Tensor, chunk_frames: int = CHUNK_FRAMES) -> Itera
         yield quantised.cpu().numpy()
 
 
-def fit_audio(waveform: torch.Tensor, sample_rate: int, seconds: float) -> AudioTrack:
-    """A (1, channels, n) waveform as float32 host samples trimmed or zero-padded to exactly ``seconds``."""
-    samples = waveform[0].float().clamp(-1, 1).cpu().numpy()
-    want = round(seconds * sample_rate)
-    have = samples.shape[1]
-    samples = samples[:, :want] if have >= want else np.pad(samples, ((0, 0), (0, want - have)))
+def audio_track(waveform: torch.Tensor, sample_rate: int) -> AudioTrack:
+    """A (1, channels, n) waveform as float32 host samples, whole: the encoder fits the track to the
+    clip's exact length, and clips and cleans it, in one place (``foundation.media.frames.fit_audio``)."""
+    samples = waveform[0].float().cpu().numpy()
     return AudioTrack(samples=np.ascontiguousarray(samples, dtype=np.float32), sample_rate=int(sample_rate))

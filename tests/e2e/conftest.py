@@ -17,7 +17,7 @@ import uvicorn
 
 from api.app import create_app
 from api.keys import KeyStore, Scope, SqliteKeyStore
-from api.limits import TokenBucketLimiter
+from api.limits import MemoryLimiter
 from api.server import artifacts_app_for
 from foundation.core.catalog import Catalog, load_catalog
 from foundation.queue.base import JobQueue
@@ -111,7 +111,7 @@ def start_stack(
         store=store,
         catalog=catalog,
         keys=keys,
-        limiter=TokenBucketLimiter(settings.api.rate_limit_per_s, settings.api.rate_limit_burst),
+        limiter=MemoryLimiter(settings.api.rate_limit_per_s, settings.api.rate_limit_burst),
         artifacts_app=artifacts_app_for(store),
     )
     server, thread = serve_app(app, port)

@@ -14,7 +14,7 @@ import pytest
 
 from api.app import create_app
 from api.auth import KEY_CACHE_TTL_S
-from api.limits import TokenBucketLimiter
+from api.limits import MemoryLimiter
 from api.server import artifacts_app_for
 from tests.e2e.conftest import Stack, assert_error, create_body, free_port, serve_app
 
@@ -171,7 +171,7 @@ def test_rate_limit_is_429_with_retry_after(stack: Stack, tmp_path: Path) -> Non
         store=stack.store,
         catalog=stack.catalog,
         keys=stack.keys,
-        limiter=TokenBucketLimiter(rate_per_s=0.05, burst=3),
+        limiter=MemoryLimiter(rate_per_s=0.05, burst=3),
         artifacts_app=artifacts_app_for(stack.store),
     )
     server, thread = serve_app(app, port)

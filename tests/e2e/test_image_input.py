@@ -16,7 +16,7 @@ import pytest
 from api.app import create_app
 from api.errors import FetchFailed, FetchTooLarge, UrlNotAllowed
 from api.keys import SqliteKeyStore
-from api.limits import TokenBucketLimiter
+from api.limits import MemoryLimiter
 from api.outbound import OutboundPolicy, fetch
 from foundation.core.catalog import load_catalog
 from foundation.queue.factory import open_queue
@@ -288,7 +288,7 @@ def fleet_stack(tmp_path: Path, redis_url: str, seaweed: SeaweedServer) -> Itera
         store=store,
         catalog=load_catalog(),
         keys=keys,
-        limiter=TokenBucketLimiter(settings.api.rate_limit_per_s, settings.api.rate_limit_burst),
+        limiter=MemoryLimiter(settings.api.rate_limit_per_s, settings.api.rate_limit_burst),
     )
     server, thread = serve_app(app, port)
     stack = Stack(f"http://127.0.0.1:{port}", settings, queue, store, keys, load_catalog(), server, thread)

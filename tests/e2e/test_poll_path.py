@@ -121,7 +121,7 @@ def start_pair(
         settings,
         **common,
         async_queue=async_queue,
-        async_limiter=open_async_limiter(settings, async_queue),  # on Redis: rides in the poll's pipeline
+        async_limiter=open_async_limiter(settings),  # on Redis: the shared counter, awaited on the event loop
         key_cache=key_cache,
     )
     ref = create_app(

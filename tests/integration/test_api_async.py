@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
 import time
 from pathlib import Path
@@ -20,16 +19,17 @@ from api.auth import Authenticator
 from api.create import build_record
 from api.errors import ApiError
 from api.keys import Scope, SqliteKeyStore
-from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision
+from api.limits import RATE_KEY_PREFIX, AsyncRedisLimiter, MemoryLimiter
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import GenerationRecord, parse_create_request
-from foundation.queue import keys, records
+from foundation.queue import keys
 from foundation.queue.config import QueueSettings
 from foundation.queue.errors import NotDurable
+from foundation.queue.factory import open_queue
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
-from foundation.queue.redis.scripts import Scripts, commit_call, create_call
+from foundation.queue.redis.scripts import Scripts, commit_call
 from tests.e2e.conftest import create_body
 from tests.fixtures.redis_server import start_redis
 
@@ -70,31 +70,12 @@ def test_commit_call_lays_out_commit_lua_as_scripts_does() -> None:
     assert _without_clock(async_args) == _without_clock(sync_args)
 
 
-@pytest.mark.parametrize("job_id", [None, "gen_A-z.0:1/2@3+4=5_" + "x" * 170])
-def test_a_create_is_laid_out_as_the_create_plans_commit(job_id: str | None) -> None:
-    """``create_call`` writes the create's plan itself: the same KEYS, plan and record as ``commit_call``
-    of ``redis_plans.create``, for any id the keys allow; its event is stamped with the record's time."""
-    record = records.enqueued(_record(), max_attempts=2)
-    if job_id is not None:
-        record = record.model_copy(update={"id": job_id})
-    recorder = _Recorder()
-    Scripts(recorder, events_maxlen=1234, record_ttl_ms=5678).create(record)
-    [(sent_keys, sent_args)] = recorder.calls
-    plan_keys, plan_args = commit_call(redis_plans.create(record), events_maxlen=1234, record_ttl_ms=5678)
-    sent, planned = json.loads(sent_args[0]), json.loads(plan_args[0])
-    assert sent.pop("at") == record.updated_at.isoformat()  # type: ignore[union-attr]
-    assert re.fullmatch(r"[0-9a-f]{32}", sent.pop("plan_id")) and planned.pop("plan_id")
-    planned.pop("at")
-    assert (sent_keys, sent, sent_args[1:]) == (plan_keys, planned, plan_args[1:])
-    assert create_call(record, events_maxlen=1234, record_ttl_ms=5678)[0] == plan_keys
-
-
 def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
     sync = RedisQueue(redis_url, max_attempts=2)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
 
     async def create() -> tuple[str, int | None, int | None]:
-        fast = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2))
+        fast = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2), sync)
         assert fast is not None
         try:
             created = await fast.enqueue(_record(2), idempotency_key="k", request_hash="h")
@@ -126,47 +107,33 @@ def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
         sync.close()
 
 
-def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url: str, tmp_path: Path) -> None:
-    """``Authenticator.authorize_poll`` on a limiter sharing the queue's client: one pipeline with the
-    limiter's scripts and the poll; the decisions are the ones ``hit`` makes alone, a refusal is 429,
-    and a server that lost its scripts (all, or only the queue's) counts each hit once."""
+def test_an_authorized_poll_counts_its_hit_once_and_refuses_as_the_limiter(redis_url: str, tmp_path: Path) -> None:
+    """``Authenticator.authorize_poll`` on the asyncio Redis queue and limiter: the poll answers with the
+    job, each poll is one hit of the key's window (once, even on a server that lost its scripts), the
+    hit past the burst is 429, and a key without the scope is 403."""
     keys_store = SqliteKeyStore(tmp_path / "keys.db")
     _, reader = keys_store.create("alpha", [Scope.generations_read])
     _, writer = keys_store.create("alpha", [Scope.generations_write])
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    sync = RedisQueue(redis_url, max_attempts=2)
 
     async def run() -> None:
-        queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2))
+        queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2), sync)
         assert queue is not None
-        folded = AsyncRedisLimiter(queue.client, rate_per_s=0.1, burst=4, owns_client=False)
-        alone = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url, decode_responses=True), rate_per_s=0.1, burst=4)
-        auth = Authenticator(keys_store, MemoryLimiter(1000, 1000), async_limiter=folded)
+        limiter = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url, decode_responses=True), rate_per_s=0.1, burst=4)
+        auth = Authenticator(keys_store, MemoryLimiter(1000, 1000), async_limiter=limiter)
         try:
-            created = await queue.enqueue(_record(4))
-            job_id = created.record.id
-            now = time.time()
-            replies, polled = await queue.poll_with(job_id, folded.commands("k", now), folded.scripts)
-            assert polled == await queue.poll(job_id) and polled is not None and polled.position == 0
-            assert _shape(folded.decision(replies, now)) == _shape(await alone.hit("k-alone")) == (True, 4, 3)
-            replies, polled = await queue.poll_with("gen_unknown", folded.commands("k", time.time()), folded.scripts)
-            assert polled is None  # no such job: the hit still counts
-            assert _shape(folded.decision(replies, time.time())) == _shape(await alone.hit("k-alone")) == (True, 4, 2)
-
-            client.script_flush()  # the limiter alone, one round trip: loads its scripts, counts once
-            assert _shape(await alone.hit("k-alone")) == (True, 4, 1)
-
+            job_id = (await queue.enqueue(_record(4))).record.id
             principal, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
             assert principal.project == "alpha" and polled is not None and polled.record.id == job_id
-            window_key = folded.commands(principal.key_id, 0.0)[0][3]
+            assert polled.position == 0
+            window_key = f"{RATE_KEY_PREFIX}:{limiter.item.key_for(principal.key_id)}"
             assert client.llen(window_key) == 1  # the hits in the window, as the limiter's scripts keep them
             client.script_flush()  # a restarted server: every script lost, the hit counted once
             _, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
             assert polled is not None and polled.position == 0 and client.llen(window_key) == 2
-            client.script_flush()
-            for source in folded.scripts:  # only the queue's scripts lost: the hit ran, and not again
-                client.script_load(source)
-            _, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
-            assert polled is not None and client.llen(window_key) == 3
+            _, missing = await auth.authorize_poll(reader, Scope.generations_read, "gen_unknown", queue)
+            assert missing is None and client.llen(window_key) == 3  # no such job: the hit still counts
             await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
             with pytest.raises(ApiError) as refused:  # 4 hits in the window: the 5th is refused
                 await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
@@ -176,19 +143,15 @@ def test_a_poll_carries_the_rate_limit_hit_and_decides_as_the_limiter(redis_url:
             assert scope.value.status == 403
         finally:
             auth.close()
-            await alone.aclose()
-            await folded.aclose()
+            await limiter.aclose()
             await queue.aclose()
 
     try:
         asyncio.run(run())
     finally:
         client.close()
+        sync.close()
         keys_store.close()
-
-
-def _shape(decision: RateDecision) -> tuple[bool, int, int]:
-    return decision.allowed, decision.limit, decision.remaining
 
 
 def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tmp_path: Path) -> None:
@@ -205,8 +168,11 @@ def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tm
 
         async def run() -> str:
             settings = {"backend": "redis", "redis_url": primary.url, "wait_replicas": 1, "max_attempts": 2}
-            queue = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=10_000))
-            stalled = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=300))
+            waiting = open_queue(QueueSettings(**settings, wait_timeout_ms=10_000))
+            hurried = open_queue(QueueSettings(**settings, wait_timeout_ms=300))
+            assert isinstance(waiting, RedisQueue) and isinstance(hurried, RedisQueue)
+            queue = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=10_000), waiting)
+            stalled = AsyncRedisQueue.open(QueueSettings(**settings, wait_timeout_ms=300), hurried)
             assert queue is not None and stalled is not None
             try:
                 created = await queue.enqueue(_record(5), idempotency_key="d1", request_hash="h")
@@ -225,6 +191,8 @@ def test_a_durable_create_waits_for_the_replica_and_is_refused_when_it_cannot(tm
             finally:
                 await queue.aclose()
                 await stalled.aclose()
+                waiting.close()
+                hurried.close()
 
         job_id = asyncio.run(run())
         assert replica.client().hget(keys.job_record("tiny-wan", job_id), "record") is not None

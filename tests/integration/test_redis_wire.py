@@ -16,7 +16,7 @@ import redis.exceptions as rx
 
 from foundation.core.errors import BackendUnavailable
 from foundation.queue.config import QueueSettings
-from foundation.queue.redis.async_queue import WiredRedis, _round_trip, async_redis_client, execute_commands
+from foundation.queue.redis.async_queue import WiredRedis, async_redis_client, execute_commands
 from foundation.queue.unavailable import redis_unavailable
 
 # A script and what it answers: the ARGV back, an integer, a nested error reply, a nil in an array.
@@ -31,6 +31,22 @@ def _wired(url: str, **settings: Any) -> WiredRedis:
 
 def _run(make: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(make())  # type: ignore[arg-type]
+
+
+async def _read_by_redis_py(pool: aioredis.ConnectionPool, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """The replies redis-py's own connection reads for ``commands`` sent at once (an error as a value)."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except rx.ResponseError as e:
+                replies.append(e)
+        return replies
+    finally:
+        await pool.release(conn)
 
 
 def _clients(sync: redis.Redis) -> int:
@@ -58,11 +74,10 @@ def test_replies_are_redis_pys_reply_for_reply(redis_url: str) -> None:
 
     async def run() -> None:
         wired = _wired(redis_url)
-        plain = aioredis.Redis(connection_pool=wired.connection_pool)  # the same settings, redis-py's path
         try:
-            ours = await _round_trip(wired, commands)
+            ours = await wired.wire.round_trip(commands)
             sync.delete("k", "f", "z")
-            theirs = await _round_trip(plain, commands)
+            theirs = await _read_by_redis_py(wired.connection_pool, commands)  # the same settings
         finally:
             await wired.aclose()
         assert [_comparable(r) for r in ours] == [_comparable(r) for r in theirs]

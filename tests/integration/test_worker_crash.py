@@ -178,7 +178,8 @@ def test_a_preemption_notice_within_the_grace_finishes_the_job_and_claims_no_mor
     notice = crash_env["tmp"] / "preempt-notice"  # what a spot-instance notice hook would create
     worker = start_worker(crash_env, "c", drain_grace_s=60, preempt_file=str(notice))
     wait_for(queue, released.id, denoising_on(2))
-    assert "resumed from a checkpoint" in worker.log_tail(10**7)
+    # Another process's log, read while it runs: wait for the line rather than assume it is written yet.
+    wait_until(lambda: "resumed from a checkpoint" in worker.log_tail(10**7), "the resume's log line", timeout_s=10)
     waiting = enqueue(crash_env, "short")
     notice.touch()
     wait_until(lambda: worker.get("/readyz")[0] == 503, "not ready once the notice is seen", timeout_s=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import urllib.request
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -21,7 +22,8 @@ def fetch_object(store: ArtifactStore, key: str) -> bytes:
 def assert_playable_mp4(
     data: bytes, *, width: int, height: int, frames: int, duration_s: float, audio_channels: int | None
 ) -> None:
-    """Decode every frame: size, frame count and duration as promised; audio present iff expected."""
+    """Decode every frame: size, frame count and duration as promised; audio present iff expected, and
+    exactly as long as ``duration_s`` (its stream's duration, in samples, as the MP4's edit list gives it)."""
     with av.open(io.BytesIO(data)) as container:
         assert container.format.name.startswith("mov"), container.format.name
         video = container.streams.video[0]
@@ -33,6 +35,9 @@ def assert_playable_mp4(
         else:
             assert len(audio) == 1 and audio[0].codec_context.name == "aac"
             assert audio[0].codec_context.channels == audio_channels
+            track = audio[0]
+            assert track.duration is not None and track.time_base is not None
+            assert track.duration * track.time_base == Fraction(duration_s)
         decoded = sum(1 for _ in container.decode(video=0))
         assert decoded == frames
         assert video.duration is not None and video.time_base is not None

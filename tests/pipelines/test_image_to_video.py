@@ -200,7 +200,8 @@ def test_ltx2_image_is_the_clean_first_latent_frame_and_the_clip_has_audio(
     frames = frames_of(media)
     assert frames.shape == (job.num_frames, job.gen_height, job.gen_width, 3) and job.num_frames == 9
     assert media.audio is not None
-    assert media.audio.samples.shape == (2, round(job.keep_frames / job.fps * media.audio.sample_rate))
+    assert media.audio.samples.shape[0] == 2  # the whole track: the encoder fits it to the kept frames
+    assert media.audio.samples.shape[1] >= round(job.keep_frames / job.fps * media.audio.sample_rate)
     text = frames_of(generate(adapter, job.model_copy(update={"mode": "text_to_video"}), StepLog()))
     assert not np.array_equal(frames, text)
 

@@ -1,44 +1,39 @@
-"""The API's poll and create path on Redis over ``redis.asyncio``: ``AsyncApiQueue`` for ``RedisQueue``.
+"""The API's poll path on Redis over ``redis.asyncio``: ``AsyncApiQueue`` for ``RedisQueue``.
 
-The same keys (``keys``), the same Lua scripts (``commit.lua`` to create, ``position.lua`` for the
-place in the queue) and the same record parsing as ``redis_backend`` and ``redis_reads``, awaited on
-the event loop instead of run on a thread, and in fewer round trips:
-
-- ``poll``: the id → model index once per job and process (a job never changes model), then one
-  pipeline of ``HGET record`` and ``position.lua`` (it answers -1 unless the job is queued).
-  ``poll_with`` sends another component's commands on this server first in the same pipeline (the
-  API's rate-limit counter: one round trip per poll, not two).
-- ``enqueue``: the idempotency key's ``SET NX`` (only with a key), then one pipeline of the index and
-  listing writes, ``commit.lua`` (with the durability wait when configured) and ``position.lua``:
-  the writes run in the order ``RedisQueue.enqueue`` makes them, on one connection.
+- ``poll``: the same keys (``keys``), ``position.lua`` and record parsing as ``RedisQueue``'s reads,
+  awaited on the event loop instead of run on a thread: the id → model index once per job and process
+  (a job never changes model), then one round trip of ``HGET record`` and ``position.lua`` (it
+  answers -1 unless the job is queued).
+- ``enqueue``: ``RedisQueue.enqueue`` itself, the backend's one create (idempotency, durability, the
+  index writes, ``commit.lua``), on a thread of this queue's own, then the job's place in the queue.
 
 Only a single server (``redis_mode: single``) gets this path (``async_redis_client``); Sentinel and
 Cluster clients keep the sync queue behind ``async_api.OffloadedQueue``. Over plain TCP the client is a
-``WiredRedis``: the round trips of ``execute_commands`` (every poll, create and rate-limit hit) go over
-``redis_wire.RedisWire``, lean connections of its own (~30 µs of Python less per poll than redis-py's
-asyncio connection); over TLS they keep redis-py's connections. Every public method
-translates "Redis cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
+``WiredRedis``: the round trips of ``execute_commands`` (every poll and rate-limit hit) go over
+``wire.RedisWire``, lean connections of its own; over TLS they take redis-py's pipeline. What each buys:
+docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)". Every public method translates "Redis
+cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import functools
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import hiredis
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from foundation.core.contract import GenerationRecord
-from foundation.core.errors import IdempotencyConflict
-from foundation.queue import keys, records
+from foundation.queue import keys
 from foundation.queue.base import Polled
 from foundation.queue.config import QueueSettings
+from foundation.queue.redis.backend import RedisQueue
 from foundation.queue.redis.connect import redis_client
-from foundation.queue.redis.durability import Durability
-from foundation.queue.redis.scripts import commit_reply, create_call, lua_source
+from foundation.queue.redis.scripts import lua_source
 from foundation.queue.redis.wire import RedisWire, WireSettings
 from foundation.queue.unavailable import redis_unavailable
 
@@ -54,32 +49,8 @@ _PORTABLE = frozenset(
 _MODEL_CACHE_MAX = 100_000
 # The jobs whose poll commands are kept ready (the ones being polled now; ~1 kB each).
 _POLL_CACHE_MAX = 10_000
-
-
-class _HiredisPacking:
-    """Commands packed by hiredis in C, as redis-py's asyncio connection packs them in Python (the same
-    bytes: tests/unit/test_redis_packing.py); where they would differ (a first argument with a space, as
-    in "SCRIPT LOAD", which redis-py splits, or an argument hiredis does not take), redis-py packs it."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        first = args[0]
-        if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
-            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
-        try:
-            return [hiredis.pack_command(args)]
-        except (TypeError, UnicodeEncodeError):  # a bool, a memoryview, a lone surrogate: redis-py's way
-            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
-
-    def pack_commands(self, commands: Any) -> list[bytes]:
-        return [b"".join(chunk for command in commands for chunk in self.pack_command(*command))]
-
-
-class _Connection(_HiredisPacking, aioredis.Connection):
-    pass
-
-
-class _SSLConnection(_HiredisPacking, aioredis.SSLConnection):
-    pass
+# Threads that run creates (``RedisQueue.enqueue``, network I/O): as many creates wait on Redis at once.
+CREATE_THREADS = 4
 
 
 class WiredRedis(aioredis.Redis):
@@ -107,11 +78,8 @@ def async_redis_client(settings: QueueSettings, url: str | None = None) -> aiore
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _PORTABLE}
     tls = issubclass(pool.connection_class, redis.SSLConnection)
     sync.close()
-    utf8 = kwargs.get("encoding", "utf-8") == "utf-8"  # hiredis encodes text as UTF-8 (what it cannot, redis-py does)
-    if utf8:
-        connection_class: type[aioredis.Connection] = _SSLConnection if tls else _Connection
-    else:
-        connection_class = aioredis.SSLConnection if tls else aioredis.Connection
+    utf8 = kwargs.get("encoding", "utf-8") == "utf-8"  # the wire decodes replies as UTF-8
+    connection_class = aioredis.SSLConnection if tls else aioredis.Connection
     async_pool = aioredis.ConnectionPool(connection_class=connection_class, **kwargs)
     if tls or not utf8 or pool.connection_class is not redis.Connection:
         return aioredis.Redis(connection_pool=async_pool)
@@ -156,32 +124,15 @@ def _position(raw: Any) -> int | None:
 
 
 async def _round_trip(client: aioredis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send ``commands`` at once on one connection and read their replies, a Redis error as a value:
-    on a ``WiredRedis``, over its wire; else on one of ``client``'s pooled connections, as redis-py's
-    ``Pipeline`` would without its bookkeeping (~30 µs of Python a poll). Either way a connection error
-    drops the connection and the connection's retry policy decides whether all of it is sent again."""
+    """Send ``commands`` at once on one connection and read their replies, a Redis error as a value: on a
+    ``WiredRedis``, over its wire; else in redis-py's pipeline. Either way a connection error drops the
+    connection and the connection's retry policy decides whether all of it is sent again."""
     if isinstance(client, WiredRedis):
         return await client.wire.round_trip(commands)
-    pool = client.connection_pool
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-
-    async def once() -> list[Any]:
-        await conn.send_packed_command(conn.pack_commands(commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as e:  # this command's error; the connection is in step
-                replies.append(e)
-        return replies
-
-    async def failed(error: Exception) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(once, failed)  # type: ignore[no-any-return]
-    finally:
-        await pool.release(conn)
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return await pipe.execute(raise_on_error=False)
 
 
 async def execute_commands(
@@ -192,10 +143,7 @@ async def execute_commands(
     again from the first command refused with NOSCRIPT on: that one did not run, and every command
     before it ran once and is not repeated (a rate-limit hit is counted once; a create's writes before
     ``commit.lua`` are done)."""
-    # On a WiredRedis, straight to its wire: one coroutine less on every poll.
-    replies = await (
-        client.wire.round_trip(commands) if isinstance(client, WiredRedis) else _round_trip(client, commands)
-    )
+    replies = await _round_trip(client, commands)
     for reply in replies:
         if isinstance(reply, Exception):
             break
@@ -216,78 +164,47 @@ async def execute_commands(
 class AsyncRedisQueue:
     """``AsyncApiQueue`` on one Redis server, beside the ``RedisQueue`` the rest of the API uses."""
 
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        *,
-        max_attempts: int = 3,
-        events_maxlen: int = 100_000,
-        durability: Durability | None = None,
-        record_ttl_s: float = keys.RECORD_TTL_S,
-    ) -> None:
+    def __init__(self, client: aioredis.Redis, queue: RedisQueue) -> None:
         self._r: Any = client  # redis-py's stubs are loose; replies are read as decoded str
         if not self._r.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisQueue needs a client made with decode_responses=True")
-        self.max_attempts = max_attempts
-        self.durability = durability or Durability()
-        self._events_maxlen = events_maxlen
-        self._record_ttl_ms = max(1, int(record_ttl_s * 1000))
-        self._commit_lua = lua_source("commit")
+        self.queue = queue  # the backend's sync face: its ``enqueue`` is the one create
+        self._creates = ThreadPoolExecutor(max_workers=CREATE_THREADS, thread_name_prefix="genworker-create")
         self._position_lua = lua_source("position")
-        # The scripts' SHA1s, as the server names them once loaded (``SCRIPT LOAD`` on NOSCRIPT).
-        self._commit_sha = client.register_script(self._commit_lua).sha
+        # The script's SHA1, as the server names it once loaded (``SCRIPT LOAD`` on NOSCRIPT).
         self._position_sha = client.register_script(self._position_lua).sha
         self._models: dict[str, str] = {}
         self._polls: dict[str, tuple[tuple[Any, ...], ...]] = {}  # job id → its poll's commands
 
     @classmethod
-    def open(cls, settings: QueueSettings) -> AsyncRedisQueue | None:
-        """The queue ``factory.open_queue(settings)`` opens, on this path; None where it has none."""
+    def open(cls, settings: QueueSettings, queue: RedisQueue) -> AsyncRedisQueue | None:
+        """This path to ``queue`` (opened from ``settings`` by ``factory.open_queue``); None where it has none."""
         client = async_redis_client(settings)
         if client is None:
             return None
-        return cls(
-            client,
-            max_attempts=settings.max_attempts,
-            durability=Durability(settings.wait_replicas, settings.wait_aof, settings.wait_timeout_ms),
-            record_ttl_s=settings.record_ttl_days * 86400,
-        )
+        return cls(client, queue)
 
     @property
     def client(self) -> aioredis.Redis:
-        """The client this queue runs on (another component may share it: ``poll_with``)."""
+        """The client this queue runs on."""
         return self._r  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------------------------ reads
     async def poll(self, job_id: str) -> Polled | None:
-        _, polled = await self.poll_with(job_id, ())
-        return polled
-
-    async def poll_with(
-        self, job_id: str, commands: Sequence[Sequence[Any]], scripts: Sequence[str] = ()
-    ) -> tuple[list[Any], Polled | None]:
-        """``poll``, with ``commands`` (raw, for this server) sent first in the same pipeline: their
-        replies, then the poll. They run whether or not the job exists. ``scripts`` are the Lua sources
-        that ``commands`` call by SHA, loaded when the server has lost them."""
         with redis_unavailable:
             mine = self._polls.get(job_id)
             if mine is None:
                 mine = await self._poll_commands(job_id)
-            sent = [*commands, *mine]
-            ours = (self._commit_lua, self._position_lua, *scripts)
-            replies = await execute_commands(self._r, sent, ours) if sent else []
-        theirs = replies[: len(commands)]
-        if not mine:
-            return theirs, None
-        raw, pos = replies[len(commands) :]
+            if not mine:
+                return None
+            raw, pos = await execute_commands(self._r, mine, (self._position_lua,))
         if raw is None:
-            return theirs, None
-        record = GenerationRecord.model_validate_json(raw)
-        return theirs, Polled(record, _position(pos))
+            return None
+        return Polled(GenerationRecord.model_validate_json(raw), _position(pos))
 
     async def _poll_commands(self, job_id: str) -> tuple[tuple[Any, ...], ...]:
         """The poll's two commands for ``job_id`` (none when it has no model index: no such job), kept
-        for the next poll of the same job (built once: ~5 µs of key checks a poll)."""
+        for the next poll of the same job (its keys checked once, not on every poll)."""
         model = await self._model_of(job_id)
         if model is None:
             return ()
@@ -321,73 +238,20 @@ class AsyncRedisQueue:
     async def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> Polled:
-        """As ``RedisQueue.enqueue``: reserve the idempotency key, write the index and the listing,
-        then ``commit.lua`` creates the record and its stream entry (``exists`` when the id is taken)."""
-        record = records.enqueued(record, max_attempts=self.max_attempts)
-        replayed = False
-        with redis_unavailable:
-            if idempotency_key is not None:
-                owner_id = await self._reserve_idempotency(record, idempotency_key, request_hash or "")
-                if owner_id != record.id:
-                    replayed = True
-                    existing = await self.poll(owner_id)
-                    if existing is not None:
-                        if self.durability.enabled:
-                            # The first request may have answered 503 (not confirmed durable): this
-                            # 202 must not come before the replicas hold the job.
-                            await self._create(existing.record, listing=False)
-                        return Polled(existing.record, existing.position, replayed=True)
-                    # The first request stopped between its key and its record: finish it under its id.
-                    record = record.model_copy(update={"id": owner_id})
-            kind, position = await self._create(record, listing=True)
-            self._remember(record.id, record.model)
-            if kind == "exists":
-                stored = await self.poll(record.id)
-                assert stored is not None
-                return Polled(stored.record, stored.position, replayed=replayed)
-        return Polled(record, _position(position), replayed=replayed)
+        """``RedisQueue.enqueue``, the backend's one create (idempotency, durability, the index writes),
+        run on a thread of this queue's own; then the job's place in the queue."""
+        create = functools.partial(self._enqueue, record, idempotency_key, request_hash)
+        polled = await asyncio.get_running_loop().run_in_executor(self._creates, create)
+        self._remember(polled.record.id, polled.record.model)  # on the loop, where polls read it
+        return polled
 
-    async def _create(self, record: GenerationRecord, *, listing: bool) -> tuple[str, Any]:
-        """One pipeline: (the index and listing writes,) ``commit.lua`` with ``create(record)`` (and
-        the durability wait), ``position.lua``; the commit's reply kind and the position."""
-        script_keys, args = create_call(record, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        pipe = self._r.pipeline(transaction=False)
-        if listing:
-            pipe.set(keys.job_model_index(record.id), record.model)
-            pipe.zadd(keys.project_jobs(record.project), {record.id: record.created_at.timestamp() * 1000})
-            pipe.sadd(keys.MODELS, record.model)
-        pipe.execute_command("EVALSHA", self._commit_sha, len(script_keys), *script_keys, *args)
-        if self.durability.enabled:
-            self.durability.queue_wait(pipe, self._r, script_keys[0])
-        pipe.execute_command("EVALSHA", self._position_sha, 4, *_position_call(record.model, record.id))
-        replies = await self._execute(pipe)
-        raw, position = replies[3 if listing else 0], replies[-1]
-        kind = commit_reply(raw, record.id).kind  # an illegal transition raises, as on the sync path
-        if self.durability.enabled and kind in ("ok", "applied", "exists"):
-            self.durability.check(replies[-2], record.id)
-        return kind, position
-
-    async def _reserve_idempotency(self, record: GenerationRecord, key: str, request_hash: str) -> str:
-        """The id the key maps to: this record's when the key is new, else the first request's."""
-        name = keys.idempotency(record.project, key)
-        mine = json.dumps({"job_id": record.id, "request_hash": request_hash})
-        while True:
-            reserve = ("SET", name, mine, "EX", keys.IDEMPOTENCY_TTL_S, "NX")
-            if (await execute_commands(self._r, [reserve], ()))[0] is not None:  # "OK"; nil: the key is taken
-                return record.id
-            stored = (await execute_commands(self._r, [("GET", name)], ()))[0]
-            if stored is None:
-                continue  # expired between the two calls
-            owner = json.loads(stored)
-            if owner["request_hash"] != request_hash:
-                raise IdempotencyConflict(owner["job_id"])
-            return str(owner["job_id"])
-
-    # ------------------------------------------------------------------------------------ plumbing
-    async def _execute(self, pipe: Any) -> list[Any]:
-        """``pipe``'s commands, raw (``execute_commands``: their replies without redis-py's callbacks)."""
-        commands = [args for args, _options in pipe.command_stack]
-        return await execute_commands(self._r, commands, (self._commit_lua, self._position_lua))
+    def _enqueue(self, record: GenerationRecord, idempotency_key: str | None, request_hash: str | None) -> Polled:
+        result = self.queue.enqueue(record, idempotency_key=idempotency_key, request_hash=request_hash)
+        stored = result.record
+        position = None if stored.terminal else self.queue.position(stored.id)
+        return Polled(stored, position, replayed=result.replayed)
 
     async def aclose(self) -> None:
+        """Close this path's client and threads (``queue`` stays open: its opener closes it)."""
+        self._creates.shutdown(wait=False, cancel_futures=True)
         await self._r.aclose(close_connection_pool=True)  # a client given its pool leaves it open otherwise

@@ -84,7 +84,7 @@ class RedisQueue:
         if not client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client made with decode_responses=True")
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
-        # Asked once: RedisCluster's isinstance check goes through typing's Protocol machinery (~10 µs).
+        # Asked once: RedisCluster's isinstance check goes through typing's Protocol machinery.
         self._on_cluster = isinstance(client, RedisCluster)
         self.durability = durability or Durability()
         self._scripts = Scripts(client, events_maxlen, self.durability, record_ttl_ms=max(1, int(record_ttl_s * 1000)))

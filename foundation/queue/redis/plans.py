@@ -85,8 +85,8 @@ class Snapshot:
 
 
 def new_plan_id() -> str:
-    """128 random bits as 32 hex digits, the shape ``uuid4().hex`` gave (122 random bits), less its UUID
-    object: a create runs this cold, right after a request's wake-up, where that object's Python cost ~35 µs."""
+    """128 random bits as 32 hex digits, the shape ``uuid4().hex`` gave (122 random bits), without a UUID
+    object to build."""
     return os.urandom(16).hex()
 
 
@@ -184,8 +184,7 @@ def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) ->
 
 # ------------------------------------------------------------------------------------------ API side
 def create(record: GenerationRecord) -> Plan:
-    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken).
-    ``redis_scripts.create_call`` lays this plan out straight from the record, on the create's hot path."""
+    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken)."""
     return Plan(
         job_id=record.id,
         model=record.model,

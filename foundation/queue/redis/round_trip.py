@@ -3,19 +3,19 @@ calls, a claim (with its wait) and a commit (with a create's index writes), with
 
 The pipeline costs Python of its own on every round trip: a stack of command objects, a response
 callback per command (``XREAD``'s turns the woken entry into nested lists the claim never reads), the
-``HIMPORT`` bookkeeping and the observability hooks of redis-py 8. On an idle worker that Python runs
-cold, right after the wake-up: from the claim's reply arriving to ``Scripts.claim`` returning took
-139 µs through the pipeline and 84 µs here (medians, this 2-core VM, ``scripts/bench_worker.py``).
-The pool's checkout costs too (a lock, a readiness poll of the socket, four observability calls and an
-event per checkout and release), so one connection stays checked out for these round trips; a thread
-that finds it in use takes one from the pool as before (the daemon's pick-up: -0.05 ms, paired A/B).
+bookkeeping and the observability hooks of redis-py 8. On an idle worker that Python runs cold, right
+after the wake-up. The pool's checkout costs too (a lock, a readiness poll of the socket, observability
+calls and an event per checkout and release), so one connection stays checked out for these round
+trips; a thread that finds it in use takes one from the pool as before. What it buys, against the
+pipeline in the same run: docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)".
 
-What the pipeline did for these calls is kept: the client's pool and its connections (packing, decoding,
-the health check, the connect-time ``HELLO``/``AUTH``/``SELECT``); the retry policy (a connection error
-drops the connection and, as far as the policy allows, sends the commands again; only calls that are
-safe to send twice come here, as with the pipeline); every reply read before an error reply is raised
-(the pipeline's ``raise_on_error``), so a connection never holds a stale reply: any other failure
-drops the connection (the next send opens it again), which is what the pool's readiness poll guards.
+What the pipeline did for these calls is kept, through the connection's public methods: the client's
+pool and its connections (packing, decoding, the health check, the connect-time ``HELLO``/``AUTH``/
+``SELECT``); the retry policy (a connection error drops the connection and, as far as the policy
+allows, sends the commands again; only calls that are safe to send twice come here, as with the
+pipeline); every reply read before an error reply is raised (the pipeline's ``raise_on_error``), so a
+connection never holds a stale reply: any other failure drops the connection (the next send opens it
+again), which is what the pool's readiness poll guards.
 
 Only a plain ``redis.Redis`` (one server, or Sentinel's master) with a pool goes this way (``lean``); a
 Cluster client keeps redis-py's pipeline, which routes each command to its slot's node.
@@ -29,9 +29,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import hiredis
 import redis
-from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -87,17 +85,6 @@ class RoundTrips:
             conn.connect()
 
 
-def _packed(conn: Any, commands: Sequence[tuple[Any, ...]]) -> Any:
-    """The bytes of ``commands``. Where the connection packs with hiredis (redis-py's own choice when
-    hiredis is installed), each command goes to ``hiredis.pack_command`` straight: the bytes are the
-    ones redis-py writes for the queue's commands (one-word names; str, int and float arguments:
-    ``tests/unit/test_redis_packing.py``), without its Python per command (a copy of the arguments,
-    a type check of each): ~20 µs of a cold create's ~350 µs before its bytes leave."""
-    if type(conn._command_packer) is HiredisRespSerializer:
-        return [b"".join([hiredis.pack_command(command) for command in commands])]
-    return conn.pack_commands(commands)
-
-
 def _round_trip(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     try:
         replies: list[Any] = conn.retry.call_with_retry(lambda: _send(conn, commands), lambda _error: conn.disconnect())
@@ -113,7 +100,7 @@ def _round_trip(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
 
 
 def _send(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    conn.send_packed_command(_packed(conn, commands))
+    conn.send_packed_command(conn.pack_commands(commands))
     replies: list[Any] = []
     for _ in commands:
         try:

@@ -50,12 +50,11 @@ import redis.exceptions as rx
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from foundation.core.contract import GenerationRecord, Status, utcnow
+from foundation.core.contract import GenerationRecord, utcnow
 from foundation.queue import keys
-from foundation.queue.policy import EventReason
 from foundation.queue.redis.durability import Durability
-from foundation.queue.redis.entries import encode_payload
-from foundation.queue.redis.plans import Plan, new_plan_id
+from foundation.queue.redis.plans import Plan
+from foundation.queue.redis.plans import create as create_plan
 from foundation.queue.redis.round_trip import RoundTrips, lean
 
 __all__ = [
@@ -68,7 +67,6 @@ __all__ = [
     "Started",
     "commit_call",
     "commit_reply",
-    "create_call",
     "lua_source",
 ]
 
@@ -184,8 +182,8 @@ def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
 
 
 def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
-    """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above); shared by ``Scripts.commit`` and
-    the API's asyncio path (``redis_async``), so the two always lay a commit out alike."""
+    """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above): every commit, a create included,
+    is laid out here."""
     spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(events_maxlen)}
     spec["at"] = utcnow().isoformat()
     spec["record_ttl_ms"] = record_ttl_ms
@@ -197,27 +195,6 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
             spec[name] = str(value) if name == "delay_until_ms" else value
     record_json = plan.record.model_dump_json() if plan.record is not None else ""
     return list(_commit_keys(plan.model, plan.job_id)), [json.dumps(spec), record_json]
-
-
-def create_call(record: GenerationRecord, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
-    """``commit_call(redis_plans.create(record), ...)``, the same KEYS and the same plan, written straight
-    from the record. A create is the hot write (every enqueue, every POST), run cold right after a
-    request's wake-up, where building the plan, walking its fields and the JSON encoder cost ~55 µs
-    more (this VM, ``scripts/bench_queue.py``). Its event is stamped with the record's ``updated_at``
-    (``records.enqueued``: the enqueue's time). Every value written unquoted is safe in JSON as it is:
-    the id and the model passed ``_commit_keys``' check, the rest are constants, digits, an ISO time
-    and hex. ``tests/integration/test_api_async.py`` holds it to ``commit_call``."""
-    script_keys = list(_commit_keys(record.model, record.id))  # first: it checks the id and the model
-    at = (record.updated_at or utcnow()).isoformat()
-    payload = json.dumps(encode_payload(record.id, record.model))  # a JSON string in JSON: escaped
-    spec = (
-        f'{{"group":"{keys.CONSUMER_GROUP}","events_maxlen":"{events_maxlen}","at":"{at}",'
-        f'"record_ttl_ms":{record_ttl_ms},"notes_cap":{keys.PROGRESS_NOTES_CAP},"job_id":"{record.id}",'
-        f'"model":"{record.model}","attempt":0,"rev":0,"create":true,"status":"{Status.queued.value}",'
-        f'"cancel":false,"unleased":false,"undelay":false,"payload":{payload},"released_incr":0,'
-        f'"event":"{EventReason.enqueued.value}","plan_id":"{new_plan_id()}"}}'
-    )
-    return script_keys, [spec, record.model_dump_json()]
 
 
 class Scripts:
@@ -258,9 +235,8 @@ class Scripts:
         return commit_reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
 
     def create(self, record: GenerationRecord, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
-        """``commit(redis_plans.create(record), before=before)``, laid out by ``create_call``."""
-        script_keys, args = create_call(record, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
-        return commit_reply(self._run_commit(record.id, script_keys, args, before), record.id)
+        """Enqueue ``record``: ``commit`` of its create plan (``redis_plans.create``)."""
+        return self.commit(create_plan(record), before=before)
 
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()

@@ -1,19 +1,21 @@
 """A lean asyncio connection pool to one Redis server, for the API's hot round trips (``RedisWire``).
 
-A poll and a create on Redis are each one round trip of raw commands (``redis_async.execute_commands``).
-Over redis-py's asyncio connection that round trip costs a pool checkout, a stream write, one timeout
-context and one parser call per reply: about 50 µs of Python for the poll's four commands, a third of
-the request. Here a connection is an ``asyncio.Protocol`` feeding ``hiredis.Reader``: the commands go
-out in one write, the replies are parsed in C as the bytes arrive, and the waiting request is woken
-once, when the last reply is in; one timer bounds the whole round trip.
+A poll and a create on Redis are each one round trip of raw commands (``async_queue.execute_commands``).
+Over redis-py's asyncio connection that round trip pays a pool checkout, a stream write, a timeout
+context and a parser call per reply, a large share of a poll's whole cost in the API process. Here a
+connection is an ``asyncio.Protocol`` feeding ``hiredis.Reader``: the commands go out in one write, the
+replies are parsed in C as the bytes arrive, and the waiting request is woken once, when the last reply
+is in; one timer bounds the whole round trip. What it buys, against redis-py's own connection in the
+same run: docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)".
 
-It keeps what the redis-py connection did for this path:
+It keeps what the redis-py connection did for this path, with redis-py's public pieces only:
 
-- the bytes: commands packed by hiredis, or where hiredis would pack them otherwise by the same
-  fallback as ``redis_async``'s connections (``packer``);
+- the bytes: commands packed by hiredis (``hiredis.pack_command``), or by the connection's own
+  ``pack_command`` where hiredis does not take them (``packer``);
 - the replies: decoded with the client's encoding and error handler; an error reply is the exception
-  redis-py makes of it (``NoScriptError``, ``ReadOnlyError``, ...) in its place among the replies, and
-  one that means the connection is unusable (``BusyLoadingError``, a ``ConnectionError``) is raised;
+  redis-py makes of it (``NoScriptError``, ``ReadOnlyError``, ...: ``_error``'s table) in its place
+  among the replies, and one that means the connection is unusable (``BusyLoadingError``, a
+  ``ConnectionError``) is raised;
 - the connection set-up: ``HELLO 3`` (RESP3, as redis-py speaks it) with the credentials, ``CLIENT
   SETNAME``, ``SELECT``;
 - the failures: no connection within ``connect_timeout_s`` or no complete answer within
@@ -22,7 +24,7 @@ It keeps what the redis-py connection did for this path:
   one opened; the client's retry policy (``retry``) decides whether a failed round trip is sent again;
 - at most ``max_connections`` open ("Too many connections" past it, as redis-py's pool).
 
-Only plain TCP: ``redis_async.async_redis_client`` keeps redis-py's connection for TLS.
+Only plain TCP: ``async_queue.async_redis_client`` keeps redis-py's connection for TLS.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from typing import Any, Protocol
 
 import hiredis
 import redis.exceptions as rx
-from redis._parsers.base import BaseParser
 
 __all__ = ["Packer", "RedisWire", "WireSettings"]
 
@@ -44,7 +45,7 @@ _MORE = object()  # hiredis: no complete reply in the buffer yet
 
 
 class Packer(Protocol):
-    """What packs a command hiredis will not (``redis_async``'s connections: ``pack_command``)."""
+    """What packs a command hiredis will not (a redis-py asyncio connection: ``pack_command``)."""
 
     def pack_command(self, *args: Any) -> list[bytes]: ...
 
@@ -79,9 +80,36 @@ class WireSettings:
         return f"{self.host}:{self.port}"
 
 
+# Error replies by their first word, as the exceptions redis-py raises for them on one server (its
+# parser's table, less the Cluster redirections); any other error reply is a ``ResponseError``.
+_ERRORS: dict[str, type[rx.RedisError]] = {
+    "NOSCRIPT": rx.NoScriptError,
+    "READONLY": rx.ReadOnlyError,
+    "LOADING": rx.BusyLoadingError,
+    "MASTERDOWN": rx.MasterDownError,
+    "OOM": rx.OutOfMemoryError,
+    "EXECABORT": rx.ExecAbortError,
+    "NOPERM": rx.NoPermissionError,
+    "NOAUTH": rx.AuthenticationError,
+    "WRONGPASS": rx.AuthenticationError,
+    "TRYAGAIN": rx.TryAgainError,
+}
+# ``ERR`` replies that redis-py raises as more than a ``ResponseError``.
+_ERR_MESSAGES: dict[str, type[rx.RedisError]] = {
+    "max number of clients reached": rx.ConnectionError,
+    "invalid password": rx.AuthenticationError,
+    "Client sent AUTH, but no password is set": rx.AuthenticationError,
+}
+
+
 def _error(message: str) -> Exception:
-    """An error reply as redis-py's parser makes it (``NOSCRIPT`` → ``NoScriptError``, ...)."""
-    return BaseParser.parse_error(message)  # type: ignore[no-untyped-call, no-any-return]
+    """An error reply as redis-py makes it (``NOSCRIPT ...`` → ``NoScriptError``, ...), from the public
+    exception classes of ``redis.exceptions``; tests/integration/test_redis_wire.py compares the two."""
+    code, _, rest = message.partition(" ")
+    kind = _ERRORS.get(code) or (_ERR_MESSAGES.get(rest) if code == "ERR" else None)
+    if kind is None:
+        return rx.ResponseError(message)
+    return kind(rest, status_code=code)
 
 
 class _Link(asyncio.Protocol):

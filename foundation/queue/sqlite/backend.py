@@ -198,19 +198,21 @@ class SqliteQueue:
         return self.reads.cancel_requested(job_id)
 
     # ------------------------------------------------------------------------------------ API side
-    @sqlite_unavailable
+    @sqlite_unavailable  # an error of its own write is handed back, not raised, by ``enqueue_many``
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
-        """Create a job (or find the one its idempotency key made). Creates from concurrent threads share
-        one transaction and its fsync (``sqlite_group``); each returns once its create is committed."""
-        record = records.enqueued(record, max_attempts=self.max_attempts)
-        return self._creates.run((record, idempotency_key, request_hash or ""))
+        """Create a job (or find the one its idempotency key made): ``enqueue_many`` of one."""
+        (outcome,) = self.enqueue_many([(record, idempotency_key, request_hash)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     @sqlite_unavailable
     def enqueue_many(self, creates: list[Create]) -> list[EnqueueResult | Exception]:
-        """``enqueue`` for each ``(record, idempotency key, request hash)``, in as few transactions as
-        ``sqlite_group`` takes: each one's result, or the exception it raised (``IdempotencyConflict``)."""
+        """Create each ``(record, idempotency key, request hash)`` (or find the job its key made), in as few
+        transactions as ``sqlite_group`` takes, with the creates of other threads too (one fsync for all);
+        each one's result, or the exception it raised (``IdempotencyConflict``), once it is committed."""
         enqueued = [(records.enqueued(r, max_attempts=self.max_attempts), key, h or "") for r, key, h in creates]
         return self._creates.run_many(enqueued)
 
