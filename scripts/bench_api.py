@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -186,7 +187,7 @@ class _Load:
     async def run(self, warmup_s: float, seconds: float) -> dict[str, Any]:
         conns = []
         for i in range(CONNECTIONS):
-            _, conn = await self.loop.create_connection(lambda i=i: _Connection(self, i), self.host, self.port)
+            _, conn = await self.loop.create_connection(functools.partial(_Connection, self, i), self.host, self.port)
             await conn.opened
             conns.append(conn)
         self.running = True

@@ -72,7 +72,7 @@ def _consume_saq(port: int) -> None:
                 _out("DEQ")
             return job
 
-        queue.dequeue = timed_dequeue  # type: ignore[method-assign]
+        queue.dequeue = timed_dequeue
         await queue.connect()
         await queue.version()  # cached: the server's INFO is not on the first dequeue's path
 
@@ -89,7 +89,7 @@ def _consume_rq(port: int) -> None:
     from redis import Redis
     from rq import Queue, SimpleWorker
 
-    dequeue_any = Queue.dequeue_any.__func__  # type: ignore[attr-defined]
+    dequeue_any = Queue.dequeue_any.__func__
 
     def timed_dequeue_any(cls: type[Queue], *args: Any, **kwargs: Any) -> Any:
         _out("BLK")
@@ -98,7 +98,7 @@ def _consume_rq(port: int) -> None:
             _out("DEQ")
         return result
 
-    Queue.dequeue_any = classmethod(timed_dequeue_any)  # type: ignore[method-assign,assignment]
+    Queue.dequeue_any = classmethod(timed_dequeue_any)
     conn = Redis(port=port)
     worker = SimpleWorker([Queue(QUEUE, connection=conn)], connection=conn)
     print("ready", flush=True)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from foundation.core.contract import CreateRequest, GenerationRecord  # noqa: E402
 
-SCHEMAS = {
+SCHEMAS: dict[str, type[CreateRequest] | type[GenerationRecord]] = {
     "create-request.schema.json": CreateRequest,
     "generation-record.schema.json": GenerationRecord,
 }

@@ -167,18 +167,18 @@ def _class(library: str, name: str) -> Any:
     return getattr(importlib.import_module(module_name or library), attr)
 
 
-def _build_on_meta(entry: dict[str, Any]) -> torch.nn.Module:
+def _build_on_meta(entry: dict[str, Any]) -> Any:  # a diffusers or transformers model class of the config
     import torch
 
     cls = _class(entry["library"], entry["class"])
     with torch.device("meta"):
         if entry["library"] == "diffusers":
-            return cls.from_config(entry["config"])  # type: ignore[no-any-return]
+            return cls.from_config(entry["config"])
         import transformers
 
         config = dict(entry["config"])
         config_obj = transformers.AutoConfig.for_model(config.pop("model_type"), **config)
-        return cls(config_obj)  # type: ignore[no-any-return]
+        return cls(config_obj)
 
 
 def _fp32_kept(module: torch.nn.Module, dtype: str, library: str) -> tuple[str, ...]:

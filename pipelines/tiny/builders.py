@@ -32,7 +32,7 @@ __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
 BUILDER_VERSION = 3  # 3: tiny-wan-i2v-a14b ships one LoRA per expert
 MARKER = "genworker-tiny-build.json"
-TINY_MODELS = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
+TINY_MODELS: tuple[str, ...] = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
 TINY_MODELS += tuple(GENERIC_BUILDERS)  # families of the generic adapter (pipelines/tiny/generic.py)
 

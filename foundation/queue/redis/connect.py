@@ -122,8 +122,8 @@ def _cluster(
     if db != 0:
         raise ValueError(f"Redis Cluster has only database 0; queue.redis_url names database {db}")
     # redis-py's cluster and sentinel constructors are untyped.
-    seeds = [ClusterNode(host or "127.0.0.1", port or _DEFAULT_PORT)]  # type: ignore[no-untyped-call]
-    seeds += [ClusterNode(*parse_address(a)) for a in settings.cluster_nodes]  # type: ignore[no-untyped-call]
+    seeds = [ClusterNode(host or "127.0.0.1", port or _DEFAULT_PORT)]
+    seeds += [ClusterNode(*parse_address(a)) for a in settings.cluster_nodes]
     tls = "ssl_check_hostname" in common
     return RedisCluster(startup_nodes=seeds, ssl=tls, **common)
 
@@ -141,8 +141,6 @@ def _sentinel(settings: QueueSettings, db: int, common: dict[str, Any]) -> redis
         own["password"] = settings.sentinel_password.get_secret_value()
     if tls:
         own["ssl"] = True
-    manager = Sentinel(sentinels, sentinel_kwargs=own)  # type: ignore[no-untyped-call]
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
-        settings.sentinel_master, db=db, ssl=tls, **common
-    )
+    manager = Sentinel(sentinels, sentinel_kwargs=own)
+    client: redis.Redis = manager.master_for(settings.sentinel_master, db=db, ssl=tls, **common)
     return client

@@ -45,7 +45,7 @@ class Durability:
         """Append the wait to ``pipe``, after the commit it must cover (``key``: one of its keys)."""
         target: dict[str, Any] = {}
         if isinstance(client, RedisCluster):
-            target["target_nodes"] = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+            target["target_nodes"] = client.get_node_from_key(key)
         pipe.execute_command(*self.wait_command(), **target)
 
     def wait_command(self) -> tuple[Any, ...]:
