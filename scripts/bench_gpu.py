@@ -169,6 +169,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--deadline-s", type=float, default=420.0, help="--random-weights: the whole run's deadline")
     parser.add_argument("--jobs", nargs="*", help="--random-weights: job keys or model ids (default: all, in order)")
     parser.add_argument("--no-backends", action="store_true", help="--random-weights: skip the backend comparison")
+    parser.add_argument(
+        "--shallow",
+        action="store_true",
+        help="--random-weights --dry-run: real widths at a few blocks instead of tiny ones (GBs of memory, minutes)",
+    )
     args = parser.parse_args(argv)
     if args.random_weights:
         from scripts.bench_gpu_random import run
@@ -186,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             dry_run=args.dry_run,
             device=device,
             backends=not args.no_backends,
+            shallow=args.shallow,
         )
     catalog = load_catalog()
     models = args.models or [m for m, spec in catalog.models.items() if not spec.tiny]

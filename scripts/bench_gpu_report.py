@@ -79,7 +79,8 @@ def table(data: dict[str, Any]) -> str:
         f"bench_gpu.py --random-weights on {data.get('device')} ({_fmt(data.get('device_memory_gb'))} GB), "
         f"torch {data.get('torch')}, diffusers {data.get('diffusers')}, transformers {data.get('transformers')}, "
         f"commit {data.get('commit')}, {data.get('started_utc')}; deadline {data.get('deadline_s')} s, "
-        f"ran {_fmt(data.get('elapsed_s'))} s" + (" (dry run: tiny widths on CPU)" if data.get("dry_run") else "")
+        f"ran {_fmt(data.get('elapsed_s'))} s"
+        + (f" (dry run on CPU, {data.get('scale')} widths)" if data.get("dry_run") else "")
     )
     lines = [
         head,

@@ -50,19 +50,20 @@ class RandomModel:
 
 
 def random_adapter(
-    spec: ModelSpec, *, device: str, variants: list[tuple[str, str]], tiny: bool, seed: int = 0
+    spec: ModelSpec, *, device: str, variants: list[tuple[str, str]], scale: str = "full", seed: int = 0
 ) -> RandomModel:
-    """``spec``'s adapter over random components from ``configs/arch/<id>/`` (``tiny``: their shrunk widths, in
-    float32, as a CPU worker runs: bf16 matmuls on a CPU are slow), under its runtime profile with offload off,
-    with random LoRAs for the ``(mode, variant)`` pairs that have one."""
+    """``spec``'s adapter over random components from ``configs/arch/<id>/``, under its runtime profile with
+    offload off, with random LoRAs for the ``(mode, variant)`` pairs that have one. ``scale``: ``full``, ``tiny``
+    (the tiny widths of ``shrink``) or ``shallow`` (real widths, a few blocks); the last two in float32, as a CPU
+    worker runs (bf16 matmuls on a CPU are slow)."""
     quiet_progress_bars()
     runtime = ModelRuntimeSettings(device=device, profile_overrides={spec.id: {"offload": "none"}})
     profile = runtime_profile(spec, runtime)
     entries = arch_entries(spec.id)
     if not entries:
         raise SystemExit(f"{spec.id}: no architecture config under configs/arch/{spec.id}/")
-    entries = shrink(entries) if tiny else entries
-    dtype = "float32" if tiny else spec.dtype
+    entries = entries if scale == "full" else shrink(entries, widths=scale == "tiny")
+    dtype = spec.dtype if scale == "full" else "float32"
     recipes = {
         name: (entry, profile.dtypes.get(name, dtype), seed + i) for i, (name, entry) in enumerate(entries.items())
     }

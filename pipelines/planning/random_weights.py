@@ -27,7 +27,7 @@ from pipelines.planning.memory_plan import _class, _fp32_kept, arch_dir
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TINY", "add_random_lora", "arch_entries", "build_random", "lora_targets", "shrink"]
+__all__ = ["SHALLOW", "TINY", "add_random_lora", "arch_entries", "build_random", "lora_targets", "shrink"]
 
 # Tiny widths per component class, for ``shrink``: the values of the tiny CPU models (pipelines/tiny), which keep
 # the couplings between components (UMT5 d_model 32 = Wan text_dim; Gemma hidden 32 = LTX-2 caption channels,
@@ -175,12 +175,31 @@ def arch_entries(model_id: str, root: Path | None = None) -> dict[str, dict[str,
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in files if p.stem != "prompt_llm"}
 
 
-def shrink(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The same components at the tiny widths and depths of ``TINY`` (nested configs merged key by key)."""
+# Depth keys per component class for ``shrink(..., widths=False)``: the real widths at a few blocks.
+SHALLOW: dict[str, dict[str, Any]] = {
+    "WanTransformer3DModel": {"num_layers": 1},
+    "LTX2VideoTransformer3DModel": {"num_layers": 1},
+    "HunyuanVideo15Transformer3DModel": {"num_layers": 1},
+    "UMT5EncoderModel": {"num_layers": 1},
+    "T5EncoderModel": {"num_layers": 1},
+    "Qwen2_5_VLTextModel": {"num_hidden_layers": 3},  # HunyuanVideo15Pipeline reads hidden_states[-3]
+    "Gemma3ForConditionalGeneration": {
+        "text_config": {"num_hidden_layers": 2},
+        "vision_config": {"num_hidden_layers": 1},
+    },
+    "diffusers.pipelines.ltx2.LTX2TextConnectors": {"text_proj_in_factor": 3},  # every Gemma hidden state: 2 + 1
+}
+
+
+def shrink(entries: dict[str, dict[str, Any]], *, widths: bool = True) -> dict[str, dict[str, Any]]:
+    """The same components at the tiny widths and depths of ``TINY`` (nested configs merged key by key), or
+    with ``widths=False`` at their real widths with a few blocks (``SHALLOW``; VAEs whole): a check of the
+    full-size configs that fits a CPU's memory."""
+    table = TINY if widths else SHALLOW
     out = {}
     for name, entry in entries.items():
         shrunk = copy.deepcopy(entry)
-        shrunk["config"] = _merged(shrunk["config"], TINY.get(entry["class"], {}))
+        shrunk["config"] = _merged(shrunk["config"], table.get(entry["class"], {}))
         out[name] = shrunk
     return out
 
