@@ -86,7 +86,8 @@ class _TextClock:
     """Device time spent in the text encoders' forwards (hooks synchronise around each call)."""
 
     def __init__(self, modules: list[Any], device: str) -> None:
-        self.modules, self.device, self.seconds, self.handles = modules, device, 0.0, []
+        self.modules, self.device, self.seconds = modules, device, 0.0
+        self.handles: list[Any] = []
         self._started = 0.0
 
     def __enter__(self) -> _TextClock:
