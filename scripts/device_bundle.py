@@ -97,11 +97,13 @@ def fill(wanted: dict[str, str]) -> list[Path]:
         if any(WHEELS.glob(f"{_wheel_name(name)}-{pinned}-*.whl")):
             continue
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
              "3.12", "--implementation", "cp", *platforms, "-d", str(WHEELS), f"{name}=={pinned}"],
-            check=True,
+            capture_output=True, text=True, check=False,
         )  # fmt: skip
+        if done.returncode != 0:  # pip's own words: no such version for CPython 3.12 on manylinux, no registry
+            raise SystemExit(f"device-bundle: {name}=={pinned}: {done.stderr.strip()[-2000:]}")
     return sorted(WHEELS.glob("*.whl"))
 
 
