@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -143,6 +143,13 @@ bench-quick: venv deps
 bench-gpu: venv
 	@mkdir -p var/bench
 	$(PY) scripts/bench_gpu.py --out var/bench/gpu.json $(ARGS)
+
+# For a lent GPU machine (Python 3.12, torch 2.11, no registry): wheels of what its image lacks into .whl/ (ignored,
+# under 60 MiB), then the one command that installs them there and runs `bench_gpu.py --random-weights` with a 420 s
+# deadline; paste it into one device run with .whl carried (docs/gpu.md, "Measuring without weights"). make test runs
+# the same command's --dry-run on CPU (tests/pipelines/test_gpu_bench.py).
+device-bundle: venv
+	$(PY) scripts/device_bundle.py
 
 # Denoising checkpoints (issue 20): cost per checkpoint vs a step, real-model sizes, and steps redone after
 # a kill -9 with and without resume (docs/benchmarks.md, "resume").
