@@ -212,7 +212,7 @@ def compare(ctx: dict[str, Any], rm: Any, mj: Any, captured: Any, results: Any) 
             return
         try:
             out, seconds, counts = run()
-            entry = {"forward_s": round(seconds, 4), "vs_sdpa": round(ref_s / seconds, 3)}
+            entry: dict[str, Any] = {"forward_s": round(seconds, 4), "vs_sdpa": round(ref_s / seconds, 3)}
             entry["max_abs_diff"] = max_abs_diff(out, ref_out)
             entry |= counts
         except Exception as e:  # a kernel that is missing, refuses the shapes or fails: that is its result

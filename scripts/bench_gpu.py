@@ -71,7 +71,7 @@ def wan_floor(catalog: Any, model: str, variant: str) -> dict[str, Any] | None:
     vae = json.loads((arch.parent / "vae.json").read_text())["config"]
     temporal, spatial = 2 ** sum(vae["temperal_downsample"]), 2 ** len(vae["temperal_downsample"])
     with torch.device("meta"):
-        module = WanTransformer3DModel.from_config(config)  # type: ignore[no-untyped-call]
+        module = WanTransformer3DModel.from_config(config)
     shape = (1, vae["z_dim"], (job.num_frames - 1) // temporal + 1, job.gen_height // spatial, job.gen_width // spatial)
     inputs = {
         "hidden_states": torch.empty(shape, device="meta"),
@@ -136,7 +136,7 @@ def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, d
 
             flops = DenoiseFlops()
             started = time.perf_counter()
-            with flops.recording(adapter.pipe):  # type: ignore[attr-defined]
+            with flops.recording(adapter.pipe):
                 adapter.denoise(job, stamp)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started

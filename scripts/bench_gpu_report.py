@@ -29,7 +29,9 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     distilled = _job(data, f"{HEADLINE} distilled")
     group = next(iter(standard["groups"].values()), None) if standard else None
 
-    def row(figure: str, value: float | None, target: str, limit: float, applies: bool, *, above: bool = False) -> dict:
+    def row(
+        figure: str, value: float | None, target: str, limit: float, applies: bool, *, above: bool = False
+    ) -> dict[str, Any]:
         met = None if value is None or not applies else (value >= limit if above else value <= limit)
         return {"figure": figure, "value": value, "target": target, "met": met, "judged_here": applies}
 

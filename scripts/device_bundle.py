@@ -51,7 +51,12 @@ LEFT_OUT = {
         f"{BUDGET_MIB} MiB bundle and the 64 MiB a device call carries; the bench reports it as not installed"
     ),
 }
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64")
+PLATFORMS: tuple[str, ...] = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+)
 PLATFORMS += ("manylinux2014_x86_64",)
 BENCH_ARGS = "--random-weights --deadline-s 420 --out $OUT/gpu.json"
 

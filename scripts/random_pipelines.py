@@ -64,7 +64,7 @@ def random_adapter(
         raise SystemExit(f"{spec.id}: no architecture config under configs/arch/{spec.id}/")
     entries = entries if scale == "full" else shrink(entries, widths=scale == "tiny")
     dtype = spec.dtype if scale == "full" else "float32"
-    recipes = {
+    recipes: dict[str, tuple[dict[str, Any], str, int]] = {
         name: (entry, profile.dtypes.get(name, dtype), seed + i) for i, (name, entry) in enumerate(entries.items())
     }
     parts = {name: build_random(e, device=device, dtype=d, seed=s) for name, (e, d, s) in recipes.items()}

@@ -250,7 +250,8 @@ def build_random(entry: dict[str, Any], *, device: str, dtype: str, seed: int) -
         for name, buffer in list(child._buffers.items()):
             if buffer is not None:
                 child._buffers[name] = buffer.to(device)
-    return module.eval().requires_grad_(False)
+    built: torch.nn.Module = module.eval().requires_grad_(False)
+    return built
 
 
 def _draw(name: str, param: torch.Tensor, dtype: torch.dtype, device: str, generator: torch.Generator) -> torch.Tensor:
