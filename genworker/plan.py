@@ -37,6 +37,7 @@ def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
 def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> str:
     """The plans as Markdown: a heading and table per model, skipped models and unpinned weights listed."""
     from pipelines.planning.memory_plan import OFFLOAD_MODES, reserve_gb
+    from pipelines.runtime.weights import needed
 
     reserve = reserve_gb(device_gb)
     lines = [
@@ -71,9 +72,11 @@ def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> s
                 f"prompt extension (the chat LLM visits the device per call): {plan.extend_gb:.1f} GB, {fits}",
             ]
         lines.append("")
-    unpinned = [s.id for s, _ in plans if not s.tiny and s.revision is None]
+    unpinned = [f"{s.id} ({repo.repo})" for s, _ in plans if not s.tiny for repo in needed(s) if repo.revision is None]
     if unpinned:
-        lines.append("Unpinned hub revisions (no verified commit SHA in the catalog): " + ", ".join(unpinned))
+        lines.append(
+            "Unpinned hub revisions (`genworker weights pull` records the commit it fetched): " + ", ".join(unpinned)
+        )
     return "\n".join(lines) + "\n"
 
 

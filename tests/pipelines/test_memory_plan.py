@@ -183,7 +183,8 @@ def test_genworker_plan_prints_the_table(tmp_path: Path) -> None:
     assert "| 1080p 1472x1472, 10 s | 241 |" in out and "needs offload (group)" in out
     assert "| 480p 736x544, 5 s | 81 |" in out and "| fits | 5 s |" in out
     assert "`tiny-wan`: tiny CPU model: not planned" in out
-    assert "Unpinned hub revisions" in out and "ltx-2" in out.split("Unpinned hub revisions")[1]
+    unpinned = out.split("Unpinned hub revisions")[1]  # the 1.3B's chat LLM is not pinned; LTX-2's one repo is
+    assert "wan2.1-t2v-1.3b (Qwen/Qwen2.5-7B-Instruct)" in unpinned and "ltx-2" not in unpinned
     bad = CliRunner().invoke(app, ["plan", "--gpu-memory-gb", "48", "--model", "nope"])
     assert bad.exit_code == 2 and "unknown model ids ['nope']" in bad.output
 
@@ -207,10 +208,12 @@ def test_revisions_are_commit_shas_passed_only_to_hub_loads(tmp_path: Path) -> N
     assert hub_revision("Lightricks/LTX-2", "Lightricks/LTX-2", None) == {}
     text = Path("configs/models.yaml").read_text(encoding="utf-8")
     path = tmp_path / "models.yaml"
-    path.write_text(text.replace("weights: Lightricks/LTX-2\n", "weights: Lightricks/LTX-2\n    revision: main\n"))
+    pinned = load_catalog().models["ltx-2"].revision
+    assert pinned is not None and f"revision: {pinned}\n" in text
+    path.write_text(text.replace(f"revision: {pinned}\n", "revision: main\n"))
     with pytest.raises(CatalogError, match="'revision'"):
         load_catalog(path)
-    path.write_text(text.replace("weights: Lightricks/LTX-2\n", f"weights: Lightricks/LTX-2\n    revision: {sha}\n"))
+    path.write_text(text.replace(f"revision: {pinned}\n", f"revision: {sha}\n"))
     assert load_catalog(path).models["ltx-2"].revision == sha
 
 
