@@ -36,6 +36,7 @@ __all__ = [
     "PromptExtendSpec",
     "Rates",
     "RuntimeProfile",
+    "SamplerSpec",
     "TwoStageSpec",
     "VariantSpec",
     "check_profile",
@@ -169,6 +170,19 @@ class LoraSpec(BaseModel):
     scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
 
 
+class SamplerSpec(BaseModel):
+    """The solver a variant samples with where it differs from the checkpoint's own (a Wan ``UniPCMultistepScheduler``,
+    solver order 2 with its corrector). The Wan adapters rebuild the shipped scheduler with it for the variant's jobs.
+
+    A step-distilled recipe (lightx2v's 4-step LoRAs) is trained for a first-order flow-Euler step: ``solver_order: 1``
+    with ``corrector: false`` on every step is exactly that update (``pipelines.families.wan``)."""
+
+    model_config = _Forbid
+
+    solver_order: Annotated[int, Field(ge=1, le=3)]
+    corrector: bool = True  # False: UniC's corrector off on every step (disable_corrector = all step indices)
+
+
 class VariantSpec(BaseModel):
     """A recipe: steps and guidance, plus family-specific pipeline knobs in ``pipeline_kwargs``."""
 
@@ -185,6 +199,7 @@ class VariantSpec(BaseModel):
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
     cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
     lora: LoraSpec | None = None  # a LoRA recipe (Wan family), e.g. a 4-step distillation LoRA
+    sampler: SamplerSpec | None = None  # a solver other than the checkpoint's (Wan family), e.g. first-order Euler
 
 
 class ModeSpec(BaseModel):
@@ -467,6 +482,11 @@ class ModelSpec(BaseModel):
                     raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
                 if variant.lora is not None:
                     _check_lora(where, self.family, variant)
+                if variant.sampler is not None and self.family != "wan":
+                    raise ValueError(
+                        f"{where}: sampler rebuilds the Wan adapters' UniPC scheduler; family {self.family!r} would "
+                        "ignore it"
+                    )
                 if variant.pipeline_kwargs.get("distilled"):
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")

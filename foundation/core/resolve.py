@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, VariantSpec, mode_inputs
+from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, SamplerSpec, VariantSpec, mode_inputs
 from foundation.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from foundation.core.errors import ErrorCode, RequestRejected
 from foundation.core.sizes import target_size
@@ -66,6 +66,7 @@ class ResolvedJob(BaseModel):
     pipeline_kwargs: dict[str, Any] = {}
     cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.profile.apply_cache)
     lora: LoraSpec | None = None  # the variant's LoRA (pipelines.runtime.profile.apply_lora)
+    sampler: SamplerSpec | None = None  # the variant's solver, when not the checkpoint's (pipelines.families.wan)
     max_job_seconds: float
     # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
     # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
@@ -243,6 +244,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         pipeline_kwargs=dict(variant.pipeline_kwargs),
         cache=variant.cache,
         lora=variant.lora,
+        sampler=variant.sampler,
         max_job_seconds=spec.max_job_seconds,
         image=image,
     )

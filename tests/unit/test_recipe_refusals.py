@@ -1,6 +1,6 @@
 """A recipe value the family would accept and then ignore is refused when the catalog loads (issue 18):
 Wan's flow_shift and guidance_scale_2 on LTX-2, a distilled variant off its 8 steps or without the two-stage
-recipe, a revision that is not a commit."""
+recipe, a revision that is not a commit, a sampler (the Wan adapters' solver) on another family."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def _variants(entry: dict[str, Any]) -> dict[str, Any]:
         (lambda e: e.pop("two_stage"), "distilled needs the model's two_stage"),
         (lambda e: _variants(e)["standard"]["pipeline_kwargs"].update(flow_shift=3.0), "unknown key 'flow_shift'"),
         (lambda e: e.update(revision="main"), "revision"),
+        (lambda e: _variants(e)["fast"].update(sampler={"solver_order": 1}), "sampler rebuilds the Wan adapters'"),
     ],
 )
 def test_ignored_recipe_values_are_refused_at_load(tmp_path: Path, mutate: Any, message: str) -> None:
