@@ -222,7 +222,9 @@ class PromptExtendSpec(BaseModel):
     method: Literal["text_encoder", "chat_llm"]
     llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
     llm_revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit of ``llm``
-    # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
+    # chat_llm: whose official system prompts the LLM gets, by upstream task (Wan 2.1's LM_*; Wan 2.2's T2V_A14B_*,
+    # I2V_A14B_*, TI2V-5B's pair: pipelines.families.system_prompts), and in which language (upstream's default: zh).
+    system_prompt: Literal["wan2.1", "wan2.2-t2v-a14b", "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"] | None = None
     language: Literal["en", "zh"] = "en"
     max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
@@ -231,6 +233,8 @@ class PromptExtendSpec(BaseModel):
     def _llm_named(self) -> PromptExtendSpec:
         if self.method == "chat_llm" and not self.llm:
             raise ValueError("method chat_llm needs 'llm' (hub id or local path)")
+        if (self.method == "chat_llm") != (self.system_prompt is not None):
+            raise ValueError("method chat_llm needs 'system_prompt' (whose official prompts), and only it")
         return self
 
 
@@ -464,6 +468,10 @@ class ModelSpec(BaseModel):
             raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
         if self.family == "diffusers" and self.prompt_extend is not None:
             raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
+        chat_llm = self.prompt_extend is not None and self.prompt_extend.method == "chat_llm"
+        if chat_llm and "image_to_video" in self.modes:
+            # Upstream extends image prompts with a vision-language model that sees the image (Qwen2.5-VL).
+            raise ValueError("prompt_extend: a chat LLM reads text only and this model takes images (image_to_video)")
         try:
             check_profile(self.family, self.runtime, self.diffusers)
         except ValueError as e:

@@ -275,7 +275,9 @@ class DiffusersTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ the rest
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
         """Generic entries carry no prompt extension (the catalog refuses ``prompt_extend`` for them)."""
         raise PromptExtendError(f"{self.spec.id} has no prompt extension")
 

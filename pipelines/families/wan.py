@@ -26,7 +26,7 @@ from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import PromptExtendError
-from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
+from pipelines.families.system_prompts import wan_system_prompt
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.profile import (
     apply_cache,
@@ -50,6 +50,7 @@ from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprin
 
 if TYPE_CHECKING:
     import torch
+    from PIL.Image import Image
 
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
@@ -305,11 +306,17 @@ class WanTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ prompt
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model)."""
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model) and the
+        official system prompt of the entry's upstream task (``prompt_extend.system_prompt``)."""
         settings = self.spec.prompt_extend
-        if settings is None or settings.method != "chat_llm" or not settings.llm:
+        if settings is None or settings.method != "chat_llm" or not settings.llm or not settings.system_prompt:
             raise PromptExtendError(f"{self.spec.id} has no chat LLM for prompt extension")
+        if image is not None:  # the catalog refuses chat_llm on image models; upstream uses a vision-language model
+            raise PromptExtendError(f"{self.spec.id}: a chat LLM cannot see the input image")
+        system_prompt = wan_system_prompt(settings.system_prompt, settings.language, image=False, prompt=prompt)
         if self._llm_error is not None:
             raise PromptExtendError(f"the chat LLM failed to load earlier: {self._llm_error}")
         if self._llm is None:
@@ -328,7 +335,7 @@ class WanTextToVideo(Adapter):
                 raise
         started = time.perf_counter()
         raw = self._llm.rewrite(
-            WAN_SYSTEM_PROMPTS[settings.language],
+            system_prompt,
             prompt,
             max_new_tokens=max_new_tokens,
             timeout_s=timeout_s,
