@@ -330,6 +330,10 @@ class DiffusersSpec(BaseModel):
     components: list[str] = Field(default_factory=list)  # names a runtime profile may give a dtype
     denoisers: list[str] = Field(default_factory=lambda: ["transformer"])  # attention backend / compile targets
     attention_mask: bool = False  # its transformer passes a text mask on every step (refuses flash/sage kernels)
+    # "module:Class" of an attention processor put in place of the denoisers' own at load (each processor that is
+    # an instance of its ``replaces``): HunyuanVideo 1.5's, without the dense L x L mask
+    # (pipelines/families/hunyuan15.py).
+    attention_processor: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
     options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 

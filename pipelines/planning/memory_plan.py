@@ -11,8 +11,11 @@ docs/gpu.md):
   time (inference keeps no activations across blocks; SDPA's flash/cuDNN/efficient kernels need no L^2
   score matrix). ``batch`` is 2 where the pipeline batches CFG (LTX-2), 1 where it runs the two branches in
   turn (Wan). LTX-2's two-stage recipe runs stage 1 at half the size with CFG and stage 2 at full size
-  without: the larger of the two counts. Not calibrated against a measurement yet (no GPU here):
-  ``make gpu-smoke`` prints measured peaks beside these figures.
+  without: the larger of the two counts. Masks stay per key: HunyuanVideo 1.5's joint attention runs with a
+  (1, 1, 1, L) key-padding mask (``pipelines.families.hunyuan15``), not diffusers' dense (1, 1, L, L) one, which
+  would add 2 L^2 bytes per call in the processor alone (4.9 GiB at 480p x 121 frames, 24 GiB at 720p).
+  Not calibrated against a measurement yet (no GPU here): ``make gpu-smoke`` prints measured peaks beside
+  these figures.
 - **decode**: one decoder module's input and output at full resolution:
   ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
   decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
