@@ -99,3 +99,22 @@ def test_the_transformer_gives_the_same_output_with_either_mask(
         with _stock_processors(transformer):
             stock = transformer(**inputs)[0]
     torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("pipelines.families.hunyuan15:KeyPaddingAttnProcessor", "no HunyuanVideo15AttnProcessor2_0 to replace"),
+        ("pipelines.families.hunyuan15:NoSuchProcessor", "cannot be imported"),
+    ],
+)
+def test_a_processor_that_replaces_nothing_fails_the_load(
+    model_cache: ModelCache, catalog: Catalog, ref: str, message: str
+) -> None:
+    """Named on a model it does not fit (SkyReels-V2's Wan attention), the load fails instead of running unchanged."""
+    from pipelines.errors import ModelLoadError
+    from pipelines.families.generic import replace_attention
+
+    skyreels = model_cache.get(catalog.models["tiny-skyreels-v2"])
+    with pytest.raises(ModelLoadError, match=message):
+        replace_attention(skyreels.pipe, ["transformer"], ref)  # type: ignore[attr-defined]
