@@ -436,6 +436,10 @@ class ModelSpec(BaseModel):
     dtype: DType = "bfloat16"
     runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
     two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    # A super-resolution stage after denoising (HunyuanVideo 1.5's upstream default: a separate step-distilled SR
+    # transformer and upsampler, 480p -> 720p, 720p -> 1080p). No adapter implements one, and diffusers 0.42.1 has
+    # no HunyuanVideo 1.5 SR pipeline or component: only false is accepted until one does (docs/gpu.md).
+    super_resolution: bool = False
     checkpoints: CheckpointPolicy = Field(
         default_factory=CheckpointPolicy
     )  # resume mid-denoise (pipelines.runtime.resume)
@@ -480,6 +484,11 @@ class ModelSpec(BaseModel):
             check_profile(self.family, self.runtime, self.diffusers)
         except ValueError as e:
             raise ValueError(f"runtime: {e}") from None
+        if self.super_resolution:
+            raise ValueError(
+                "super_resolution: no adapter runs a super-resolution stage (diffusers 0.42.1 has none for "
+                "HunyuanVideo 1.5); set it false"
+            )
         if self.two_stage is not None:
             if self.family != "ltx2":
                 raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")

@@ -47,3 +47,16 @@ def test_ignored_recipe_values_are_refused_at_load(tmp_path: Path, mutate: Any, 
 
 def test_the_shipped_ltx2_entry_loads(tmp_path: Path) -> None:
     assert load_catalog(_ltx2_catalog(tmp_path, lambda e: None)).models["ltx-2"].two_stage is not None
+
+
+def test_hunyuan15_says_it_runs_without_super_resolution_and_true_is_refused(tmp_path: Path) -> None:
+    """Upstream HunyuanVideo 1.5 runs a super-resolution stage by default (generate.py --sr true); diffusers 0.42.1
+    has no implementation of it, so the entries say false explicitly and true is refused at load."""
+    data = yaml.safe_load(default_catalog_path().read_text(encoding="utf-8"))
+    hunyuan = [m for m in data["models"] if m["id"].startswith("hunyuanvideo-1.5-")]
+    assert hunyuan and all(m.get("super_resolution") is False for m in hunyuan)
+    hunyuan[0]["super_resolution"] = True
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(CatalogError, match="super_resolution: no adapter runs a super-resolution stage"):
+        load_catalog(path)
