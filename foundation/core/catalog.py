@@ -421,6 +421,15 @@ class ModelSpec(BaseModel):
     fps: Annotated[int, Field(ge=1, le=120)]
     frame_rule: FrameRule
     stride: Annotated[int, Field(ge=2, le=256)]
+    # Generation sizes (width, height) by resolution and ratio where the model's upstream lists one other than the
+    # target rounded up to the stride (Wan 2.2 TI2V-5B's 720p is 1280x704): within one stride of the target on
+    # each side; the encoder scales what is below the target (foundation.media.frames.output_box).
+    generation_sizes: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
+    # How an image_to_video job's generation size follows its input image (foundation.core.sizes):
+    # crop: the text size, the image cropped to it (LTX-2's ltx_pipelines media_io resize_and_center_crop);
+    # max_area: the image's aspect at the text size's area, sides floored to the stride (Wan 2.1/2.2 I2V);
+    # best_output_size: of the stride-grid sizes within that area, the nearest aspect (Wan 2.2 TI2V-5B).
+    image_fit: Literal["crop", "max_area", "best_output_size"] = "crop"
     resolutions: list[str]
     ratios: list[str]
     durations: list[Annotated[int, Field(ge=1, le=120)]]
@@ -527,6 +536,9 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"ratio {ratio!r} is not one of {list(RATIOS)}")
         if not (self.resolutions and self.ratios and self.durations and self.modes):
             raise ValueError("resolutions, ratios, durations and modes must not be empty")
+        self._check_generation_sizes()
+        if self.image_fit != "crop" and "image_to_video" not in self.modes:
+            raise ValueError(f"image_fit {self.image_fit!r} fits input images; the model has no image_to_video mode")
         allowed_defaults = {"resolution", "ratio", "duration_seconds", "audio", "prompt_extend"}
         unknown = set(self.defaults) - allowed_defaults
         if unknown:
@@ -542,6 +554,18 @@ class ModelSpec(BaseModel):
         if self.defaults.get("prompt_extend", False) and self.prompt_extend is None:
             raise ValueError("defaults.prompt_extend is true but the model has no prompt_extend")
         return self
+
+    def _check_generation_sizes(self) -> None:
+        for label, by_ratio in self.generation_sizes.items():
+            for ratio, (width, height) in by_ratio.items():
+                where = f"generation_sizes.{label}.{ratio}"
+                if label not in self.resolutions or ratio not in self.ratios:
+                    raise ValueError(f"{where}: {label} {ratio} is not offered by the model")
+                if width % self.stride or height % self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is not on the model's stride {self.stride}")
+                target_w, target_h = SIZE_TABLE[label][ratio]
+                if abs(width - target_w) >= self.stride or abs(height - target_h) >= self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is a stride or more from {target_w}x{target_h}")
 
 
 class Catalog(BaseModel):

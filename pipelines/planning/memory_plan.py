@@ -45,8 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from foundation.core.catalog import config_dir
-from foundation.core.resolve import frames_for, round_up
-from foundation.core.sizes import SIZE_TABLE
+from foundation.core.resolve import frames_for, generation_size
 
 if TYPE_CHECKING:
     import torch
@@ -361,10 +360,10 @@ def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], jo
 
 
 def _largest_size(spec: ModelSpec, resolution: str) -> tuple[int, int]:
-    """The generated size with the most pixels among the model's ratios (stride-rounded)."""
-    sizes = [SIZE_TABLE[resolution][ratio] for ratio in spec.ratios]
-    rounded = [(round_up(w, spec.stride), round_up(h, spec.stride)) for w, h in sizes]
-    return max(rounded, key=lambda s: s[0] * s[1])
+    """The generated size with the most pixels among the model's ratios (``generation_size``; an image job
+    that keeps its image's aspect has at most that size's pixels)."""
+    sizes = [generation_size(spec, resolution, ratio) for ratio in spec.ratios]
+    return max(sizes, key=lambda s: s[0] * s[1])
 
 
 def plan_model(spec: ModelSpec, profile: RuntimeProfile, device_gb: float, root: Path | None = None) -> ModelPlan:
