@@ -8,7 +8,7 @@ Model facts behind it (diffusers 0.42.1 ``models/transformers/transformer_hunyua
   (729 SigLIP image slots, 256 byT5 and 1,000 Qwen2.5-VL tokens, always padded to those lengths); the
   transformer reorders the text side so its valid tokens come first and the padding last;
 - ``HunyuanVideo15AttnProcessor2_0`` turns the (B, L) key-padding mask into a dense (B, 1, L, L) bool mask on
-  every call (``mask_q & mask_k``): L = 51,275 at 480p x 121 frames, so two L^2-byte tensors (4.9 GiB) in the
+  every call (``mask_q & mask_k``): L = 50,345 at 832x480 x 121 frames, so two L^2-byte tensors (4.7 GiB) in the
   processor, and SDPA's memory-efficient kernel turns a bool mask into an additive one of its own shape (another
   2 L^2 bytes, padded to an 8-aligned last dimension: one more copy). At 720p x 121 frames (L = 113,585) that is
   over 48 GiB per attention call, on top of the weights;

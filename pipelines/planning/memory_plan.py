@@ -13,7 +13,7 @@ docs/gpu.md):
   turn (Wan). LTX-2's two-stage recipe runs stage 1 at half the size with CFG and stage 2 at full size
   without: the larger of the two counts. Masks stay per key: HunyuanVideo 1.5's joint attention runs with a
   (1, 1, 1, L) key-padding mask (``pipelines.families.hunyuan15``), not diffusers' dense (1, 1, L, L) one, which
-  would add 2 L^2 bytes per call in the processor alone (4.9 GiB at 480p x 121 frames, 24 GiB at 720p).
+  would add 2 L^2 bytes per call in the processor alone (4.7 GiB at 832x480 x 121 frames, 24 GiB at 1280x720).
   Not calibrated against a measurement yet (no GPU here): ``make gpu-smoke`` prints measured peaks beside
   these figures.
 - **decode**: one decoder module's input and output at full resolution:
