@@ -93,13 +93,14 @@ def run_pipeline(
     """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise.
 
     ``image`` is the job's input image, checked and fitted (``worker.input_image``); it reaches the
-    adapter's ``denoise`` as ``image=`` and only when there is one, so text-only adapters never see it.
+    adapter's ``denoise`` (and ``extend_prompt``, for a rewrite that sees it) as ``image=`` and only when there
+    is one, so text-only adapters never see it.
     Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
     """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
         adapter = run.with_oom_retry(Stage.loading, run.adapter)
-    job, extension = run.extend_prompt(adapter, job)
+    job, extension = run.extend_prompt(adapter, job, image)
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
     pipe = adapter.pipe  # diffusers adapters: their denoisers' FLOPs are counted
@@ -165,13 +166,15 @@ class _Run:
             self._hooks.model_loaded(self._spec.id, time.perf_counter() - started)
         return adapter
 
-    def extend_prompt(self, adapter: Adapter, job: ResolvedJob) -> tuple[ResolvedJob, PromptExtension | None]:
+    def extend_prompt(
+        self, adapter: Adapter, job: ResolvedJob, image: Image | None
+    ) -> tuple[ResolvedJob, PromptExtension | None]:
         if not job.prompt_extend:
             return job, None
         from pipelines.runtime.prompt_extend import extend_or_fallback
 
         with self._hooks.stage(Stage.extending_prompt):
-            prompt_used, extension = extend_or_fallback(adapter, job)
+            prompt_used, extension = extend_or_fallback(adapter, job, image=image)
         if extension.status == "fallback":
             self._hooks.log.warning(
                 "prompt extension fell back to the original prompt", extra={"reason": extension.reason}

@@ -36,6 +36,7 @@ __all__ = [
     "PromptExtendSpec",
     "Rates",
     "RuntimeProfile",
+    "SamplerSpec",
     "TwoStageSpec",
     "VariantSpec",
     "check_profile",
@@ -169,6 +170,19 @@ class LoraSpec(BaseModel):
     scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
 
 
+class SamplerSpec(BaseModel):
+    """The solver a variant samples with where it differs from the checkpoint's own (a Wan ``UniPCMultistepScheduler``,
+    solver order 2 with its corrector). The Wan adapters rebuild the shipped scheduler with it for the variant's jobs.
+
+    A step-distilled recipe (lightx2v's 4-step LoRAs) is trained for a first-order flow-Euler step: ``solver_order: 1``
+    with ``corrector: false`` on every step is exactly that update (``pipelines.families.wan``)."""
+
+    model_config = _Forbid
+
+    solver_order: Annotated[int, Field(ge=1, le=3)]
+    corrector: bool = True  # False: UniC's corrector off on every step (disable_corrector = all step indices)
+
+
 class VariantSpec(BaseModel):
     """A recipe: steps and guidance, plus family-specific pipeline knobs in ``pipeline_kwargs``."""
 
@@ -185,6 +199,7 @@ class VariantSpec(BaseModel):
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
     cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
     lora: LoraSpec | None = None  # a LoRA recipe (Wan family), e.g. a 4-step distillation LoRA
+    sampler: SamplerSpec | None = None  # a solver other than the checkpoint's (Wan family), e.g. first-order Euler
 
 
 class ModeSpec(BaseModel):
@@ -207,7 +222,9 @@ class PromptExtendSpec(BaseModel):
     method: Literal["text_encoder", "chat_llm"]
     llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
     llm_revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit of ``llm``
-    # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
+    # chat_llm: whose official system prompts the LLM gets, by upstream task (Wan 2.1's LM_*; Wan 2.2's T2V_A14B_*,
+    # I2V_A14B_*, TI2V-5B's pair: pipelines.families.system_prompts), and in which language (upstream's default: zh).
+    system_prompt: Literal["wan2.1", "wan2.2-t2v-a14b", "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"] | None = None
     language: Literal["en", "zh"] = "en"
     max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
@@ -216,6 +233,8 @@ class PromptExtendSpec(BaseModel):
     def _llm_named(self) -> PromptExtendSpec:
         if self.method == "chat_llm" and not self.llm:
             raise ValueError("method chat_llm needs 'llm' (hub id or local path)")
+        if (self.method == "chat_llm") != (self.system_prompt is not None):
+            raise ValueError("method chat_llm needs 'system_prompt' (whose official prompts), and only it")
         return self
 
 
@@ -311,6 +330,10 @@ class DiffusersSpec(BaseModel):
     components: list[str] = Field(default_factory=list)  # names a runtime profile may give a dtype
     denoisers: list[str] = Field(default_factory=lambda: ["transformer"])  # attention backend / compile targets
     attention_mask: bool = False  # its transformer passes a text mask on every step (refuses flash/sage kernels)
+    # "module:Class" of an attention processor put in place of the denoisers' own at load (each processor that is
+    # an instance of its ``replaces``): HunyuanVideo 1.5's, without the dense L x L mask
+    # (pipelines/families/hunyuan15.py).
+    attention_processor: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
     options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 
@@ -398,6 +421,15 @@ class ModelSpec(BaseModel):
     fps: Annotated[int, Field(ge=1, le=120)]
     frame_rule: FrameRule
     stride: Annotated[int, Field(ge=2, le=256)]
+    # Generation sizes (width, height) by resolution and ratio where the model's upstream lists one other than the
+    # target rounded up to the stride (Wan 2.2 TI2V-5B's 720p is 1280x704): within one stride of the target on
+    # each side; the encoder scales what is below the target (foundation.media.frames.output_box).
+    generation_sizes: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
+    # How an image_to_video job's generation size follows its input image (foundation.core.sizes):
+    # crop: the text size, the image cropped to it (LTX-2's ltx_pipelines media_io resize_and_center_crop);
+    # max_area: the image's aspect at the text size's area, sides floored to the stride (Wan 2.1/2.2 I2V);
+    # best_output_size: of the stride-grid sizes within that area, the nearest aspect (Wan 2.2 TI2V-5B).
+    image_fit: Literal["crop", "max_area", "best_output_size"] = "crop"
     resolutions: list[str]
     ratios: list[str]
     durations: list[Annotated[int, Field(ge=1, le=120)]]
@@ -413,6 +445,10 @@ class ModelSpec(BaseModel):
     dtype: DType = "bfloat16"
     runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
     two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    # A super-resolution stage after denoising (HunyuanVideo 1.5's upstream default: a separate step-distilled SR
+    # transformer and upsampler, 480p -> 720p, 720p -> 1080p). No adapter implements one, and diffusers 0.42.1 has
+    # no HunyuanVideo 1.5 SR pipeline or component: only false is accepted until one does (docs/gpu.md).
+    super_resolution: bool = False
     checkpoints: CheckpointPolicy = Field(
         default_factory=CheckpointPolicy
     )  # resume mid-denoise (pipelines.runtime.resume)
@@ -449,10 +485,19 @@ class ModelSpec(BaseModel):
             raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
         if self.family == "diffusers" and self.prompt_extend is not None:
             raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
+        chat_llm = self.prompt_extend is not None and self.prompt_extend.method == "chat_llm"
+        if chat_llm and "image_to_video" in self.modes:
+            # Upstream extends image prompts with a vision-language model that sees the image (Qwen2.5-VL).
+            raise ValueError("prompt_extend: a chat LLM reads text only and this model takes images (image_to_video)")
         try:
             check_profile(self.family, self.runtime, self.diffusers)
         except ValueError as e:
             raise ValueError(f"runtime: {e}") from None
+        if self.super_resolution:
+            raise ValueError(
+                "super_resolution: no adapter runs a super-resolution stage (diffusers 0.42.1 has none for "
+                "HunyuanVideo 1.5); set it false"
+            )
         if self.two_stage is not None:
             if self.family != "ltx2":
                 raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")
@@ -467,6 +512,11 @@ class ModelSpec(BaseModel):
                     raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
                 if variant.lora is not None:
                     _check_lora(where, self.family, variant)
+                if variant.sampler is not None and self.family != "wan":
+                    raise ValueError(
+                        f"{where}: sampler rebuilds the Wan adapters' UniPC scheduler; family {self.family!r} would "
+                        "ignore it"
+                    )
                 if variant.pipeline_kwargs.get("distilled"):
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
@@ -486,6 +536,9 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"ratio {ratio!r} is not one of {list(RATIOS)}")
         if not (self.resolutions and self.ratios and self.durations and self.modes):
             raise ValueError("resolutions, ratios, durations and modes must not be empty")
+        self._check_generation_sizes()
+        if self.image_fit != "crop" and "image_to_video" not in self.modes:
+            raise ValueError(f"image_fit {self.image_fit!r} fits input images; the model has no image_to_video mode")
         allowed_defaults = {"resolution", "ratio", "duration_seconds", "audio", "prompt_extend"}
         unknown = set(self.defaults) - allowed_defaults
         if unknown:
@@ -501,6 +554,18 @@ class ModelSpec(BaseModel):
         if self.defaults.get("prompt_extend", False) and self.prompt_extend is None:
             raise ValueError("defaults.prompt_extend is true but the model has no prompt_extend")
         return self
+
+    def _check_generation_sizes(self) -> None:
+        for label, by_ratio in self.generation_sizes.items():
+            for ratio, (width, height) in by_ratio.items():
+                where = f"generation_sizes.{label}.{ratio}"
+                if label not in self.resolutions or ratio not in self.ratios:
+                    raise ValueError(f"{where}: {label} {ratio} is not offered by the model")
+                if width % self.stride or height % self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is not on the model's stride {self.stride}")
+                target_w, target_h = SIZE_TABLE[label][ratio]
+                if abs(width - target_w) >= self.stride or abs(height - target_h) >= self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is a stride or more from {target_w}x{target_h}")
 
 
 class Catalog(BaseModel):

@@ -1,8 +1,13 @@
 """Parameter resolution: a create request plus the catalog gives a resolved job and a price hold.
 
 Everything a pipeline needs is decided here, once, so the API (at create) and the worker (at claim)
-agree: target size from the size table, generation size rounded up to the family stride, generated
-frames by the family's frame rule, frames to keep = duration x fps, and the variant's recipe.
+agree: target size from the size table, generation size (``generation_size``), generated frames by the
+family's frame rule, frames to keep = duration x fps, and the variant's recipe.
+
+The generation size is the target rounded up to the model's stride, or the size its upstream lists instead
+(``generation_sizes``: 1280x704 for a 1280x720 target). An ``image_to_video`` job of a model that keeps the
+image's aspect (``image_fit``) generates at the image's aspect with that size's area: the model sees the whole
+image, as upstream, and the encoder crops the video to the requested ratio and scales it to the target.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, VariantSpec, mode_inputs
+from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, SamplerSpec, VariantSpec, mode_inputs
 from foundation.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from foundation.core.errors import ErrorCode, RequestRejected
-from foundation.core.sizes import target_size
+from foundation.core.sizes import best_output_size, max_area_size, target_size
 
 __all__ = [
     "ResolvedJob",
@@ -25,6 +30,7 @@ __all__ = [
     "check_prompt",
     "compute_price",
     "frames_for",
+    "generation_size",
     "nearest_ratio",
     "resolve",
     "round_up",
@@ -54,7 +60,7 @@ class ResolvedJob(BaseModel):
     duration_seconds: int
     width: int  # what the client receives
     height: int
-    gen_width: int  # what the pipeline generates (multiple of the stride, >= width)
+    gen_width: int  # what the pipeline generates (a multiple of the stride; ``generation_size``)
     gen_height: int
     fps: int
     num_frames: int  # generated, obeys the frame rule
@@ -66,14 +72,31 @@ class ResolvedJob(BaseModel):
     pipeline_kwargs: dict[str, Any] = {}
     cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.profile.apply_cache)
     lora: LoraSpec | None = None  # the variant's LoRA (pipelines.runtime.profile.apply_lora)
+    sampler: SamplerSpec | None = None  # the variant's solver, when not the checkpoint's (pipelines.families.wan)
     max_job_seconds: float
     # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
-    # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
+    # sha256, fits it to (gen_width, gen_height) (worker.input_image) and hands it to the adapter.
     image: StoredImage | None = None
 
 
 def round_up(value: int, stride: int) -> int:
     return math.ceil(value / stride) * stride
+
+
+def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: StoredImage | None = None) -> tuple[int, int]:
+    """(width, height) the pipeline generates: the size upstream lists for this resolution and ratio, else the
+    target rounded up to the stride; for an input image under ``image_fit`` max_area or best_output_size, the
+    image's aspect with that size's area."""
+    listed = spec.generation_sizes.get(resolution, {}).get(ratio)
+    if listed is not None:
+        width, height = listed
+    else:
+        target_w, target_h = target_size(resolution, ratio)
+        width, height = round_up(target_w, spec.stride), round_up(target_h, spec.stride)
+    if image is None or spec.image_fit == "crop":
+        return width, height
+    fit = max_area_size if spec.image_fit == "max_area" else best_output_size
+    return fit(image.width, image.height, width * height, spec.stride)
 
 
 def frames_for(keep: int, multiple: int, offset: int) -> int:
@@ -213,6 +236,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
     prompt = request.input.prompt
     check_prompt(spec, prompt)
     width, height = target_size(resolution, ratio)
+    gen_width, gen_height = generation_size(spec, resolution, ratio, image)
     keep = duration * spec.fps
     job = ResolvedJob(
         model=spec.id,
@@ -231,8 +255,8 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         duration_seconds=duration,
         width=width,
         height=height,
-        gen_width=round_up(width, spec.stride),
-        gen_height=round_up(height, spec.stride),
+        gen_width=gen_width,
+        gen_height=gen_height,
         fps=spec.fps,
         num_frames=frames_for(keep, spec.frame_rule.multiple, spec.frame_rule.offset),
         keep_frames=keep,
@@ -243,6 +267,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         pipeline_kwargs=dict(variant.pipeline_kwargs),
         cache=variant.cache,
         lora=variant.lora,
+        sampler=variant.sampler,
         max_job_seconds=spec.max_job_seconds,
         image=image,
     )

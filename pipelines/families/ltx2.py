@@ -441,21 +441,33 @@ class LTX2TextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ prompt
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' T2V system prompt."""
-        from diffusers.pipelines.ltx2.utils import T2V_DEFAULT_SYSTEM_PROMPT
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' system prompt: the
+        text-to-video one, or for an image job the image-to-video one with the image (the fitted input image,
+        the video's first frame), which Gemma-3's vision tower sees (``enhance_prompt(image=)`` scales its long
+        side to 896 as upstream's ``generate_enhanced_prompt``).
+
+        The texts are diffusers' (``pipelines/ltx2/utils.py``), the ones the installed pipeline ships: they are
+        Lightricks' ``gemma3_{t2v,i2v}_system_prompt.txt`` (LTX-2 packages/ltx-core/.../encoders/prompts/) with
+        the lines re-wrapped, not byte-equal (tests/pipelines/test_prompt_extend.py pins both digests). Taken
+        from the library that runs the model so the prompt and the template that formats it change together."""
+        from diffusers.pipelines.ltx2.utils import I2V_DEFAULT_SYSTEM_PROMPT, T2V_DEFAULT_SYSTEM_PROMPT
 
         pipe = self._pipe()
         if getattr(pipe, "processor", None) is None:
             raise PromptExtendError(f"{self.spec.id} has no processor: its text encoder cannot enhance prompts")
+        conditioning = {"image": image} if image is not None else {}
         started = time.perf_counter()
         with seeded_rng(seed, self.device):
             texts = pipe.enhance_prompt(
                 prompt,
-                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT,
+                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT if image is None else I2V_DEFAULT_SYSTEM_PROMPT,
                 max_new_tokens=max_new_tokens,
                 seed=seed,
                 generation_kwargs={**_ENHANCE_SAMPLING, "max_time": timeout_s},
+                **conditioning,
             )
         return finish_extension(texts[0] if texts else "", started=started, timeout_s=timeout_s)
 

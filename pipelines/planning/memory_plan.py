@@ -11,8 +11,11 @@ docs/gpu.md):
   time (inference keeps no activations across blocks; SDPA's flash/cuDNN/efficient kernels need no L^2
   score matrix). ``batch`` is 2 where the pipeline batches CFG (LTX-2), 1 where it runs the two branches in
   turn (Wan). LTX-2's two-stage recipe runs stage 1 at half the size with CFG and stage 2 at full size
-  without: the larger of the two counts. Not calibrated against a measurement yet (no GPU here):
-  ``make gpu-smoke`` prints measured peaks beside these figures.
+  without: the larger of the two counts. Masks stay per key: HunyuanVideo 1.5's joint attention runs with a
+  (1, 1, 1, L) key-padding mask (``pipelines.families.hunyuan15``), not diffusers' dense (1, 1, L, L) one, which
+  would add 2 L^2 bytes per call in the processor alone (4.7 GiB at 832x480 x 121 frames, 24 GiB at 1280x720).
+  Not calibrated against a measurement yet (no GPU here): ``make gpu-smoke`` prints measured peaks beside
+  these figures.
 - **decode**: one decoder module's input and output at full resolution:
   ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
   decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
@@ -42,8 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from foundation.core.catalog import config_dir
-from foundation.core.resolve import frames_for, round_up
-from foundation.core.sizes import SIZE_TABLE
+from foundation.core.resolve import frames_for, generation_size
 
 if TYPE_CHECKING:
     import torch
@@ -358,10 +360,10 @@ def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], jo
 
 
 def _largest_size(spec: ModelSpec, resolution: str) -> tuple[int, int]:
-    """The generated size with the most pixels among the model's ratios (stride-rounded)."""
-    sizes = [SIZE_TABLE[resolution][ratio] for ratio in spec.ratios]
-    rounded = [(round_up(w, spec.stride), round_up(h, spec.stride)) for w, h in sizes]
-    return max(rounded, key=lambda s: s[0] * s[1])
+    """The generated size with the most pixels among the model's ratios (``generation_size``; an image job
+    that keeps its image's aspect has at most that size's pixels)."""
+    sizes = [generation_size(spec, resolution, ratio) for ratio in spec.ratios]
+    return max(sizes, key=lambda s: s[0] * s[1])
 
 
 def plan_model(spec: ModelSpec, profile: RuntimeProfile, device_gb: float, root: Path | None = None) -> ModelPlan:

@@ -86,8 +86,13 @@ class Adapter(Protocol):
         """Decode what ``denoise`` returned for ``job`` into frames (and audio when the job asks for it)."""
         ...
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure."""
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure.
+
+        ``image``: an ``image_to_video`` job's input image as ``denoise`` gets it, for a rewrite that describes
+        it; passed only to jobs that have one, like ``denoise``'s."""
         ...
 
     def memory_bytes(self) -> int:

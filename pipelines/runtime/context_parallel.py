@@ -196,8 +196,13 @@ class ParallelAdapter(Adapter):
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         return self.inner.decode(latents, job)
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        return self.inner.extend_prompt(prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed)
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        conditioning = {"image": image} if image is not None else {}
+        return self.inner.extend_prompt(
+            prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed, **conditioning
+        )
 
     def memory_bytes(self) -> int:
         return self.inner.memory_bytes()

@@ -91,6 +91,10 @@ def test_bad_field_names_file_entry_and_field(tmp_path: Path, mutate: Any, field
         (lambda m: m["rates"]["per_second"].pop("240p"), "240p"),
         (lambda m: m["defaults"].update(audio=True), "audio"),
         (lambda m: m["defaults"].update(duration_seconds=9), "duration_seconds"),
+        # A chat LLM gets the official prompts of a named upstream task, and reads text only.
+        (lambda m: m["prompt_extend"].pop("system_prompt"), "needs 'system_prompt'"),
+        (lambda m: m["prompt_extend"].update(system_prompt="wan2.3"), "system_prompt"),
+        (lambda m: m["modes"].update(image_to_video=m["modes"]["text_to_video"]), "chat LLM reads text only"),
     ],
 )
 def test_inconsistent_entry_is_refused(tmp_path: Path, mutate: Any, fragment: str) -> None:
