@@ -140,7 +140,16 @@ class WanTextToVideo(Adapter):
     # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
     resumable = True
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, checkpoints: Checkpoints | None = None) -> WanLatents:
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> WanLatents:
+        if image is not None:  # the worker hands images to image_to_video adapters only (WanImageToVideo)
+            raise ValueError(f"{self.spec.id} generates from text; it takes no input image")
         return self._denoise_with(self._pipe(), job, on_step, checkpoints)
 
     def _denoise_with(

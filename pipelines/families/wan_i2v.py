@@ -69,7 +69,7 @@ class WanImageToVideo(WanTextToVideo):
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
-    def denoise(  # type: ignore[override]  # adds ``image=``, as the adapter contract allows
+    def denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["Adapter", "Latents", "generate"]
 
@@ -73,12 +74,19 @@ class Adapter(Protocol):
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> Latents:
         """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it.
 
         ``image`` is the input image of an ``image_to_video`` job, already checked and fitted by the worker:
-        RGB, exactly ``(job.gen_width, job.gen_height)``. The worker passes it only to jobs that have one, so
-        a text-only family may leave the keyword out of its signature.
+        RGB, exactly ``(job.gen_width, job.gen_height)``; the worker passes it only to jobs that have one.
+        ``checkpoints`` reaches only a ``resumable`` adapter, when the worker keeps checkpoints.
         """
         ...
 
@@ -106,5 +114,4 @@ class Adapter(Protocol):
 
 def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Media:
     """Denoise and decode in one call, for benchmarks and tests (the worker runs them as two stages)."""
-    conditioning = {"image": image} if image is not None else {}
-    return adapter.decode(adapter.denoise(job, on_step, **conditioning), job)
+    return adapter.decode(adapter.denoise(job, on_step, image=image), job)
