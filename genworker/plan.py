@@ -87,15 +87,15 @@ def plan_command(
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
 ) -> None:
     """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
-    from foundation.core.catalog import load_catalog
     from foundation.core.errors import CatalogError
     from foundation.settings import load_settings
     from pipelines.planning.memory_plan import plan_model
+    from pipelines.runtime.options import load_model_catalog
     from pipelines.runtime.profile import runtime_profile
 
     settings = load_settings(config)
     try:
-        cat = load_catalog(catalog_path or settings.catalog_path)
+        cat = load_model_catalog(catalog_path or settings.catalog_path)
     except CatalogError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from e

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.core.catalog import Catalog, load_catalog
+from foundation.core.catalog import Catalog
 from foundation.core.errors import CatalogError, FatalWorkerError
 from foundation.queue.base import WorkerHeartbeat, WorkerQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore
+from pipelines.runtime.options import load_model_catalog
 from worker.attempt import Settler
 from worker.checkpoints import CheckpointSetup, DrainClock
 from worker.faults import LocalFaults
@@ -86,7 +87,7 @@ class WorkerContext:
 
 def hosted_catalog(settings: Settings) -> tuple[Catalog, list[str]]:
     try:
-        catalog = load_catalog(settings.catalog_path)
+        catalog = load_model_catalog(settings.catalog_path)
     except CatalogError as e:
         raise FatalWorkerError(str(e)) from e
     hosted = list(dict.fromkeys(settings.worker.hosted_models))

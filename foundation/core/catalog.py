@@ -6,25 +6,19 @@ file, the model entry and the field, so an operator fixes it before any job runs
 
 from __future__ import annotations
 
-import difflib
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from foundation.core.errors import CatalogError
 from foundation.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
-    "ATTENTION_BACKENDS",
-    "FAMILY_COMPONENTS",
-    "FAMILY_OPTIONS",
-    "FAMILY_USES_ATTENTION_MASK",
     "GENERIC_ARGUMENTS",
     "LTX2_DISTILLED_STEPS",
-    "MASK_REJECTING_BACKENDS",
     "MODE_INPUTS",
     "Catalog",
     "CatalogError",
@@ -39,7 +33,6 @@ __all__ = [
     "SamplerSpec",
     "TwoStageSpec",
     "VariantSpec",
-    "check_profile",
     "config_dir",
     "default_catalog_path",
     "load_catalog",
@@ -50,63 +43,6 @@ _Forbid = ConfigDict(extra="forbid", frozen=True)
 PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
 DType = Literal["float32", "bfloat16", "float16"]
 
-# The options each family's adapter accepts in a variant's ``pipeline_kwargs``. Kept here as data so the
-# catalog refuses a typo at load without importing the adapters; tests/pipelines/test_options.py holds
-# every adapter to this table, so the two cannot drift.
-FAMILY_OPTIONS: dict[str, frozenset[str]] = {
-    "wan": frozenset({"boundary_ratio", "max_sequence_length"}),
-    # The generic adapter (pipelines/families/generic.py): each entry lists its options in ``diffusers.options``.
-    "diffusers": frozenset(),
-    "ltx2": frozenset(
-        {
-            "audio_guidance_rescale",
-            "audio_guidance_scale",
-            "audio_modality_scale",
-            "audio_stg_scale",
-            "decode_noise_scale",
-            "decode_timestep",
-            "distilled",
-            "guidance_rescale",
-            "max_sequence_length",
-            "modality_scale",
-            "spatio_temporal_guidance_blocks",
-            "stg_scale",
-            "use_cross_timestep",
-        }
-    ),
-}
-
-
-# diffusers' attention backends (``AttentionBackendName`` values, diffusers 0.42.1), and those whose kernel
-# raises ``ValueError: `attn_mask` is not supported`` when given a mask (flash-attn 2/3/4 and their hub
-# kernels, sage, torch's flash-only SDPA, XLA). The varlen kernels turn a padding mask into sequence
-# lengths and accept it. tests/pipelines/test_profiles.py reads both sets back from diffusers' source.
-ATTENTION_BACKENDS: frozenset[str] = frozenset(
-    {
-        "_flash_3", "_flash_3_hub", "_flash_3_varlen_hub", "_flash_varlen_3", "_native_cudnn", "_native_efficient",
-        "_native_flash", "_native_math", "_native_npu", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
-        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
-        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "flash_varlen", "flash_varlen_hub", "flex", "native",
-        "sage", "sage_blackwell_hub", "sage_hub", "sage_varlen", "xformers",
-    }
-)  # fmt: skip
-MASK_REJECTING_BACKENDS: frozenset[str] = frozenset(
-    {
-        "_flash_3", "_flash_3_hub", "_native_flash", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
-        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
-        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "sage", "sage_blackwell_hub", "sage_hub",
-    }
-)  # fmt: skip
-# Whether a family's transformer passes an attention mask on every step: LTX-2's cross-attention always
-# masks the padded text tokens; Wan attends without masks.
-# Generic entries say it in ``diffusers.attention_mask``.
-FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True, "diffusers": False}
-# The pipeline components a runtime profile may give a dtype of their own.
-FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
-    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "image_encoder", "vae"}),  # image: Wan 2.1 I2V
-    "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
-    "diffusers": frozenset(),  # generic entries name theirs in ``diffusers.components``
-}
 # What each mode takes in a create request's ``input``: the API refuses an input its mode does not take
 # and a missing one it needs (400), and ``GET /v1/models`` shows it per mode. "image" is one image, given as
 # ``input.image_url`` or ``input.image`` (a data URI). A mode not named here takes the prompt only.
@@ -260,29 +196,6 @@ class RuntimeProfile(BaseModel):
     # memory). compute: float8 matmuls (torchao dynamic float8), Ada/Hopper and newer only, refused elsewhere.
     fp8: Literal["none", "storage", "compute"] = "none"
     notes: str = ""  # why this profile, with its sources (docs/gpu.md)
-
-
-def check_profile(family: str, profile: RuntimeProfile, diffusers: DiffusersSpec | None = None) -> None:
-    """Refuse a profile its family cannot run, with the reason (``ValueError``); a generic entry's facts come
-    from its ``diffusers`` block."""
-    masks = diffusers.attention_mask if diffusers is not None else FAMILY_USES_ATTENTION_MASK[family]
-    components = frozenset(diffusers.components) if diffusers is not None else FAMILY_COMPONENTS[family]
-    backend = profile.attention_backend
-    if backend is not None and backend not in ATTENTION_BACKENDS:
-        close = difflib.get_close_matches(backend, ATTENTION_BACKENDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"attention_backend {backend!r} is not a diffusers attention backend{hint}")
-    if backend in MASK_REJECTING_BACKENDS and masks:
-        raise ValueError(
-            f"attention_backend {backend!r} rejects attention masks and family {family!r} passes one on every "
-            "step (its kernel raises `attn_mask` is not supported); use 'native', '_native_cudnn', "
-            "'_native_efficient' or a varlen backend"
-        )
-    unknown = sorted(set(profile.dtypes) - components)
-    if unknown:
-        raise ValueError(
-            f"dtypes names {unknown}, not components of family {family!r} ({', '.join(sorted(components))})"
-        )
 
 
 # The call arguments the generic adapter fills from the job, under their usual names; ``diffusers.arguments``
@@ -457,25 +370,6 @@ class ModelSpec(BaseModel):
     rates: Rates
     modes: dict[str, ModeSpec]
 
-    @field_validator("modes")
-    @classmethod
-    def _known_options(cls, modes: dict[str, ModeSpec], info: ValidationInfo) -> dict[str, ModeSpec]:
-        """Every ``pipeline_kwargs`` key must be an option of the model's family (a typo fails at load)."""
-        family = info.data.get("family")
-        if family is None:  # the family itself failed validation; that error is the one to report
-            return modes
-        allowed = FAMILY_OPTIONS[family]
-        generic = info.data.get("diffusers")
-        if isinstance(generic, DiffusersSpec):
-            allowed = frozenset(generic.options)
-        for mode_name, mode in modes.items():
-            for variant_name, variant in mode.variants.items():
-                for key in variant.pipeline_kwargs:
-                    if key not in allowed:
-                        where = f"{mode_name}.variants.{variant_name}.pipeline_kwargs"
-                        raise ValueError(f"{where}: {_unknown_option(key, family, allowed)}")
-        return modes
-
     @model_validator(mode="after")
     def _runnable(self) -> ModelSpec:
         """The runtime profile and the recipe fit the family (nothing accepted and then ignored)."""
@@ -489,10 +383,6 @@ class ModelSpec(BaseModel):
         if chat_llm and "image_to_video" in self.modes:
             # Upstream extends image prompts with a vision-language model that sees the image (Qwen2.5-VL).
             raise ValueError("prompt_extend: a chat LLM reads text only and this model takes images (image_to_video)")
-        try:
-            check_profile(self.family, self.runtime, self.diffusers)
-        except ValueError as e:
-            raise ValueError(f"runtime: {e}") from None
         if self.super_resolution:
             raise ValueError(
                 "super_resolution: no adapter runs a super-resolution stage (diffusers 0.42.1 has none for "
@@ -587,12 +477,6 @@ def _check_lora(where: str, family: str, variant: VariantSpec) -> None:
         raise ValueError(
             f"{where}: lora.weight_name_2 is the second expert's LoRA; a variant without boundary_ratio runs one"
         )
-
-
-def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key {key!r} for family {family!r} ({hint}allowed: {', '.join(sorted(allowed))})"
 
 
 def config_dir() -> Path:

@@ -28,11 +28,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     apply_cache,
     apply_profile,

@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.families.system_prompts import wan_system_prompt
 from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     apply_cache,
     apply_lora,

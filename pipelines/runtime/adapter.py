@@ -54,7 +54,7 @@ class Adapter(Protocol):
 
     spec: ModelSpec
     # The keys this family accepts in a variant's ``pipeline_kwargs``; equal to
-    # ``foundation.core.catalog.FAMILY_OPTIONS[family]``, which the catalog checks at load.
+    # ``pipelines.runtime.options.FAMILY_OPTIONS[family]``, which a catalog is checked against before loading.
     options: ClassVar[frozenset[str]]
     # Where the model runs ("cuda", "cuda:1", "cpu"): the worker reads GPU memory and FLOPs of it.
     device: str

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foundation.core.catalog import FAMILY_COMPONENTS, Catalog, ModelSpec, RuntimeProfile, load_catalog
+from foundation.core.catalog import Catalog, ModelSpec, RuntimeProfile, load_catalog
 from foundation.core.errors import CatalogError, FatalWorkerError
 from foundation.settings import load_settings
 from foundation.settings.models import ModelRuntimeSettings
@@ -24,6 +24,7 @@ from pipelines.planning.memory_plan import (
     load_components,
     plan_model,
 )
+from pipelines.runtime.options import FAMILY_COMPONENTS
 from pipelines.runtime.registry import hub_revision
 from worker.memory import fitting_models
 

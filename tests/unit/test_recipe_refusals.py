@@ -12,6 +12,7 @@ import yaml
 
 from foundation.core.catalog import default_catalog_path, load_catalog
 from foundation.core.errors import CatalogError
+from pipelines.runtime.options import load_model_catalog
 
 
 def _ltx2_catalog(tmp_path: Path, mutate: Any) -> Path:
@@ -41,7 +42,7 @@ def _variants(entry: dict[str, Any]) -> dict[str, Any]:
 )
 def test_ignored_recipe_values_are_refused_at_load(tmp_path: Path, mutate: Any, message: str) -> None:
     with pytest.raises(CatalogError, match=message) as info:
-        load_catalog(_ltx2_catalog(tmp_path, mutate))
+        load_model_catalog(_ltx2_catalog(tmp_path, mutate))
     assert "model 'ltx-2'" in str(info.value)
 
 
