@@ -34,16 +34,14 @@ def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
     return ", ".join(parts)
 
 
-def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> str:
+def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float, gpu: str | None = None) -> str:
     """The plans as Markdown: a heading and table per model, skipped models and unpinned weights listed."""
     from pipelines.planning.memory_plan import OFFLOAD_MODES, reserve_gb
     from pipelines.runtime.weights import needed
 
     reserve = reserve_gb(device_gb)
-    lines = [
-        f"### {device_gb:g} GB device (usable {device_gb - reserve:.1f} GB after a {reserve:.1f} GB reserve)",
-        "",
-    ]
+    device = f"{gpu} ({device_gb:.1f} GB as it reports it" if gpu else f"{device_gb:g} GB device ("
+    lines = [f"### {device}; usable {device_gb - reserve:.1f} GB after a {reserve:.1f} GB reserve)", ""]
     for spec, plan in plans:
         if plan.skipped:
             lines += [f"- `{spec.id}`: {plan.skipped}", ""]
@@ -81,15 +79,31 @@ def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> s
 
 
 def plan_command(
-    gpu_memory_gb: Annotated[float, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB.")],
+    gpu_memory_gb: Annotated[
+        float | None, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB, as the device reports it.")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", help="A GPU class: its reported memory (rtx4090-24gb, l40s-48gb, h100-80gb, h200-141gb)."
+        ),
+    ] = None,
     model: Annotated[list[str] | None, typer.Option("--model", help="Only these model ids (repeatable).")] = None,
     catalog_path: Annotated[str | None, typer.Option("--catalog", help="Catalog file.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
 ) -> None:
-    """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
+    """Print the memory plan: per model, profile and size, whether it fits a device (--gpu or --gpu-memory-gb)."""
     from foundation.core.errors import CatalogError
     from foundation.settings import load_settings
-    from pipelines.planning.memory_plan import plan_model
+    from pipelines.planning.memory_plan import GPU_CLASSES, plan_model
+
+    if (gpu is None) == (gpu_memory_gb is None):
+        typer.echo("give one of --gpu CLASS or --gpu-memory-gb N", err=True)
+        raise typer.Exit(2)
+    if gpu is not None and gpu not in GPU_CLASSES:
+        typer.echo(f"unknown GPU class {gpu!r}; known: {', '.join(GPU_CLASSES)}", err=True)
+        raise typer.Exit(2)
+    device_gb = GPU_CLASSES[gpu] if gpu is not None else float(gpu_memory_gb or 0.0)
     from pipelines.runtime.options import load_model_catalog
     from pipelines.runtime.profile import runtime_profile
 
@@ -104,5 +118,5 @@ def plan_command(
         typer.echo(f"unknown model ids {unknown}; the catalog has {sorted(cat.models)}", err=True)
         raise typer.Exit(2)
     specs = [cat.models[m] for m in model] if model else list(cat.models.values())
-    plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), gpu_memory_gb)) for spec in specs]
-    typer.echo(format_plan(plans, gpu_memory_gb), nl=False)
+    plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), device_gb)) for spec in specs]
+    typer.echo(format_plan(plans, device_gb, gpu), nl=False)

@@ -138,6 +138,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     from foundation.core.errors import ErrorCode, RequestRejected
     from pipelines.runtime.cache import ModelCache
     from worker.generate import generate_once
+    from worker.memory import planned_peak
     from worker.verdict import classify
 
     try:
@@ -145,7 +146,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     except RequestRejected as e:
         _say_rejected(e)
         return 2
-    cache = ModelCache(settings.models)
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
     failed = 0
     for n, job, fitted in prepared:
         try:

@@ -27,7 +27,7 @@ from worker.faults import LocalFaults
 from worker.health import HealthState, StatusServer
 from worker.lease import Heartbeat, LeaseKeeper
 from worker.lifecycle import Shutdown
-from worker.memory import advertisable_models
+from worker.memory import advertisable_models, planned_peak
 from worker.metrics import WorkerMetrics
 from worker.postprocess import PostProcessingLane, PostProcessor
 from worker.runner import JobRunner
@@ -190,7 +190,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     store = open_store(settings.store, data_dir=settings.data_dir)
     store.ensure_bucket()  # S3: create the bucket once at start, not on the first upload
     leases = LeaseKeeper(queue, settings.queue.lease_ttl_s, ws.hang_margin_s, on_hang=health.mark_unhealthy)
-    cache = ModelCache(settings.models)
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
     runner, post = _job_path(
         settings=settings,
         catalog=catalog,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from foundation.core.media import StepCallback
     from pipelines.runtime.cache import ModelCache
+    from worker.memory import planned_peak
 
 __all__ = ["GenerateOptions", "GenerateResult", "generate_once", "prepare_job"]
 
@@ -160,7 +161,7 @@ def generate_once(
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
     hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    cache = cache if cache is not None else ModelCache(settings.models)
+    cache = cache if cache is not None else ModelCache(settings.models, planned_peak=planned_peak(settings))
     rendered = run_pipeline(cache, spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(
