@@ -98,10 +98,10 @@ test-long: venv deps
 gpu-smoke: venv
 	$(PY) scripts/gpu_smoke.py $(GPU_SMOKE_ARGS)
 
-# The memory plan for a GPU_GB device (docs/gpu.md): make plan GPU_GB=80
-GPU_GB ?= 80
+# The memory plan for a GPU class, with the memory it reports (docs/gpu.md): make plan GPU=h200-141gb
+GPU ?= h100-80gb
 plan: venv
-	$(VENV)/bin/genworker plan --gpu-memory-gb $(GPU_GB)
+	$(VENV)/bin/genworker plan --gpu $(GPU)
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000

@@ -79,7 +79,7 @@ def test_the_gpu_image_installs_the_lock_and_builds_only_if_the_installed_worker
     assert "RUN pip install --no-deps -r requirements/worker.lock\n" in text
     assert text.index("requirements/worker.lock") < text.index('"/app[worker]"')
     step = text[text.index('RUN pip install --no-deps /app/client "/app[worker]"') :].split("\n\n", 1)[0]
-    assert "genworker catalog" in step and "genworker plan --gpu-memory-gb 80" in step
+    assert "genworker catalog" in step and "genworker plan --gpu h100-80gb" in step
 
 
 def test_the_gpu_image_runs_the_worker_with_a_healthcheck_and_a_weights_volume() -> None:
