@@ -78,7 +78,37 @@ def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float, gpu:
     return "\n".join(lines) + "\n"
 
 
-def plan_command(
+def format_summary(plans: dict[str, list[tuple[ModelSpec, ModelPlan]]]) -> str:
+    """One Markdown table, a row per model and a column per GPU class: the offload mode to run the model with on
+    that class, the least that fits every size at its longest duration (offloading less is faster); "override"
+    where it differs from the shipped profile (a ``profile_overrides`` entry). Where no mode fits every size,
+    the longest duration that fits per resolution under the shipped profile."""
+    from pipelines.planning.memory_plan import GPU_CLASSES, reserve_gb
+
+    classes = list(plans)
+    head = " | ".join(f"{gpu} ({GPU_CLASSES[gpu] - reserve_gb(GPU_CLASSES[gpu]):.1f} GB usable)" for gpu in classes)
+    lines = [f"| model | profile | {head} |", "|---|---|" + "---|" * len(classes)]
+    rows: dict[str, list[str]] = {}
+    for gpu in classes:
+        usable = GPU_CLASSES[gpu] - reserve_gb(GPU_CLASSES[gpu])
+        for spec, plan in plans[gpu]:
+            if plan.skipped:
+                continue
+            rows.setdefault(spec.id, [f"`{spec.id}`", _profile_label(plan, spec)]).append(_cell(plan, usable))
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows.values()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(plan: ModelPlan, usable: float) -> str:
+    from pipelines.planning.memory_plan import OFFLOAD_MODES
+
+    for mode in OFFLOAD_MODES:
+        if all(row.peak_gb[mode] <= usable for row in plan.rows):
+            return mode if mode == plan.profile.offload else f"{mode} (override)"
+    return ", ".join(f"{row.resolution} ≤ {row.max_seconds} s" for row in plan.rows)
+
+
+def plan_command(  # noqa: PLR0917  # typer reads each option from a parameter
     gpu_memory_gb: Annotated[
         float | None, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB, as the device reports it.")
     ] = None,
@@ -88,6 +118,9 @@ def plan_command(
             "--gpu", help="A GPU class: its reported memory (rtx4090-24gb, l40s-48gb, h100-80gb, h200-141gb)."
         ),
     ] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="One table: every model against every GPU class (docs/gpu.md).")
+    ] = False,
     model: Annotated[list[str] | None, typer.Option("--model", help="Only these model ids (repeatable).")] = None,
     catalog_path: Annotated[str | None, typer.Option("--catalog", help="Catalog file.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
@@ -97,13 +130,13 @@ def plan_command(
     from foundation.settings import load_settings
     from pipelines.planning.memory_plan import GPU_CLASSES, plan_model
 
-    if (gpu is None) == (gpu_memory_gb is None):
-        typer.echo("give one of --gpu CLASS or --gpu-memory-gb N", err=True)
+    if summary == (gpu is not None or gpu_memory_gb is not None) or (gpu is not None and gpu_memory_gb is not None):
+        typer.echo("give one of --gpu CLASS, --gpu-memory-gb N or --summary", err=True)
         raise typer.Exit(2)
     if gpu is not None and gpu not in GPU_CLASSES:
         typer.echo(f"unknown GPU class {gpu!r}; known: {', '.join(GPU_CLASSES)}", err=True)
         raise typer.Exit(2)
-    device_gb = GPU_CLASSES[gpu] if gpu is not None else float(gpu_memory_gb or 0.0)
+    device_gb = GPU_CLASSES[gpu] if gpu is not None else float(gpu_memory_gb or 0.0)  # unused by --summary
     from pipelines.runtime.options import load_model_catalog
     from pipelines.runtime.profile import runtime_profile
 
@@ -118,5 +151,12 @@ def plan_command(
         typer.echo(f"unknown model ids {unknown}; the catalog has {sorted(cat.models)}", err=True)
         raise typer.Exit(2)
     specs = [cat.models[m] for m in model] if model else list(cat.models.values())
+    if summary:
+        by_class = {
+            name: [(spec, plan_model(spec, runtime_profile(spec, settings.models), gb)) for spec in specs]
+            for name, gb in GPU_CLASSES.items()
+        }
+        typer.echo(format_summary(by_class), nl=False)
+        return
     plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), device_gb)) for spec in specs]
     typer.echo(format_plan(plans, device_gb, gpu), nl=False)

@@ -291,7 +291,7 @@ def test_gpu_classes_plan_with_the_memory_the_device_reports() -> None:
     assert out.exit_code == 0, out.output
     assert "### h100-80gb (85.5 GB as it reports it; usable 79.7 GB after a 5.8 GB reserve)" in out.output
     both = CliRunner().invoke(app, ["plan", "--gpu", "h100-80gb", "--gpu-memory-gb", "80"])
-    assert both.exit_code == 2 and "one of --gpu CLASS or --gpu-memory-gb N" in both.output
+    assert both.exit_code == 2 and "one of --gpu CLASS, --gpu-memory-gb N or --summary" in both.output
     unknown = CliRunner().invoke(app, ["plan", "--gpu", "a100"])
     assert unknown.exit_code == 2 and "unknown GPU class 'a100'" in unknown.output
 
@@ -311,3 +311,16 @@ def test_the_cache_counts_a_model_at_its_planned_peak_under_its_active_profile(c
     # A model without a plan keeps the catalog's figure on CUDA, and off CUDA nothing is declared.
     assert cache.expected_bytes(catalog.models["tiny-wan"]) == int(catalog.models["tiny-wan"].gpu_memory_gb * 2**30)
     assert ModelCache(ModelRuntimeSettings(device="cpu"), planned_peak=planned_peak(shipped)).expected_bytes(spec) == 0
+
+
+def test_the_summary_names_the_offload_to_run_each_model_with_per_gpu_class() -> None:
+    out = CliRunner().invoke(app, ["plan", "--summary", "--model", "ltx-2", "--model", "wan2.1-t2v-1.3b"])
+    assert out.exit_code == 0, out.output
+    assert "h100-80gb (79.7 GB usable)" in out.output.splitlines()[0]
+    # LTX-2 ships offload model for an 80 GB card: there it is the least that fits; a 141 GB card runs it
+    # resident, a 48 GB one needs group offload; the 1.3B fits resident everywhere.
+    assert (
+        "| `ltx-2` | bfloat16, offload model, VAE tiling | group (override) | group (override) | model | none (override) |"
+        in out.output
+    )
+    assert "| `wan2.1-t2v-1.3b` | bfloat16, vae float32, offload none | none | none | none | none |" in out.output
