@@ -320,7 +320,7 @@ def test_the_summary_names_the_offload_to_run_each_model_with_per_gpu_class() ->
     # LTX-2 ships offload model for an 80 GB card: there it is the least that fits; a 141 GB card runs it
     # resident, a 48 GB one needs group offload; the 1.3B fits resident everywhere.
     assert (
-        "| `ltx-2` | bfloat16, offload model, VAE tiling | group (override) | group (override) | model | none (override) |"
-        in out.output
+        "| `ltx-2` | bfloat16, offload model, VAE tiling "
+        "| group (override) | group (override) | model | none (override) |" in out.output
     )
     assert "| `wan2.1-t2v-1.3b` | bfloat16, vae float32, offload none | none | none | none | none |" in out.output
