@@ -9,9 +9,10 @@ fixed list, never an endpoint or project id (those are in the delivery log and t
 | ``genworker_webhook_attempts_total{result}`` | attempts by result: delivered, http_error, timeout, error, refused |
 | ``genworker_webhook_deliveries_total{result}`` | deliveries finished: delivered, failed |
 | ``genworker_webhook_delivery_seconds`` | a delivered event's latency: its event to the 2xx answer |
-| ``genworker_webhook_wait_seconds`` | an attempt's wait for a slot: due to sent (the fairness signal) |
+| ``genworker_webhook_wait_seconds`` | an attempt's wait: due to sent (its project's full share included) |
 | ``genworker_webhook_attempt_seconds`` | one attempt, connect to answer |
 | ``genworker_webhook_in_flight`` | attempts in flight in this sender |
+| ``genworker_webhook_slots`` | attempts this sender may have in flight (``webhooks.concurrency``) |
 | ``genworker_webhook_circuit_opened_total`` | endpoint circuits opened (or reopened by a failed probe) |
 | ``genworker_webhook_endpoints_disabled_total`` | endpoints the breaker disabled for good |
 """
@@ -51,6 +52,9 @@ class WebhookMetrics:
             "genworker_webhook_attempt_seconds", "Time of one attempt.", buckets=_ATTEMPT_BUCKETS, registry=r
         )
         self.in_flight = Gauge("genworker_webhook_in_flight", "Attempts in flight in this sender.", registry=r)
+        self.slots = Gauge(
+            "genworker_webhook_slots", "Attempts this sender may have in flight (webhooks.concurrency).", registry=r
+        )
         self.circuit_opened = Counter(
             "genworker_webhook_circuit_opened", "Endpoint circuits opened by a run of failed attempts.", registry=r
         )

@@ -104,6 +104,7 @@ class Sender:
         self.rng = rng or random.Random()
         self.metrics = metrics or WebhookMetrics()
         self.slots = Slots(settings)
+        self.metrics.slots.set(settings.concurrency)
         self._pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="genworker-webhook")
         self._endpoint_lock = threading.Lock()  # one failure-run update at a time in this process
         self._wake = threading.Event()  # set when an attempt ends (a slot is free) or to stop
