@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import json
-import base64
 import os
 import shutil
 import socket

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import base64
+import json
 import os
 import resource
 import shutil

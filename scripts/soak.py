@@ -32,9 +32,9 @@ objects in the bucket no record points at after the sweep (``orphaned_objects``)
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
-import base64
 import os
 import random
 import socket

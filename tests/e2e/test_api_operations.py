@@ -8,8 +8,8 @@ outage and the log lines the operator actually gets on stderr.
 
 from __future__ import annotations
 
-import json
 import base64
+import json
 import os
 import re
 import subprocess
