@@ -105,6 +105,7 @@ def test_compose_wires_redis_aof_the_store_and_a_gpu_worker() -> None:
     for name in ("api", "worker"):
         env = services[name]["environment"]
         assert env["GENWORKER_QUEUE__BACKEND"] == "redis" and env["GENWORKER_STORE__BACKEND"] == "s3"
+    assert services["api"]["environment"]["GENWORKER_WEBHOOKS__SECRET_KEY"].startswith("${WEBHOOK_KEY:?")
     for published in services["api"]["ports"] + services["seaweedfs"]["ports"]:
         assert published.startswith("127.0.0.1:"), published  # loopback unless the operator opens it
 
