@@ -24,6 +24,7 @@ from api.webhooks.models import EventType
 from api.webhooks.sender import Sender, SenderThread
 from api.webhooks.service import open_webhooks
 from foundation.core.catalog import Catalog
+from foundation.queue.base import JobQueue
 from foundation.queue.factory import open_queue
 from foundation.settings import Settings
 from tests.integration.worker_harness import make_record
@@ -82,11 +83,11 @@ def dead() -> Iterator[DeadReceivers]:
     receivers.close()
 
 
-def _create_and_cancel(queue: object, catalog: Catalog, project: str) -> None:
+def _create_and_cancel(queue: JobQueue, catalog: Catalog, project: str) -> None:
     """A job created and canceled while queued: free for its project, one delivery per endpoint."""
     record = make_record(catalog, "tiny-wan").model_copy(update={"project": project})
-    queue.enqueue(record)  # type: ignore[attr-defined]
-    queue.cancel(record.id)  # type: ignore[attr-defined]
+    queue.enqueue(record)
+    queue.cancel(record.id)
 
 
 def _p99(values: list[float]) -> float:
@@ -129,7 +130,7 @@ def test_hanging_receivers_of_one_project_do_not_delay_another(
             if n % 4 == 0:
                 _create_and_cancel(queue, catalog, "mallory")
             time.sleep(0.25)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 30  # far past the bound: a starved sender fails here
         while len(receiver.accepted()) < 2 * VICTIM_JOBS:  # running + succeeded per job
             assert time.monotonic() < deadline, f"{len(receiver.accepted())} of {2 * VICTIM_JOBS} delivered"
             time.sleep(0.05)
@@ -137,7 +138,7 @@ def test_hanging_receivers_of_one_project_do_not_delay_another(
         dead.close()
         sender.stop()
         hooks.close()
-        queue.close()  # type: ignore[attr-defined]
+        queue.close()
 
     first = {r.webhook_id: r for r in reversed(receiver.received)}  # each delivery's first arrival
     latencies = [r.at - datetime.fromisoformat(r.payload["timestamp"]).timestamp() for r in first.values()]
