@@ -122,6 +122,8 @@ def create_app(
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     metrics = install_metrics(app)
+    if webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
+        metrics.registry.register(webhooks.metrics.registry)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
     if fast_path:  # polls and creates answered before the framework's stack, as it would (api/fast_path.py)
         build_stack = app.build_middleware_stack

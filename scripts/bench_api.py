@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import json
 import os
@@ -292,8 +293,10 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
     from foundation.settings import settings_env
 
     queue: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(data / "queue.db")}
-    if redis_url:
+    webhooks: dict[str, Any] = {}
+    if redis_url:  # an API on Redis needs the deployment's webhook key
         queue = {"backend": "redis", "redis_url": redis_url}
+        webhooks = {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")}
     settings = {
         "data_dir": str(data),
         "queue": queue,
@@ -305,6 +308,7 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
         # The per-key limiter would answer 429 long before the server saturates: lifted for the benchmark
         # (it still runs on every request: the in-process bucket, or the Redis counter).
         "api": {"rate_limit_per_s": 1000000000, "rate_limit_burst": 1000000000},
+        "webhooks": webhooks,
         "log_level": "WARNING",
     }
     return {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings)}

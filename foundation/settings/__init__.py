@@ -25,6 +25,7 @@ from pydantic_settings import (
 from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
 from foundation.settings.models import ModelRuntimeSettings
+from foundation.settings.webhooks import WebhookSettings
 from foundation.stores.config import StoreSettings
 
 __all__ = [
@@ -337,59 +338,6 @@ class ApiSettings(BaseModel):
                 "api.playground is on but api.playground_api_key is not set (GENWORKER_API__PLAYGROUND_API_KEY)"
             )
         return self
-
-
-class WebhookSettings(BaseModel):
-    """The ``webhooks`` section (env ``GENWORKER_WEBHOOKS__*``): signed webhook deliveries (api/webhooks)."""
-
-    sender_in_api: bool = Field(
-        default=True,
-        description=(
-            "Every API process runs a webhook sender thread (several senders share the work safely). "
-            "Off: run `genworker webhooks serve` as its own process(es) instead."
-        ),
-    )
-    secret_key: SecretStr | None = Field(
-        default=None,
-        description=(
-            "Fernet key (`genworker webhooks keygen`) that encrypts endpoint signing secrets at rest. "
-            "Unset: `<data_dir>/webhooks-key`, made on first use. Every API replica and sender must share it."
-        ),
-    )
-    poll_interval_s: float = Field(
-        default=1.0, gt=0, description="How often an idle sender reads new queue events and due deliveries."
-    )
-    backoff_base_s: float = Field(
-        default=5.0, gt=0, description="First retry delay; doubles per failed attempt, with equal jitter."
-    )
-    backoff_cap_s: float = Field(default=10_800.0, gt=0, description="Cap of one retry delay (3 h).")
-    max_age_s: float = Field(
-        default=86_400.0,
-        gt=0,
-        description="A delivery not accepted this long after its event is given up (`failed`); about 20 attempts.",
-    )
-    disable_after_failures: int = Field(
-        default=20, ge=1, description="An endpoint is disabled after this many failed attempts in a row ..."
-    )
-    disable_after_s: float = Field(
-        default=259_200.0, ge=0, description="... spanning at least this long (3 days); the reason is stored."
-    )
-    timeout_s: float = Field(default=10.0, gt=0, description="Connect + answer time limit of one attempt.")
-    lease_s: float = Field(
-        default=60.0, gt=0, description="A claimed delivery is due again after this if its sender died mid-send."
-    )
-    concurrency: int = Field(default=8, ge=1, le=256, description="Deliveries one sender sends at once.")
-    allowed_hosts: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Hosts (names or IP literals) a webhook may reach over plain http and on private or loopback "
-            "addresses: for tests and a receiver on the embedded machine. Every other URL must be https "
-            "to a public address."
-        ),
-    )
-    max_response_bytes: int = Field(
-        default=65_536, ge=0, description="At most this much of a receiver's answer is read (it is discarded)."
-    )
 
 
 class Settings(BaseSettings):
