@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
     from foundation.core.media import StepCallback
     from pipelines.runtime.cache import ModelCache
-    from worker.memory import planned_peak
 
 __all__ = ["GenerateOptions", "GenerateResult", "generate_once", "prepare_job"]
 
@@ -156,6 +155,7 @@ def generate_once(
     """
     from foundation.media.encoder import encode_video
     from pipelines.runtime.cache import ModelCache
+    from worker.memory import planned_peak
 
     catalog = load_model_catalog(settings.catalog_path)
     spec = catalog.models[job.model]
