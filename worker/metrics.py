@@ -99,7 +99,8 @@ class WorkerMetrics:
         )
         self.checkpoints_refused = Counter(
             "genworker_checkpoints_refused",
-            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable); the job restarted.",
+            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable, or a mismatch of their "
+            "contents found while restoring them: deleted); the job restarted from step 0.",
             ["model", "reason"],
             registry=r,
         )
