@@ -28,7 +28,6 @@ constructor        status change                   stream / zset
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
@@ -114,7 +113,7 @@ class Plan:
     unleased: bool = False  # refuse unless running with its entry pending for nobody (the sweep)
     ack: str | None = None  # entry to acknowledge and delete
     undelay: bool = False  # drop the job from the delayed zset
-    delay_until_ms: int | None = None  # park the job in the delayed zset until then
+    delay_ms: int | None = None  # park the job in the delayed zset this long, due on the server's clock (TIME)
     payload: str | None = None  # add a new stream entry with this payload
     released_incr: int = 0
     event: str | None = None  # reason of the event to append (None: no event)
@@ -247,13 +246,15 @@ def retry(snap: Snapshot, claim: Claim, error: ErrorInfo, *, delay_s: float) -> 
     """A transient failure with attempts left: re-queue keeping ``error``, after ``delay_s``.
 
     With a delay the job waits in the delayed zset (the claim path promotes it when due); without,
-    it gets a new stream entry at once. Out of attempts is ``dead_letter`` (``policy.out_of_attempts``)."""
+    it gets a new stream entry at once. The due time is taken by ``commit.lua`` from the server's ``TIME``,
+    the clock the claim path compares it with: a worker whose own clock is wrong delays no retry.
+    Out of attempts is ``dead_letter`` (``policy.out_of_attempts``)."""
     delayed = delay_s > 0
     return Plan(
         **_on(snap, records.requeued(snap.record, error=error), claim),
         status=Status.queued,
         ack=snap.entry,
-        delay_until_ms=int((time.time() + delay_s) * 1000) if delayed else None,
+        delay_ms=max(1, round(delay_s * 1000)) if delayed else None,
         payload=None if delayed else _payload(snap.record),
         event=retry_event(error.code),
     )

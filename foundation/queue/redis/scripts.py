@@ -192,7 +192,7 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
         value = getattr(plan, name)
         # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
         if value is not None:
-            spec[name] = str(value) if name == "delay_until_ms" else value
+            spec[name] = value
     record_json = plan.record.model_dump_json() if plan.record is not None else ""
     return list(_commit_keys(plan.model, plan.job_id)), [json.dumps(spec), record_json]
 

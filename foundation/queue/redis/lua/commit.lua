@@ -81,8 +81,12 @@ if plan.ack and plan.ack ~= '' then
   entry = ''
 end
 if plan.undelay then redis.call('ZREM', KEYS[3], plan.job_id) end
-if plan.delay_until_ms then
-  redis.call('ZADD', KEYS[3], plan.delay_until_ms, plan.job_id)
+if plan.delay_ms then
+  -- Due on this server's clock, the one the claim path (claim.lua, scan.lua) compares due times with:
+  -- a worker's own clock never decides when its retry becomes due.
+  local t = redis.call('TIME')
+  local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(plan.delay_ms)
+  redis.call('ZADD', KEYS[3], due, plan.job_id)
   entry = ''
 end
 if plan.payload then
