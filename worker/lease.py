@@ -141,7 +141,7 @@ class Heartbeat(_Ticker):
     def tick(self) -> None:
         beat = self._beat()
         self._queue.heartbeat(beat.model_copy(update={"at": utcnow()}), ttl_s=3 * self.interval_s)
-        for model in beat.hosted_models:
+        for model in [*beat.hosted_models, *beat.faulted_models]:  # a faulted model's jobs wait: count them
             self._metrics.queue_depth.labels(model).set(self._queue.depth(model))
         self._metrics.sample_gpu_memory()
         if time.monotonic() - self._last_reclaim >= self._reclaim_interval_s:

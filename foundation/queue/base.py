@@ -144,7 +144,11 @@ class WorkerHeartbeat(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     worker_id: str
+    # The models it takes jobs of now: what ``GET /v1/models`` reports as available. A hosted model that a
+    # fault of this worker's own keeps it off (``worker.faults``: its weights do not load here, no ffmpeg, a
+    # full disk...) is left out while the fault lasts, and listed in ``faulted_models`` instead.
     hosted_models: list[str]
+    faulted_models: list[str] = Field(default_factory=list)
     # Per hosted model, the ``mode/variant``s it cannot run here: their weights (a variant LoRA) are missing.
     unserved_variants: dict[str, list[str]] = Field(default_factory=dict)
     loaded_models: list[str] = Field(default_factory=list)
