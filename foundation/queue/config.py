@@ -55,11 +55,12 @@ class QueueSettings(BaseModel):
     tls_check_hostname: bool = Field(
         default=True, description="With `rediss://`: check that the server certificate names the host."
     )
-    wait_replicas: int = Field(
-        default=0,
+    wait_replicas: int | None = Field(
+        default=None,
         ge=0,
         description="Redis: replicas that must acknowledge every queue commit (`WAIT`) before it counts: an "
         "acknowledged enqueue, claim or finish then survives a failover. 0: off (asynchronous replication). "
+        "Unset: 1 when the deployment has a replica at start (every primary of a Cluster has one), else 0. "
         "Not confirmed within `wait_timeout_ms`: the API answers 503 and the worker backs off.",
     )
     wait_aof: bool = Field(

@@ -25,6 +25,7 @@ def open_queue(settings: QueueSettings) -> JobQueue:
     record_ttl_s = settings.record_ttl_days * 86400
     if settings.backend == "redis":
         client = redis_client(settings)
+        # An unset wait_replicas is settled by the first commit (``Durability.settled``), not here.
         durability = Durability(settings.wait_replicas, settings.wait_aof, settings.wait_timeout_ms)
         with redis_unavailable:
             probe(client, durability)

@@ -86,8 +86,9 @@ class RedisQueue:
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
         # Asked once: RedisCluster's isinstance check goes through typing's Protocol machinery.
         self._on_cluster = isinstance(client, RedisCluster)
-        self.durability = durability or Durability()
-        self._scripts = Scripts(client, events_maxlen, self.durability, record_ttl_ms=max(1, int(record_ttl_s * 1000)))
+        self._scripts = Scripts(
+            client, events_maxlen, durability or Durability(), record_ttl_ms=max(1, int(record_ttl_s * 1000))
+        )
         self._retention = RedisRetention(
             client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
         )
@@ -104,6 +105,11 @@ class RedisQueue:
         self._last_reclaim: dict[str, float] = {}
         self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
         self._rotation = 0
+
+    @property
+    def durability(self) -> Durability:
+        """What each commit waits for (``queue.wait_replicas`` unset: settled by asking the server once)."""
+        return self._scripts.durability()
 
     # ------------------------------------------------------------------------------------ reads
     def get(self, job_id: str) -> GenerationRecord | None:

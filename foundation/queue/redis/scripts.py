@@ -213,7 +213,7 @@ class Scripts:
         self._trips = RoundTrips(client) if lean(client) else None
         self._events_maxlen = events_maxlen
         self._record_ttl_ms = record_ttl_ms  # retention of terminal jobs (commit.lua step 9)
-        self._durability = durability or Durability()
+        self._durability = durability or Durability()  # settled at the first commit (``durability``)
         self._commit: Script = client.register_script(lua_source("commit"))
         self._renew: Script = client.register_script(lua_source("renew"))
         self._claim: Script = client.register_script(lua_source("claim"))
@@ -238,17 +238,25 @@ class Scripts:
         """Enqueue ``record``: ``commit`` of its create plan (``redis_plans.create``)."""
         return self.commit(create_plan(record), before=before)
 
+    def durability(self) -> Durability:
+        """What every commit waits for; an unset ``wait_replicas`` is settled here once, by asking the
+        server (two threads that both ask get the same answer)."""
+        if self._durability.replicas is None:
+            self._durability = self._durability.settled(self._client)
+        return self._durability
+
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
     ) -> Any:
         """Run ``commit.lua`` after the commands ``before``; with durability on, in one round trip with the
         wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
-        if not (self._trips or self._durability.enabled or before):
+        durability = self.durability()
+        if not (self._trips or durability.enabled or before):
             return self._commit(keys=script_keys, args=args)
         call = ("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
         for loaded in (False, True):
             try:
-                replies = self._commit_round_trip(before, call, script_keys[0])
+                replies = self._commit_round_trip(durability, before, call, script_keys[0])
             except NoScriptError:
                 if loaded:
                     raise
@@ -258,22 +266,24 @@ class Scripts:
                 self._client.script_load(self._commit.script)
                 continue
             raw = replies[len(before)]
-            if self._durability.enabled and str(raw[0]) in ("ok", "applied", "exists"):
-                self._durability.check(replies[-1], job_id)
+            if durability.enabled and str(raw[0]) in ("ok", "applied", "exists"):
+                durability.check(replies[-1], job_id)
             return raw
         raise AssertionError("unreachable")
 
-    def _commit_round_trip(self, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str) -> list[Any]:
+    def _commit_round_trip(
+        self, durability: Durability, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str
+    ) -> list[Any]:
         """The replies of ``before``, the commit ``call`` and the durability wait (when on), one round trip."""
         if self._trips is not None:
-            wait = [self._durability.wait_command()] if self._durability.enabled else []
+            wait = [durability.wait_command()] if durability.enabled else []
             return self._trips.send([*before, call, *wait])
         pipe = self._client.pipeline(transaction=False)
         for command in before:
             pipe.execute_command(*command)
         pipe.execute_command(*call)  # not pipe.evalsha: a cluster pipeline blocks that method, not the command
-        if self._durability.enabled:
-            self._durability.queue_wait(pipe, self._client, key)
+        if durability.enabled:
+            durability.queue_wait(pipe, self._client, key)
         return pipe.execute()  # type: ignore[no-any-return]
 
     def claim(
