@@ -97,6 +97,13 @@ class QueueSettings(BaseModel):
         "record and events, then deleted (Redis: a TTL set by the commit that ends it; SQLite: purged by the "
         "worker's sweeper), and its artifact objects with it (the sweeper). Idempotency keys always last 24 h.",
     )
+    newer_record_wait_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Rolling upgrades: a job whose record a newer version wrote is left to workers of that "
+        "version (no attempt used) this long; if none took it by then (the upgrade stalled or was rolled back), "
+        "it fails with version_unavailable and is dead-lettered. Set it above the time a rollout takes.",
+    )
     consumer_idle_s: float = Field(
         default=3600.0,
         gt=0,

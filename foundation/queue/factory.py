@@ -21,6 +21,7 @@ def open_queue(settings: QueueSettings) -> JobQueue:
         "lease_ttl_s": settings.lease_ttl_s,
         "max_attempts": settings.max_attempts,
         "retry_backoff_s": settings.retry_backoff_s,
+        "newer_record_wait_s": settings.newer_record_wait_s,
     }
     record_ttl_s = settings.record_ttl_days * 86400
     if settings.backend == "redis":

@@ -148,6 +148,28 @@ def test_a_retry_is_due_on_the_servers_clock_not_the_workers(redis_url: str, mon
     q.close()
 
 
+def test_a_newer_versions_due_retry_is_promoted_and_left(redis_url: str) -> None:
+    """A retry a newer version parked in the delayed zset becomes due: this version promotes it (the claim
+    path must, or it would answer "due" for ever) without reading it, and leaves the new entry pending."""
+    q = RedisQueue(redis_url, lease_ttl_s=30)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    job = q.enqueue(new_record()).record
+    first = q.claim("newer-worker", ["tiny-wan"])
+    assert first is not None
+    assert q.retry(first, ErrorInfo(code=ErrorCode.upload_failed, message="store down"), delay_s=0.05)
+    job_hash = keys.job_record("tiny-wan", job.id)
+    raw.hset(job_hash, "format", 2)  # what the newer version wrote it in
+    assert q.claim("old-worker", ["tiny-wan"], block_s=1.0) is None  # promoted when due, then left
+    assert raw.zscore(keys.delayed_zset("tiny-wan"), job.id) is None
+    entry = raw.hget(job_hash, "entry")
+    pending = raw.xpending_range(keys.job_stream("tiny-wan"), keys.CONSUMER_GROUP, "-", "+", 10)
+    assert entry and [(p["message_id"], p["consumer"]) for p in pending] == [(entry, "old-worker")]
+    assert raw.hmget(job_hash, "status", "attempt") == ["queued", "1"]  # not started again: no attempt used
+    assert [m.job_id for m in q.newer_records()] == [job.id]
+    raw.close()
+    q.close()
+
+
 def test_backlog_survives_a_redis_kill_with_aof(redis_factory: Callable[..., RedisServer]) -> None:
     server = redis_factory("--appendonly", "yes", "--appendfsync", "always")
     q = RedisQueue(server.url, lease_ttl_s=0.5)
