@@ -89,10 +89,10 @@ class Reaper:
             self.dead_entry(model, entry_id, e.reason, e.job_id, fields)
             return 0
         lease_ms, record_format = self._holder_lease_ms(model, job_id, entry_id, floor_ms)
-        if record_format > self._scripts.record_format:
-            return self._newer_pending(model, job_id, entry_id, idle_ms, record_format)
         if idle_ms < lease_ms:
             return 0  # the holder renews on its own, longer schedule
+        if record_format > self._scripts.record_format:
+            return self._newer_pending(model, job_id, entry_id, idle_ms, record_format=record_format, lease_ms=lease_ms)
         # Take the entry only if it is still idle past the holder's lease (the server checks).
         if not self._r.xclaim(stream, keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, lease_ms, [entry_id], justid=True):
             return 0  # renewed meanwhile
@@ -111,17 +111,19 @@ class Reaper:
         except ValueError:
             return default_ms, record_format
 
-    def _newer_pending(self, model: str, job_id: str, entry_id: str, idle_ms: int, record_format: int) -> int:
-        """A pending entry of a newer version's job. Left idle for a newer reaper to take, until it has
-        been idle ``newer_record_wait_s``: then no worker of that version is there, and the job fails."""
-        if idle_ms < self._newer_wait_ms:
+    def _newer_pending(
+        self, model: str, job_id: str, entry_id: str, idle_ms: int, *, record_format: int, lease_ms: int
+    ) -> int:
+        """A lapsed pending entry of a newer version's job. Left idle for a newer reaper to take, until it
+        has been idle ``newer_record_wait_s`` (and its holder's lease): then no worker of that version is
+        there, and the job fails."""
+        wait_ms = max(self._newer_wait_ms, lease_ms)
+        if idle_ms < wait_ms:
             self.newer.note(model, job_id, record_format, failed=False, waited_s=idle_ms / 1000)
             return 0
         # Taken only if still idle that long (the server checks): a newer reaper may have just taken it.
         stream = keys.job_stream(model)
-        if not self._r.xclaim(
-            stream, keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, self._newer_wait_ms, [entry_id], justid=True
-        ):
+        if not self._r.xclaim(stream, keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, wait_ms, [entry_id], justid=True):
             return 0
         return self.fail_newer(model, job_id, idle_ms, entry=entry_id, owned_by=keys.REAPER_CONSUMER)
 
