@@ -63,9 +63,13 @@ class WorkerContext:
     unserved_variants: dict[str, list[str]] = field(default_factory=dict)  # model -> mode/variant it lacks
 
     def beat(self) -> WorkerHeartbeat:
+        # A model a local fault keeps this worker off is not offered while the fault lasts: GET /v1/models
+        # reports it unavailable when no other worker takes it, and its jobs wait (``worker.faults``).
+        ready = self.faults.ready_models()
         return WorkerHeartbeat(
             worker_id=self.worker_id,
-            hosted_models=self.hosted_models,
+            hosted_models=ready,
+            faulted_models=[m for m in self.hosted_models if m not in ready],
             unserved_variants=self.unserved_variants,
             loaded_models=list(self.cache.loaded()),
             current_job=self.current_job,

@@ -98,6 +98,7 @@ class ErrorCode(StrEnum):
     upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
     worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
     input_image_corrupt = "input_image_corrupt"  # the stored input image is gone or fails its sha256
+    version_unavailable = "version_unavailable"  # a newer version wrote the job; no worker of it took it in time
     internal_error = "internal_error"
 
 
@@ -136,6 +137,7 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.upload_failed: "the video could not be stored; retry later",
         ErrorCode.input_image_corrupt: "the stored input image is missing or does not match its checksum",
         ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
+        ErrorCode.version_unavailable: "no worker of the service version that accepted the generation took it; retry",
         ErrorCode.internal_error: "internal error",
     }
 )

@@ -47,6 +47,7 @@ __all__ = [
     "EnqueueResult",
     "Event",
     "JobQueue",
+    "NewerRecordMet",
     "Outcome",
     "Polled",
     "ProgressNote",
@@ -144,7 +145,11 @@ class WorkerHeartbeat(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     worker_id: str
+    # The models it takes jobs of now: what ``GET /v1/models`` reports as available. A hosted model that a
+    # fault of this worker's own keeps it off (``worker.faults``: its weights do not load here, no ffmpeg, a
+    # full disk...) is left out while the fault lasts, and listed in ``faulted_models`` instead.
     hosted_models: list[str]
+    faulted_models: list[str] = Field(default_factory=list)
     # Per hosted model, the ``mode/variant``s it cannot run here: their weights (a variant LoRA) are missing.
     unserved_variants: dict[str, list[str]] = Field(default_factory=dict)
     loaded_models: list[str] = Field(default_factory=list)
@@ -155,6 +160,17 @@ class WorkerHeartbeat(BaseModel):
     def serves(self, model: str, mode: str, variant: str) -> bool:
         """Whether this worker hosts ``model`` and can run its ``mode``/``variant``."""
         return model in self.hosted_models and f"{mode}/{variant}" not in self.unserved_variants.get(model, ())
+
+
+@dataclass(frozen=True)
+class NewerRecordMet:
+    """A record written by a newer version that a worker's queue met (``WorkerQueue.newer_records``)."""
+
+    job_id: str
+    model: str
+    record_format: int
+    failed: bool  # True: past ``queue.newer_record_wait_s``, failed and dead-lettered; False: left to newer workers
+    waited_s: float  # how long it had waited for a worker of its version when met
 
 
 class DeadLetter(BaseModel):
@@ -300,6 +316,13 @@ class WorkerQueue(Protocol):
         """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them,
         with those this queue object's claims re-queued since the last call (the claim path reclaims
         too), so a caller that counts these returns counts every reclaim of its process."""
+        ...
+
+    def newer_records(self) -> list[NewerRecordMet]:
+        """Records written by a newer version that this queue object met since the last call (claims, the
+        reaper, the sweep), each once while it waits: left to newer workers (its entry or row untouched, no
+        attempt used), or failed once it waited past ``queue.newer_record_wait_s``. What the worker logs
+        and counts (``genworker_newer_records_total``)."""
         ...
 
     def purge_expired(self) -> int:

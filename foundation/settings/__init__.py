@@ -154,7 +154,9 @@ class WorkerSettings(BaseModel):
         ge=1,
         description=(
             "A job whose model did not load on this many distinct workers (or on every live worker hosting "
-            "it, if fewer) fails with model_load_failed instead of going round the fleet for ever."
+            "it, if fewer, but at least two) fails with model_load_failed instead of going round the fleet for "
+            "ever. A model's only live host that cannot load it backs off and its jobs wait (GET /v1/models "
+            "says the model is unavailable meanwhile); 1 fails the job at the first worker instead."
         ),
     )
     build_tiny_models: bool = Field(

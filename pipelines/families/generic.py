@@ -60,6 +60,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention"]
 
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` that changes
+# what a checkpoint holds or how it is restored, so workers of another version start such jobs over instead
+# of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
+
 
 @dataclass(frozen=True)
 class DiffusersLatents(Latents):
@@ -180,7 +185,9 @@ class DiffusersTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
         )
         with session.running(pipe, denoisers=self.generic.denoisers), torch.no_grad():

@@ -78,6 +78,10 @@ GUIDANCE_OFF: dict[str, float] = {
 # diffusers' LTX-2 enhancement sampling (GEMMA3_PROMPT_ENHANCEMENT_CONFIG), plus our time bound.
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
 DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` or ``_run``
+# that changes what a checkpoint holds (the carried stage-1 output included) or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 LORA_ADAPTER = "distilled"
 
 
@@ -227,7 +231,13 @@ class LTX2TextToVideo(Adapter):
             total=sum(stage.steps for stage in stages),
             checkpoints=checkpoints,
             fingerprint=lambda: job_fingerprint(
-                self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
+                self.spec,
+                job,
+                pipe,
+                profile=self.profile,
+                device=self.device,
+                loop_version=LOOP_VERSION,
+                scheduler=self._schedulers[False],
             ),
             generator=generator,
             skip_output=skipped_ltx2_output,
@@ -243,8 +253,10 @@ class LTX2TextToVideo(Adapter):
             video, audio = out.frames, out.audio
         if two_stage:
             session.carry(stage1_video=video, stage1_audio=audio)
-            # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
-            video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            # 5. x2 latent upsampler, then 6. the distilled refinement at full size. A carried stage-1 output that
+            # does not fit fails in the upsampler: the checkpoint's fault (``restoring``), not the job's.
+            with session.restoring():
+                video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
             if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
                 video = self._image_as_first_frame(video, image)
             refine = self._run(

@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 __all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+# The denoising loop's version in checkpoint fingerprints (Wan and Wan image-to-video share the loop): bump it
+# with any change to ``_denoise_with`` that changes what a checkpoint holds or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 
 
 def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -189,7 +193,9 @@ class WanTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
             skip_output=skipped_wan_output,
             expert=wan_expert,
