@@ -33,7 +33,7 @@ from api.limits import (
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
-from api.routes import events, generations, models
+from api.routes import events, generations, models, videos
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
 from foundation.core.catalog import Catalog
@@ -114,6 +114,7 @@ def create_app(
     app.include_router(generations.build_router(ctx))
     app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
     app.include_router(models.build_router(ctx))
+    app.include_router(videos.build_router(ctx))  # /v1/videos: the openai SDK's Videos API over the same records
     if webhooks is not None:
         app.include_router(webhook_routes.build_router(auth, webhooks))
     install_playground(app, ctx)  # only where api.playground is on

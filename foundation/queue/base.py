@@ -54,6 +54,7 @@ __all__ = [
     "ProgressWrite",
     "WorkerHeartbeat",
     "WorkerQueue",
+    "list_cursor",
 ]
 
 
@@ -189,6 +190,13 @@ class DeadLetter(BaseModel):
     raw: str | None = None  # unreadable entry or record: what was stored (cut to 2000 characters)
 
 
+def list_cursor(record: GenerationRecord) -> str:
+    """The cursor ``ApiQueue.list_jobs`` hands out after ``record`` (in either order): ``<created ms>:<job id>``.
+    Both backends write it with this function, so a caller may resume a listing from a record it has (the
+    Videos API's ``after=<id>``)."""
+    return f"{record.created_at.timestamp() * 1000!r}:{record.id}"
+
+
 class ApiQueue(Protocol):
     """What the API tier needs: create, read, cancel and list jobs; queue state; live workers."""
 
@@ -206,14 +214,26 @@ class ApiQueue(Protocol):
     def get(self, job_id: str) -> GenerationRecord | None: ...
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """The project's records, newest first, and a cursor for the next page (None at the end)."""
+        """The project's records, newest first (``oldest_first``: by creation, oldest first), and a cursor for
+        the next page in the same order (None at the end; ``list_cursor``). ``ValueError`` for a cursor that is
+        not one."""
         ...
 
     def cancel(self, job_id: str) -> GenerationRecord:
         """Queued: ends ``canceled`` now. Running: sets the durable cancel flag the worker polls.
         Terminal: returns the record unchanged (the caller decides on 409). Raises ``UnknownJob``."""
+        ...
+
+    def delete(self, job_id: str) -> GenerationRecord:
+        """Remove a terminal job for good and return its record as it was: the record, its own events and
+        progress notes, its place in the project's listing, the id → model index, and its idempotency key
+        while the key still names it (a create repeated with that key then makes a new job). Afterwards
+        ``get`` answers None, ``list_jobs`` skips it and ``cancel`` raises ``UnknownJob``. The model's events
+        feed and dead letters keep their entries until their caps or TTL drop them. Artifact objects are the
+        caller's to delete (the sweeper removes what is left once the record is gone). A job that is not
+        terminal is left as it is and returned unchanged (the caller decides on 409). Raises ``UnknownJob``."""
         ...
 
     def depth(self, model: str) -> int:

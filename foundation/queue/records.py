@@ -82,14 +82,20 @@ def _moved(record: GenerationRecord, status: Status, now: datetime, **changes: o
     return record.model_copy(update=update)
 
 
-def enqueued(record: GenerationRecord, *, max_attempts: int, now: datetime | None = None) -> GenerationRecord:
-    """The record as first stored: ``queued``, no attempt yet, the queue's attempt limit."""
+def enqueued(
+    record: GenerationRecord,
+    *,
+    max_attempts: int,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> GenerationRecord:
+    """The record as first stored: ``queued``, no attempt yet, the queue's attempt limit, and the idempotency
+    key it is created under (``ApiQueue.delete`` frees that key with the job)."""
     if record.status is not Status.queued:
         raise ValueError(f"a new job must be queued, not {record.status.value}")
     now = now or utcnow()
-    return record.model_copy(
-        update={"attempt": 0, "max_attempts": max_attempts, "updated_at": now, "stage": Stage.queued, "progress": 0.0}
-    )
+    update = {"attempt": 0, "max_attempts": max_attempts, "updated_at": now, "stage": Stage.queued, "progress": 0.0}
+    return record.model_copy(update={**update, "idempotency_key": idempotency_key})
 
 
 def started(record: GenerationRecord, now: datetime | None = None) -> GenerationRecord:

@@ -123,9 +123,9 @@ class RedisQueue:
         return self.reads.get(job_id)
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)
@@ -153,7 +153,7 @@ class RedisQueue:
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
-        record = records.enqueued(record, max_attempts=self.max_attempts)
+        record = records.enqueued(record, max_attempts=self.max_attempts, idempotency_key=idempotency_key)
         replayed = False
         if idempotency_key is not None:
             owner_id = self._reserve_idempotency(record, idempotency_key, request_hash or "")
@@ -222,6 +222,29 @@ class RedisQueue:
         if current is None:
             raise UnknownJob(job_id)
         return current
+
+    @redis_unavailable
+    def delete(self, job_id: str) -> GenerationRecord:
+        model = self.reads.model_of(job_id)
+        rec = self.reads.get(job_id) if model is not None else None
+        if model is None or rec is None:
+            raise UnknownJob(job_id)
+        if not rec.terminal:  # a terminal record never changes again: no race between this check and the DELs
+            return rec
+        if rec.idempotency_key is not None:  # first, so a create repeated with it never finds a half-deleted job
+            name = keys.idempotency(rec.project, rec.idempotency_key)
+            stored = self._r.get(name)
+            if stored is not None and json.loads(stored)["job_id"] == job_id:
+                self._r.delete(name)
+        job = keys.job_record(model, job_id)
+        self._r.delete(job, keys.job_events_of(job), keys.job_progress_of(job))  # one slot: the model's
+        # Other slots, one key each. Left behind by a crash here, they point at no record: readers skip them
+        # and the retention sweep removes them (foundation/queue/redis/retention.py).
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zrem(keys.project_jobs(rec.project), job_id)
+        pipe.delete(keys.job_model_index(job_id))
+        pipe.execute()
+        return rec
 
     # ------------------------------------------------------------------------------------ worker side
     @redis_unavailable

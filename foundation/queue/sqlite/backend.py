@@ -180,9 +180,9 @@ class SqliteQueue:
         return self.reads.get(job_id)
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)
@@ -224,7 +224,10 @@ class SqliteQueue:
         """Create each ``(record, idempotency key, request hash)`` (or find the job its key made), in as few
         transactions as ``sqlite_group`` takes, with the creates of other threads too (one fsync for all);
         each one's result, or the exception it raised (``IdempotencyConflict``), once it is committed."""
-        enqueued = [(records.enqueued(r, max_attempts=self.max_attempts), key, h or "") for r, key, h in creates]
+        enqueued = [
+            (records.enqueued(r, max_attempts=self.max_attempts, idempotency_key=key), key, h or "")
+            for r, key, h in creates
+        ]
         return self._creates.run_many(enqueued)
 
     def _create(self, conn: sqlite3.Connection, create: tuple[GenerationRecord, str | None, str]) -> EnqueueResult:
@@ -278,6 +281,25 @@ class SqliteQueue:
                 # Only the record and the flag: the lease stays the worker's.
                 conn.execute("UPDATE jobs SET record = ?, cancel = 1 WHERE id = ?", (rec.model_dump_json(), job_id))
                 self._event(conn, rec, EventReason.cancel_requested)
+            return rec
+
+    @sqlite_unavailable
+    def delete(self, job_id: str) -> GenerationRecord:
+        with self._db.tx() as conn:
+            loaded = self._load(conn, job_id)
+            if loaded is None:
+                raise UnknownJob(job_id)
+            rec = loaded[0]
+            if not rec.terminal:
+                return rec
+            conn.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM progress_notes WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            if rec.idempotency_key is not None:  # only while the key still names this job
+                conn.execute(
+                    "DELETE FROM idempotency WHERE project = ? AND key = ? AND job_id = ?",
+                    (rec.project, rec.idempotency_key, job_id),
+                )
             return rec
 
     # ------------------------------------------------------------------------------------ worker side
