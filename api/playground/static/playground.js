@@ -10,6 +10,9 @@
 
   let models = [];
   let watching = null; // {id, abort}: the generation this page follows now
+  // The newest state the timeline shows: answers arrive over three paths (the stream, polls, the cancel's
+  // own answer), and one written earlier must not be appended after a later one.
+  let shown = { terminal: false, at: 0 };
   let quoteSeq = 0;
   let quoteTimer = null;
 
@@ -223,6 +226,7 @@
   function watch(record, response) {
     stopWatching();
     $("timeline").replaceChildren();
+    shown = { terminal: false, at: 0 };
     $("video").removeAttribute("data-generation");
     render(record);
     if (TERMINAL.has(record.status)) return;
@@ -341,6 +345,11 @@
   // A record, or an event of the stream: a status event carries no stage or progress (a running
   // one shows "running" until its first progress event), a progress event no queue position.
   function renderProgress(r) {
+    // A terminal status is final, and an event or record written before the one shown is old news: the
+    // stream still delivering "running" after the cancel's answer said "canceled" changes nothing.
+    const at = Date.parse(r.at || r.updated_at || "") || 0;
+    if (shown.terminal || at < shown.at) return;
+    shown = { terminal: TERMINAL.has(r.status), at: Math.max(shown.at, at) };
     $("current").hidden = false;
     const running = r.status === "running";
     const stage = running && r.stage && r.stage !== "queued" ? r.stage : null;
