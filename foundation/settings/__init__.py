@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
+from foundation.settings.hosts import host_port_entries
 from foundation.settings.models import ModelRuntimeSettings
 from foundation.stores.config import StoreSettings
 
@@ -194,16 +195,18 @@ class InputSettings(BaseModel):
     allow_http_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach over plain http; every other URL "
-            "must be https. A host on a loopback or private address also needs `allow_private_hosts`."
+            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) an "
+            "`input.image_url` may reach over plain http; every other URL must be https. A host on a "
+            "loopback or private address also needs `allow_private_hosts`."
         ),
     )
     allow_private_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach on private, loopback, link-local, CGNAT "
-            "or other non-public addresses (tests, an image server beside the API). Every other host must "
-            "resolve only to public addresses, checked on every hop and connected to as checked (no DNS rebinding)."
+            "`host:port` pairs (as `allow_http_hosts`) an `input.image_url` may reach on private, loopback, "
+            "link-local, CGNAT or other non-public addresses (tests, an image server beside the API). Every "
+            "other host must resolve only to public addresses, checked on every hop and connected to as "
+            "checked (no DNS rebinding)."
         ),
     )
     max_image_bytes: int = Field(
@@ -223,6 +226,11 @@ class InputSettings(BaseModel):
         le=10,
         description="Redirects an `image_url` fetch follows (each hop checked again); 0: a redirect fails it.",
     )
+
+    @field_validator("allow_http_hosts", "allow_private_hosts")
+    @classmethod
+    def _hosts_name_ports(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        return host_port_entries(values, f"api.inputs.{info.field_name}")
 
 
 class ApiSettings(BaseModel):
@@ -382,14 +390,19 @@ class WebhookSettings(BaseModel):
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) a webhook may reach over plain http and on private or loopback "
-            "addresses: for tests and a receiver on the embedded machine. Every other URL must be https "
-            "to a public address."
+            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) a webhook may "
+            "reach over plain http and on private or loopback addresses: for tests and a receiver on the "
+            "embedded machine. Every other URL must be https to a public address."
         ),
     )
     max_response_bytes: int = Field(
         default=65_536, ge=0, description="At most this much of a receiver's answer is read (it is discarded)."
     )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_name_ports(cls, values: list[str]) -> list[str]:
+        return host_port_entries(values, "webhooks.allowed_hosts")
 
 
 class Settings(BaseSettings):

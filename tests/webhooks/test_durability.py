@@ -151,7 +151,7 @@ def test_sender_killed_mid_send_on_redis_resends_under_the_same_id(
     settings = Settings(
         data_dir=str(tmp_path),
         queue={"backend": "redis", "redis_url": redis_url},
-        webhooks={"allowed_hosts": ["127.0.0.1"], "secret_key": server_key},
+        webhooks={"allowed_hosts": ["127.0.0.1:*"], "secret_key": server_key},
     )
     env["GENWORKER_WEBHOOKS__SECRET_KEY"] = server_key  # every sender opens the secrets with one key
     queue = open_queue(settings.queue)
