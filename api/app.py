@@ -23,6 +23,7 @@ from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
 from api.error_handlers import install_error_handlers
 from api.fast_path import FastPath
+from api.input_image import ImageSlots
 from api.keys import KeyStore
 from api.limits import (
     AsyncRateLimiter,
@@ -108,7 +109,10 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    ctx = ApiContext(settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth)
+    images = ImageSlots(api.inputs)
+    ctx = ApiContext(
+        settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth, images=images
+    )
     install_error_handlers(app)
     app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))

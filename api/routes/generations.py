@@ -175,7 +175,7 @@ async def answer_create(ctx: ApiContext, request: Request) -> Response:
     # An input image is fetched, decoded and checked off the event loop, before anything is stored.
     image = None
     if takes_image(create, ctx.catalog):
-        image = await anyio.to_thread.run_sync(prepare_image, create, ctx.settings.api.inputs)
+        image = await ctx.images.run(lambda: prepare_image(create, ctx.catalog, ctx.settings.api.inputs))
     record = build_record(
         create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
     )

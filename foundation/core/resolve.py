@@ -25,6 +25,7 @@ __all__ = [
     "check_prompt",
     "compute_price",
     "frames_for",
+    "generation_size",
     "nearest_ratio",
     "resolve",
     "round_up",
@@ -185,6 +186,21 @@ def nearest_ratio(offered: list[str], width: int, height: int) -> str:
         return abs(math.log((w / h) / (width / height)))
 
     return min(offered, key=distance)
+
+
+def generation_size(request: CreateRequest, catalog: Catalog, image_width: int, image_height: int) -> tuple[int, int]:
+    """The size an input image of ``image_width`` x ``image_height`` (upright) will be fitted to for this
+    request, as ``resolve`` will find it (``gen_width``, ``gen_height``): what the API's decode of the
+    image must still cover. A coded ``RequestRejected`` for a choice the model does not offer, as ``resolve``."""
+    spec, _variant = _lookup(request, catalog)
+    params = request.parameters
+    resolution: str = _pick(params, spec, "resolution")
+    ratio: str = _pick(params, spec, "ratio")
+    if ratio == AUTO_RATIO:
+        ratio = nearest_ratio(spec.ratios, image_width, image_height)
+    _check_choices(spec, resolution, ratio, _pick(params, spec, "duration_seconds"))
+    width, height = target_size(resolution, ratio)
+    return round_up(width, spec.stride), round_up(height, spec.stride)
 
 
 def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | None = None) -> tuple[ResolvedJob, Money]:

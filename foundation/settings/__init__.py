@@ -213,9 +213,28 @@ class InputSettings(BaseModel):
         default=20_000_000, ge=1, description="Largest input image, in bytes (a fetch stops reading past it)."
     )
     max_image_pixels: int = Field(
-        default=40_000_000,
+        default=16_000_000,
         ge=1,
-        description="Largest input image, width x height, read from its header before decoding (bombs).",
+        description=(
+            "Largest input image, width x height, read from its header before decoding (bombs). 16 MP covers "
+            "the largest generation size offered (1080p) with room to crop, and a 12 MP phone photo."
+        ),
+    )
+    max_concurrent_images: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Input images one API process reads and decodes at once; each holds up to `max_image_bytes` and "
+            "one decode under `max_image_pixels` (about 64 MB at 16 MP), so this bounds their memory."
+        ),
+    )
+    image_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "How long a create with an image waits for a free slot (`max_concurrent_images`) before it is "
+            "answered 503 `service_unavailable` with `Retry-After`."
+        ),
     )
     fetch_timeout_s: float = Field(
         default=10.0, gt=0, description="Time limit of one `image_url` fetch: connect, answer and the whole body."

@@ -40,8 +40,9 @@ PNG_SIGNATURE = b"\x89PNG"
 CLOSED = free_port()  # allowed, but nothing listens there
 
 
-def inputs(port: int) -> dict[str, Any]:
-    """The operator's settings for an image server on ``port``: allowed by host and port, nothing wider."""
+def inputs(port: int | str) -> dict[str, Any]:
+    """The operator's settings for an image server on ``port``: allowed by host and port, nothing wider
+    (``"*"``: every port of 127.0.0.1, for a stack other tests share with image servers of their own)."""
     return {
         # localhost: http allowed, its loopback address is not
         "allow_http_hosts": [f"127.0.0.1:{port}", f"localhost:{port}", f"127.0.0.1:{CLOSED}"],
@@ -319,14 +320,14 @@ def test_redirects_are_not_followed_unless_allowed(images: ImageServer) -> None:
 
 
 @pytest.fixture
-def fleet_stack(tmp_path: Path, redis_url: str, seaweed: SeaweedServer, images: ImageServer) -> Iterator[Stack]:
+def fleet_stack(tmp_path: Path, redis_url: str, seaweed: SeaweedServer) -> Iterator[Stack]:
     """The API of the distributed mode: Redis queue and keys, an S3 store (a bucket of its own)."""
     port = free_port()
     settings = Settings(
         data_dir=str(tmp_path),
         queue={"backend": "redis", "redis_url": redis_url, "max_attempts": 2},
         store=seaweed.store_settings(s3_bucket=f"images-{uuid.uuid4().hex[:12]}").model_dump(),
-        api={"inputs": inputs(images.port), "unhosted_models": "accept"},
+        api={"inputs": inputs("*"), "unhosted_models": "accept"},
     )
     queue = open_queue(settings.queue)
     store = S3Store(settings.store)
