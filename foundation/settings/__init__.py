@@ -24,7 +24,7 @@ from pydantic_settings import (
 
 from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
-from foundation.settings.hosts import host_port_entries
+from foundation.settings.hosts import host_port_entries, is_loopback
 from foundation.settings.models import ModelRuntimeSettings
 from foundation.stores.config import StoreSettings
 
@@ -355,6 +355,15 @@ class ApiSettings(BaseModel):
     playground_session_ttl_s: int = Field(
         default=43_200, ge=60, description="Lifetime of a playground session cookie (renewed on page load)."
     )
+    playground_remote: bool = Field(
+        default=False,
+        description=(
+            "Serve the playground on a bind address other than loopback (`api.host` 0.0.0.0, a LAN address). "
+            "Off: an API with `api.playground` on such an address refuses to start, and `genworker up "
+            "--host` with one starts without the playground. On: the page asks each browser once for "
+            "`api.playground_api_key` before it issues a session, so whoever reaches the port still needs the key."
+        ),
+    )
     inputs: InputSettings = Field(default_factory=InputSettings)
 
     @model_validator(mode="after")
@@ -362,6 +371,12 @@ class ApiSettings(BaseModel):
         if self.playground and self.playground_api_key is None:
             raise ValueError(
                 "api.playground is on but api.playground_api_key is not set (GENWORKER_API__PLAYGROUND_API_KEY)"
+            )
+        if self.playground and not self.playground_remote and not is_loopback(self.host):
+            raise ValueError(
+                f"api.playground acts for a project with a key held by the server; on api.host={self.host!r} "
+                "(not loopback) anyone who reaches the port could use it. Bind 127.0.0.1, or set "
+                "api.playground_remote=true (GENWORKER_API__PLAYGROUND_REMOTE) to serve it there behind the key"
             )
         return self
 

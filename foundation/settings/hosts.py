@@ -1,4 +1,5 @@
-"""Allow-list entries that name a host and a port: ``host_port_entries``.
+"""Allow-list entries that name a host and a port (``host_port_entries``), and which bind addresses are
+this machine's own (``is_loopback``).
 
 An outbound allow-list (``api.inputs.allow_http_hosts``, ``api.inputs.allow_private_hosts``,
 ``webhooks.allowed_hosts``) lifts a rule for one service, not for every port of its host: an image
@@ -10,9 +11,10 @@ or the other.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
-__all__ = ["host_port_entries"]
+__all__ = ["host_port_entries", "is_loopback"]
 
 _ENTRY = re.compile(r"(?P<host>\[[0-9a-f:.]+\]|[^\[\]:/@\s]+):(?P<port>\*|[0-9]{1,5})")
 
@@ -30,3 +32,14 @@ def host_port_entries(values: list[str], setting: str) -> list[str]:
             )
         entries.append(entry)
     return entries
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address only this machine can reach: ``localhost`` or a loopback literal.
+    ``0.0.0.0``, ``::`` and every other address or name are reachable from elsewhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
