@@ -241,6 +241,8 @@ def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> b
                 raise FetchTooLarge(f"the answer is larger than {max_bytes} bytes")
             chunks.append(chunk)
             _remaining(deadline)
+        if watchdog.fired:  # a body that ends with the connection reads the shut socket as its end
+            raise FetchFailed("the fetch timed out")
     except httpx.TimeoutException:
         raise FetchFailed("the fetch timed out") from None
     except httpx.HTTPError as e:

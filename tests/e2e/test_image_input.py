@@ -78,6 +78,7 @@ def _routes(port_of: dict[str, int]) -> dict[str, Route]:
         "/gzip-ok.png": Route(gzip.compress(OK), headers={"Content-Encoding": "gzip"}),  # even a good image
         "/identity-ok.png": Route(OK, headers={"Content-Encoding": "identity"}),
         "/drip-slow.png": Route(OK, drip_s=2.5),  # each byte just inside a 3 s read wait
+        "/drip-slow-unsized.png": Route(OK, drip_s=2.5, sized=False),  # its end is the connection's
     }
 
 
@@ -198,14 +199,16 @@ def test_a_refusal_names_the_rule_not_the_address_a_name_resolves_to(stack: Stac
         assert "loopback" in message and "127.0.0.1" not in message and "::1" not in message, message
 
 
-def test_the_fetch_time_limit_holds_within_ten_percent(images: ImageServer) -> None:
+@pytest.mark.parametrize("path", ["/drip-slow.png", "/drip-slow-unsized.png"])
+def test_the_fetch_time_limit_holds_within_ten_percent(images: ImageServer, path: str) -> None:
     """A server that sends one byte just inside each read's wait: the whole fetch still ends at its limit
-    (the last read would otherwise begin just before it and wait a full read limit more)."""
+    (the last read would otherwise begin just before it and wait a full read limit more), and a body cut
+    there is a time-out, never a shorter image."""
     here = f"127.0.0.1:{images.port}"
     policy = OutboundPolicy(allow_http_hosts=frozenset({here}), allow_private_hosts=frozenset({here}), timeout_s=3.0)
     started = time.monotonic()
     with pytest.raises(FetchFailed, match="timed out"):
-        fetch(images.url("/drip-slow.png"), policy)
+        fetch(images.url(path), policy)
     elapsed = time.monotonic() - started
     assert 2.9 <= elapsed <= 3.3, elapsed
 
