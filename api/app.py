@@ -117,7 +117,8 @@ def create_app(
     app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))
     app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
-    app.include_router(models.build_router(ctx))
+    catalog_json = models.catalog_body(ctx)  # one per process: the route and the fast path share it
+    app.include_router(models.build_router(catalog_json))
     if webhooks is not None:
         app.include_router(webhook_routes.build_router(auth, webhooks))
     install_playground(app, ctx)  # only where api.playground is on
@@ -127,7 +128,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     metrics = install_metrics(app)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
-    if fast_path:  # polls and creates answered before the framework's stack, as it would (api/fast_path.py)
+    if fast_path:  # polls, creates and the catalog answered before the framework's stack (api/fast_path.py)
         build_stack = app.build_middleware_stack
 
         def build_with_fast_path() -> ASGIApp:
@@ -135,6 +136,7 @@ def create_app(
                 build_stack(),
                 poll=functools.partial(generations.answer_poll, ctx),
                 create=functools.partial(generations.answer_create, ctx),
+                models=functools.partial(models.answer_models, catalog_json),
                 metrics=metrics,
                 max_body_bytes=api.max_body_bytes,
             )

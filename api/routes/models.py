@@ -5,7 +5,8 @@ at most once per ``REFRESH_S`` per process (one read of the live workers, one qu
 no write anywhere) and served from memory in between, with an ``ETag`` (a request whose
 ``If-None-Match`` names it is answered 304 with no body) and ``Cache-Control: max-age`` of a few
 seconds, so clients and proxies ask less. Availability and depth are then up to ``REFRESH_S`` old, which
-no client can tell from a heartbeat that lands a moment later.
+no client can tell from a heartbeat that lands a moment later. Like a poll, it is answered before the
+framework's routing and middleware (``api/fast_path.py``) when it carries no query string.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from api.query import only_query
 from api.views import ModelList, ModelView, model_view
 from foundation.core.catalog import ModelSpec
 
-__all__ = ["MAX_AGE_S", "REFRESH_S", "CatalogBody", "build_router"]
+__all__ = ["MAX_AGE_S", "MODELS_ROUTE", "REFRESH_S", "CatalogBody", "answer_models", "build_router", "catalog_body"]
+
+MODELS_ROUTE = "/v1/models"
 
 REFRESH_S = 1.0  # the body is computed at most this often per process
 MAX_AGE_S = 3  # what clients and proxies may reuse it for
@@ -71,8 +74,8 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def build_router(ctx: ApiContext) -> APIRouter:
-    router = APIRouter(prefix="/v1/models", tags=["models"])
+def catalog_body(ctx: ApiContext) -> CatalogBody:
+    """The process's catalog body: live workers and queue depths read at most once per ``REFRESH_S``."""
 
     def compute() -> bytes:
         beats = ctx.queue.live_workers()
@@ -86,7 +89,21 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
         return ModelList(data=[view(spec) for spec in ctx.catalog.models.values()]).model_dump_json().encode()
 
-    catalog = CatalogBody(compute)
+    return CatalogBody(compute)
+
+
+async def answer_models(catalog: CatalogBody, request: Request) -> Response:
+    """``GET /v1/models``: the body, or 304 when ``If-None-Match`` names its tag (also called outside the
+    framework: api/fast_path.py)."""
+    body, etag = await catalog.get()
+    headers = {"ETag": etag, "Cache-Control": f"max-age={MAX_AGE_S}"}
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def build_router(catalog: CatalogBody) -> APIRouter:
+    router = APIRouter(prefix=MODELS_ROUTE, tags=["models"])
 
     @router.get(
         "",
@@ -100,10 +117,6 @@ def build_router(ctx: ApiContext) -> APIRouter:
         dependencies=[only_query()],
     )
     async def list_models(request: Request) -> Response:
-        body, etag = await catalog.get()
-        headers = {"ETag": etag, "Cache-Control": f"max-age={MAX_AGE_S}"}
-        if _matches(request.headers.get("if-none-match"), etag):
-            return Response(status_code=304, headers=headers)
-        return Response(body, media_type="application/json", headers=headers)
+        return await answer_models(catalog, request)
 
     return router
