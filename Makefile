@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan
+.PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -22,6 +22,17 @@ $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The security scanner of deploy/ and Dockerfile.gpu (checkov; tests/deploy/test_security_scan.py) lives in a venv of
+# its own: its exact pins (boto3, packaging) conflict with the production lock. Made once, from requirements/scan.txt;
+# the scan itself runs offline.
+SCAN_VENV := var/scan-venv
+$(SCAN_VENV)/.installed: requirements/scan.txt
+	test -x $(SCAN_VENV)/bin/python || python3 -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/pip install --quiet -r requirements/scan.txt
+	touch $@
+
+scan-venv: $(SCAN_VENV)/.installed
 
 # Recompile the production lock after a dependency changes in a pyproject.toml: exact versions of the closure
 # of requirements/worker.in (the client with its CLI, the server with its `worker` extra) for the interpreter
@@ -63,7 +74,7 @@ deps:
 tiny-models: venv
 	$(PY) scripts/make_tiny_models.py --out var/models
 
-test: venv deps
+test: venv deps scan-venv
 	$(PY) -m pytest
 
 # The inner loop: the unit tests and the queue contract suite on SQLite, in under two minutes. make test stays
@@ -98,10 +109,10 @@ test-long: venv deps
 gpu-smoke: venv
 	$(PY) scripts/gpu_smoke.py $(GPU_SMOKE_ARGS)
 
-# The memory plan for a GPU_GB device (docs/gpu.md): make plan GPU_GB=80
-GPU_GB ?= 80
+# The memory plan for a GPU class, with the memory it reports (docs/gpu.md): make plan GPU=h200-141gb
+GPU ?= h100-80gb
 plan: venv
-	$(VENV)/bin/genworker plan --gpu-memory-gb $(GPU_GB)
+	$(VENV)/bin/genworker plan --gpu $(GPU)
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000
@@ -143,6 +154,13 @@ bench-quick: venv deps
 bench-gpu: venv
 	@mkdir -p var/bench
 	$(PY) scripts/bench_gpu.py --out var/bench/gpu.json $(ARGS)
+
+# For a lent GPU machine (Python 3.12, torch 2.11, no registry): wheels of what its image lacks into .whl/ (ignored,
+# under 60 MiB), then the one command that installs them there and runs `bench_gpu.py --random-weights` with a 420 s
+# deadline; paste it into one device run with .whl carried (docs/gpu.md, "Measuring without weights"). make test runs
+# the same command's --dry-run on CPU (tests/pipelines/test_gpu_bench.py).
+device-bundle: venv
+	$(PY) scripts/device_bundle.py
 
 # Denoising checkpoints (issue 20): cost per checkpoint vs a step, real-model sizes, and steps redone after
 # a kill -9 with and without resume (docs/benchmarks.md, "resume").

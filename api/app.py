@@ -34,7 +34,7 @@ from api.limits import (
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
-from api.routes import events, generations, models
+from api.routes import events, generations, models, videos
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
 from foundation.core.catalog import Catalog
@@ -119,6 +119,7 @@ def create_app(
     app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
     catalog_json = models.catalog_body(ctx)  # one per process: the route and the fast path share it
     app.include_router(models.build_router(catalog_json))
+    app.include_router(videos.build_router(ctx))  # /v1/videos: the openai SDK's Videos API over the same records
     if webhooks is not None:
         app.include_router(webhook_routes.build_router(auth, webhooks))
     install_playground(app, ctx)  # only where api.playground is on
@@ -127,6 +128,8 @@ def create_app(
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     metrics = install_metrics(app)
+    if webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
+        metrics.registry.register(webhooks.metrics.registry)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
     if fast_path:  # polls, creates and the catalog answered before the framework's stack (api/fast_path.py)
         build_stack = app.build_middleware_stack

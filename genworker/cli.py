@@ -25,11 +25,11 @@ app = App(name="genworker", help="GPU worker daemon and HTTP tier for video gene
 @app.command()
 def catalog(path: str | None = typer.Option(None, help="Catalog file (default: configs/models.yaml).")) -> None:
     """Validate the catalog and print its models as JSON."""
-    from foundation.core.catalog import load_catalog
     from foundation.core.errors import CatalogError
+    from pipelines.runtime.options import load_model_catalog
 
     try:
-        cat = load_catalog(path)
+        cat = load_model_catalog(path)
     except CatalogError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from e
@@ -146,11 +146,11 @@ _Config = Annotated[Path | None, typer.Option("--config", "-c", help="Settings Y
 
 
 def _weights_target(model: str, config: Path | None) -> tuple[ModelSpec, Path]:
-    from foundation.core.catalog import load_catalog
     from foundation.settings import load_settings
+    from pipelines.runtime.options import load_model_catalog
 
     settings = load_settings(config)
-    spec = load_catalog(settings.catalog_path).get(model)
+    spec = load_model_catalog(settings.catalog_path).get(model)
     if spec is None:
         typer.echo(f"genworker weights: no model {model!r} in the catalog", err=True)
         raise typer.Exit(2)

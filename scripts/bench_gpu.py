@@ -4,6 +4,12 @@ against the physical floor (the denoising FLOPs divided by the device's dense bf
     make bench-gpu                                   # every real catalog model whose weights the node has
     python scripts/bench_gpu.py --models wan2.1-t2v-14b --variants standard cached --profiles default fp8
     python scripts/bench_gpu.py --dry-run            # no GPU: the plan and the computed floors (docs/gpu.md)
+    python scripts/bench_gpu.py --random-weights --deadline-s 420 --out gpu.json   # no weights needed
+    python scripts/bench_gpu.py --random-weights --dry-run                        # the same, tiny, on CPU
+
+``--random-weights`` (``scripts/bench_gpu_random.py``) builds the headline models at full size with random
+weights from configs/arch/ and times every stage through the production adapters, under a deadline; the
+device run of ``make device-bundle`` is this mode (docs/gpu.md, "Measuring without weights").
 
 A run loads each model once per profile (``default``: the catalog's runtime profile; ``fp8``: fp8 storage;
 ``compile``: regional compile), runs each variant's default job once to warm up and once timed. FLOPs are
@@ -65,7 +71,7 @@ def wan_floor(catalog: Any, model: str, variant: str) -> dict[str, Any] | None:
     vae = json.loads((arch.parent / "vae.json").read_text())["config"]
     temporal, spatial = 2 ** sum(vae["temperal_downsample"]), 2 ** len(vae["temperal_downsample"])
     with torch.device("meta"):
-        module = WanTransformer3DModel.from_config(config)  # type: ignore[no-untyped-call]
+        module = WanTransformer3DModel.from_config(config)
     shape = (1, vae["z_dim"], (job.num_frames - 1) // temporal + 1, job.gen_height // spatial, job.gen_width // spatial)
     inputs = {
         "hidden_states": torch.empty(shape, device="meta"),
@@ -130,7 +136,7 @@ def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, d
 
             flops = DenoiseFlops()
             started = time.perf_counter()
-            with flops.recording(adapter.pipe):  # type: ignore[attr-defined]
+            with flops.recording(adapter.pipe):
                 adapter.denoise(job, stamp)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
@@ -159,7 +165,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: the plan and the computed floors")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--random-weights", action="store_true", help="full-size random weights, no checkpoints")
+    parser.add_argument("--deadline-s", type=float, default=420.0, help="--random-weights: the whole run's deadline")
+    parser.add_argument("--jobs", nargs="*", help="--random-weights: job keys or model ids (default: all, in order)")
+    parser.add_argument("--no-backends", action="store_true", help="--random-weights: skip the backend comparison")
+    parser.add_argument(
+        "--shallow",
+        action="store_true",
+        help="--random-weights --dry-run: real widths at a few blocks instead of tiny ones (GBs of memory, minutes)",
+    )
     args = parser.parse_args(argv)
+    if args.random_weights:
+        from scripts.bench_gpu_random import run
+
+        device = "cpu" if args.dry_run else args.device
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                parser.error("no CUDA device: add --dry-run for the tiny CPU run of the same path")
+        return run(
+            jobs=args.jobs,
+            deadline_s=args.deadline_s,
+            out=args.out,
+            dry_run=args.dry_run,
+            device=device,
+            backends=not args.no_backends,
+            shallow=args.shallow,
+        )
     catalog = load_catalog()
     models = args.models or [m for m, spec in catalog.models.items() if not spec.tiny]
     if args.dry_run:

@@ -55,6 +55,9 @@ class _Recorder:
     def refused(self, reason: str) -> None:
         raise AssertionError(reason)
 
+    def discard(self, detail: str) -> None:
+        raise AssertionError(detail)
+
     def resumed(self, step: int, total: int) -> None:
         raise AssertionError("no resume in the bench")
 
@@ -182,18 +185,13 @@ def _formula_tensors(spec: Any, *, two_stage_in_stage_2: bool) -> int:
 
 
 def _real_size(catalog: Any, model: str) -> dict[str, Any]:
-    from foundation.core.resolve import round_up
-    from foundation.core.sizes import SIZE_TABLE
+    from foundation.core.resolve import generation_size, round_up
 
     spec = catalog.models[model]
     resolution = spec.resolutions[-1]
     seconds = max(spec.durations)
     width, height = max(
-        (
-            (round_up(w, spec.stride), round_up(h, spec.stride))
-            for w, h in (SIZE_TABLE[resolution][r] for r in spec.ratios)
-        ),
-        key=lambda size: size[0] * size[1],
+        (generation_size(spec, resolution, ratio) for ratio in spec.ratios), key=lambda size: size[0] * size[1]
     )
     rule = spec.frame_rule
     frames = round_up(seconds * spec.fps - rule.offset, rule.multiple) + rule.offset

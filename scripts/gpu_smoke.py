@@ -33,8 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from foundation.core.catalog import ModelSpec, RuntimeProfile, load_catalog  # noqa: E402
-from foundation.core.resolve import frames_for, round_up  # noqa: E402
-from foundation.core.sizes import SIZE_TABLE  # noqa: E402
+from foundation.core.resolve import frames_for, generation_size, round_up  # noqa: E402
 from pipelines.planning.memory_plan import (  # noqa: E402
     JobShape,
     activation_gb,
@@ -177,9 +176,9 @@ def _job(spec: ModelSpec, args: argparse.Namespace) -> JobShape:
         return JobShape(side, side, frames_for(1, spec.frame_rule.multiple, spec.frame_rule.offset) + 8, 1)
     resolution = args.resolution or spec.defaults["resolution"]
     seconds = args.seconds or spec.defaults["duration_seconds"]
-    width, height = SIZE_TABLE[resolution][spec.defaults["ratio"]]
+    width, height = generation_size(spec, resolution, spec.defaults["ratio"])
     frames = frames_for(seconds * spec.fps, spec.frame_rule.multiple, spec.frame_rule.offset)
-    return JobShape(round_up(width, spec.stride), round_up(height, spec.stride), frames, seconds)
+    return JobShape(width, height, frames, seconds)
 
 
 def _profile_label(profile: RuntimeProfile) -> str:

@@ -44,9 +44,9 @@ def worker_command(config: _ConfigOption = None) -> None:
     write_logs_in_background()
     logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
     if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
-        from foundation.core.catalog import load_catalog
         from pipelines.errors import ParallelSetupError
         from pipelines.runtime import context_parallel
+        from pipelines.runtime.options import load_model_catalog
 
         try:
             group = context_parallel.join(settings.models.gpus_per_job)
@@ -54,7 +54,7 @@ def worker_command(config: _ConfigOption = None) -> None:
             typer.echo(f"invalid configuration: {e}", err=True)
             raise typer.Exit(2) from None
         if group.rank > 0:
-            raise typer.Exit(context_parallel.follow(load_catalog(settings.catalog_path), settings.models))
+            raise typer.Exit(context_parallel.follow(load_model_catalog(settings.catalog_path), settings.models))
         try:
             raise typer.Exit(run_worker(settings))
         finally:
@@ -138,6 +138,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     from foundation.core.errors import ErrorCode, RequestRejected
     from pipelines.runtime.cache import ModelCache
     from worker.generate import generate_once
+    from worker.memory import planned_peak
     from worker.verdict import classify
 
     try:
@@ -145,7 +146,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     except RequestRejected as e:
         _say_rejected(e)
         return 2
-    cache = ModelCache(settings.models)
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
     failed = 0
     for n, job, fitted in prepared:
         try:
@@ -217,11 +218,11 @@ def _image_job(settings: Settings, body: dict[str, Any], path: Path) -> tuple[Re
     limits, ``api.inputs``), and the image fitted to the generation size."""
     import base64
 
-    from foundation.core.catalog import load_catalog
     from foundation.core.contract import StoredImage, parse_create_request
     from foundation.core.errors import ErrorCode, RequestRejected
     from foundation.core.images import check_image
     from foundation.core.resolve import check_inputs, resolve
+    from pipelines.runtime.options import load_model_catalog
     from worker.input_image import decode_image, fit_image
 
     try:
@@ -233,7 +234,7 @@ def _image_job(settings: Settings, body: dict[str, Any], path: Path) -> tuple[Re
     # The request carries the image as the API would receive it, so the mode's inputs are checked the same way.
     uri = f"data:{checked.content_type};base64,{base64.b64encode(checked.data).decode('ascii')}"
     request = parse_create_request({**body, "input": {**body["input"], "image": uri}})
-    catalog = load_catalog(settings.catalog_path)
+    catalog = load_model_catalog(settings.catalog_path)
     check_inputs(request, catalog)
     stored = StoredImage(
         key=str(path),

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from foundation.core.catalog import load_catalog
 from foundation.core.contract import CreateRequest, PromptExtension, Stage
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.resolve import ResolvedJob, resolve
 from foundation.settings import Settings
+from pipelines.runtime.options import load_model_catalog
 from worker.context import ensure_tiny_models
 from worker.pipeline_run import RunHooks, run_pipeline
 
@@ -132,7 +132,7 @@ class _LocalHooks(RunHooks):
 
 def prepare_job(settings: Settings, request: CreateRequest) -> ResolvedJob:
     """Resolve ``request`` against the catalog; raises ``RequestRejected`` (before anything loads)."""
-    job, _hold = resolve(request, load_catalog(settings.catalog_path))
+    job, _hold = resolve(request, load_model_catalog(settings.catalog_path))
     return job
 
 
@@ -155,12 +155,13 @@ def generate_once(
     """
     from foundation.media.encoder import encode_video
     from pipelines.runtime.cache import ModelCache
+    from worker.memory import planned_peak
 
-    catalog = load_catalog(settings.catalog_path)
+    catalog = load_model_catalog(settings.catalog_path)
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
     hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    cache = cache if cache is not None else ModelCache(settings.models)
+    cache = cache if cache is not None else ModelCache(settings.models, planned_peak=planned_peak(settings))
     rendered = run_pipeline(cache, spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(

@@ -6,9 +6,14 @@ bytes must be exactly the ones recorded (size and sha256): a mismatch or a missi
 with ``input_image_corrupt`` at once, because no retry can make those bytes right.
 
 Fitting: EXIF orientation applied (the recorded width and height are after it), converted to RGB, then
-center-cropped to the aspect of the generation size and resized to it with Lanczos. The generation size
-is what the pipeline consumes; the encoder later center-crops it to the requested size, so the first
-frame of the video is the input center-cropped to the requested ratio.
+center-cropped to the aspect of the generation size and resized to it with Lanczos. What that crops depends on
+the model (``foundation.core.resolve.generation_size``, the catalog's ``image_fit``):
+- a model that keeps the image's aspect (Wan I2V's ``max_area``, TI2V-5B's ``best_output_size``, as upstream)
+  generates at the image's aspect, rounded to its stride: the crop is the rounding alone (less than a stride;
+  where upstream Wan stretches by that much, this crops it, so nothing is distorted), the model sees the whole
+  image, and the encoder then crops the video to the requested ratio and scales it to the requested size;
+- a model that does not (LTX-2, which upstream also crops) generates at the requested ratio, so the image is
+  center-cropped to it here.
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ def decode_image(data: bytes) -> Image:
 
 
 def fit_image(image: Image, width: int, height: int) -> Image:
-    """Center-crop ``image`` to the aspect of ``width``x``height``, then resize it to exactly that size."""
+    """Center-crop ``image`` to the aspect of ``width``x``height``, then resize it to exactly that size (covering it:
+    nothing is stretched)."""
     from PIL import Image as PILImage
 
     src_w, src_h = image.size

@@ -60,6 +60,15 @@ class WorkerMetrics:
             "Jobs this worker re-queued or dead-lettered because their holder's lease lapsed.",
             registry=r,
         )
+        # Rolling upgrades (foundation/queue/newer.py): jobs whose record a newer version wrote, met here.
+        self.newer_records = Counter(
+            "genworker_newer_records",
+            "Jobs whose record a newer version wrote that this worker met: left to workers of that version "
+            "(outcome=left, no attempt used), or failed version_unavailable once they waited past "
+            "queue.newer_record_wait_s with none of them there (outcome=failed).",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.queue_depth = Gauge("genworker_queue_depth", "Jobs waiting, per hosted model.", ["model"], registry=r)
         self.in_flight = Gauge("genworker_jobs_in_flight", "Jobs claimed and not yet ended.", registry=r)
         self.ready = Gauge("genworker_ready", "1 when the worker takes jobs.", registry=r)
@@ -99,7 +108,8 @@ class WorkerMetrics:
         )
         self.checkpoints_refused = Counter(
             "genworker_checkpoints_refused",
-            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable); the job restarted.",
+            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable, or a mismatch of their "
+            "contents found while restoring them: deleted); the job restarted from step 0.",
             ["model", "reason"],
             registry=r,
         )

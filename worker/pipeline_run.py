@@ -1,5 +1,6 @@
 """One job through a model, shared by the daemon and ``genworker generate``: load → extend the prompt →
-denoise → decode, each a stage, each retried once after running out of memory.
+denoise → decode, each a stage, each retried once after running out of memory. A denoise that resumed
+from a checkpoint which turned out not to fit its loop runs once more from step 0 (``_Run.denoise``).
 
 What differs between the two callers is behind ``RunHooks``: how a stage is entered and measured (the
 daemon writes it to the record, checks cancel, lease and time limit, logs and observes a metric; the
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundation.core.contract import PromptExtension, PromptTokens, Stage
 from foundation.core.errors import is_out_of_memory
+from pipelines.errors import CheckpointMismatch
 from pipelines.planning.flops import DenoiseFlops
 from pipelines.runtime.compile import compiled_graphs
 
@@ -93,13 +95,14 @@ def run_pipeline(
     """Load ``spec``, extend the prompt if the job asks, denoise and decode; raises what the stages raise.
 
     ``image`` is the job's input image, checked and fitted (``worker.input_image``); it reaches the
-    adapter's ``denoise`` as ``image=`` and only when there is one, so text-only adapters never see it.
+    adapter's ``denoise`` (and ``extend_prompt``, for a rewrite that sees it) as ``image=`` and only when there
+    is one, so text-only adapters never see it.
     Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
     """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
         adapter = run.with_oom_retry(Stage.loading, run.adapter)
-    job, extension = run.extend_prompt(adapter, job)
+    job, extension = run.extend_prompt(adapter, job, image)
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
     pipe = adapter.pipe  # diffusers adapters: their denoisers' FLOPs are counted
@@ -112,9 +115,7 @@ def run_pipeline(
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
         try:
             with flops.recording(pipe) if flops is not None else nullcontext():
-                latents: Latents = run.with_oom_retry(
-                    Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
-                )
+                latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.denoise(job, conditioning))
         finally:
             hooks.denoised()
     denoise_seconds = time.perf_counter() - started
@@ -165,13 +166,30 @@ class _Run:
             self._hooks.model_loaded(self._spec.id, time.perf_counter() - started)
         return adapter
 
-    def extend_prompt(self, adapter: Adapter, job: ResolvedJob) -> tuple[ResolvedJob, PromptExtension | None]:
+    def denoise(self, job: ResolvedJob, conditioning: dict[str, Any]) -> Latents:
+        """The adapter's ``denoise``; once more from step 0 when the checkpoint it resumed from does not fit
+        its loop (``CheckpointMismatch``): that checkpoint is discarded first, so the second run finds none.
+
+        Here, in the attempt, rather than through the queue: the job is not at fault, so it keeps its
+        attempt, and the worker that found the checkpoint unusable is the one that already has the model."""
+        try:
+            return self.adapter().denoise(job, self._hooks.on_step, **conditioning)
+        except CheckpointMismatch as e:
+            checkpoints: Checkpoints | None = conditioning.get("checkpoints")
+            if checkpoints is None:
+                raise
+            checkpoints.discard(str(e))
+        return self.adapter().denoise(job, self._hooks.on_step, **conditioning)
+
+    def extend_prompt(
+        self, adapter: Adapter, job: ResolvedJob, image: Image | None
+    ) -> tuple[ResolvedJob, PromptExtension | None]:
         if not job.prompt_extend:
             return job, None
         from pipelines.runtime.prompt_extend import extend_or_fallback
 
         with self._hooks.stage(Stage.extending_prompt):
-            prompt_used, extension = extend_or_fallback(adapter, job)
+            prompt_used, extension = extend_or_fallback(adapter, job, image=image)
         if extension.status == "fallback":
             self._hooks.log.warning(
                 "prompt extension fell back to the original prompt", extra={"reason": extension.reason}

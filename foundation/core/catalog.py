@@ -6,25 +6,19 @@ file, the model entry and the field, so an operator fixes it before any job runs
 
 from __future__ import annotations
 
-import difflib
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from foundation.core.errors import CatalogError
 from foundation.core.sizes import RATIOS, SIZE_TABLE
 
 __all__ = [
-    "ATTENTION_BACKENDS",
-    "FAMILY_COMPONENTS",
-    "FAMILY_OPTIONS",
-    "FAMILY_USES_ATTENTION_MASK",
     "GENERIC_ARGUMENTS",
     "LTX2_DISTILLED_STEPS",
-    "MASK_REJECTING_BACKENDS",
     "MODE_INPUTS",
     "Catalog",
     "CatalogError",
@@ -36,9 +30,9 @@ __all__ = [
     "PromptExtendSpec",
     "Rates",
     "RuntimeProfile",
+    "SamplerSpec",
     "TwoStageSpec",
     "VariantSpec",
-    "check_profile",
     "config_dir",
     "default_catalog_path",
     "load_catalog",
@@ -49,63 +43,6 @@ _Forbid = ConfigDict(extra="forbid", frozen=True)
 PositiveDecimal = Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=6)]
 DType = Literal["float32", "bfloat16", "float16"]
 
-# The options each family's adapter accepts in a variant's ``pipeline_kwargs``. Kept here as data so the
-# catalog refuses a typo at load without importing the adapters; tests/pipelines/test_options.py holds
-# every adapter to this table, so the two cannot drift.
-FAMILY_OPTIONS: dict[str, frozenset[str]] = {
-    "wan": frozenset({"boundary_ratio", "max_sequence_length"}),
-    # The generic adapter (pipelines/families/generic.py): each entry lists its options in ``diffusers.options``.
-    "diffusers": frozenset(),
-    "ltx2": frozenset(
-        {
-            "audio_guidance_rescale",
-            "audio_guidance_scale",
-            "audio_modality_scale",
-            "audio_stg_scale",
-            "decode_noise_scale",
-            "decode_timestep",
-            "distilled",
-            "guidance_rescale",
-            "max_sequence_length",
-            "modality_scale",
-            "spatio_temporal_guidance_blocks",
-            "stg_scale",
-            "use_cross_timestep",
-        }
-    ),
-}
-
-
-# diffusers' attention backends (``AttentionBackendName`` values, diffusers 0.42.1), and those whose kernel
-# raises ``ValueError: `attn_mask` is not supported`` when given a mask (flash-attn 2/3/4 and their hub
-# kernels, sage, torch's flash-only SDPA, XLA). The varlen kernels turn a padding mask into sequence
-# lengths and accept it. tests/pipelines/test_profiles.py reads both sets back from diffusers' source.
-ATTENTION_BACKENDS: frozenset[str] = frozenset(
-    {
-        "_flash_3", "_flash_3_hub", "_flash_3_varlen_hub", "_flash_varlen_3", "_native_cudnn", "_native_efficient",
-        "_native_flash", "_native_math", "_native_npu", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
-        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
-        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "flash_varlen", "flash_varlen_hub", "flex", "native",
-        "sage", "sage_blackwell_hub", "sage_hub", "sage_varlen", "xformers",
-    }
-)  # fmt: skip
-MASK_REJECTING_BACKENDS: frozenset[str] = frozenset(
-    {
-        "_flash_3", "_flash_3_hub", "_native_flash", "_native_xla", "_sage_qk_int8_pv_fp16_cuda",
-        "_sage_qk_int8_pv_fp16_triton", "_sage_qk_int8_pv_fp8_cuda", "_sage_qk_int8_pv_fp8_cuda_sm90",
-        "aiter_fa2_hub", "flash", "flash_4_hub", "flash_hub", "sage", "sage_blackwell_hub", "sage_hub",
-    }
-)  # fmt: skip
-# Whether a family's transformer passes an attention mask on every step: LTX-2's cross-attention always
-# masks the padded text tokens; Wan attends without masks.
-# Generic entries say it in ``diffusers.attention_mask``.
-FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True, "diffusers": False}
-# The pipeline components a runtime profile may give a dtype of their own.
-FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
-    "wan": frozenset({"transformer", "transformer_2", "text_encoder", "image_encoder", "vae"}),  # image: Wan 2.1 I2V
-    "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
-    "diffusers": frozenset(),  # generic entries name theirs in ``diffusers.components``
-}
 # What each mode takes in a create request's ``input``: the API refuses an input its mode does not take
 # and a missing one it needs (400), and ``GET /v1/models`` shows it per mode. "image" is one image, given as
 # ``input.image_url`` or ``input.image`` (a data URI). A mode not named here takes the prompt only.
@@ -169,6 +106,19 @@ class LoraSpec(BaseModel):
     scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
 
 
+class SamplerSpec(BaseModel):
+    """The solver a variant samples with where it differs from the checkpoint's own (a Wan ``UniPCMultistepScheduler``,
+    solver order 2 with its corrector). The Wan adapters rebuild the shipped scheduler with it for the variant's jobs.
+
+    A step-distilled recipe (lightx2v's 4-step LoRAs) is trained for a first-order flow-Euler step: ``solver_order: 1``
+    with ``corrector: false`` on every step is exactly that update (``pipelines.families.wan``)."""
+
+    model_config = _Forbid
+
+    solver_order: Annotated[int, Field(ge=1, le=3)]
+    corrector: bool = True  # False: UniC's corrector off on every step (disable_corrector = all step indices)
+
+
 class VariantSpec(BaseModel):
     """A recipe: steps and guidance, plus family-specific pipeline knobs in ``pipeline_kwargs``."""
 
@@ -185,6 +135,7 @@ class VariantSpec(BaseModel):
     pipeline_kwargs: dict[str, Any] = Field(default_factory=dict)
     cache: CacheSpec | None = None  # a cache-accelerated recipe (priced with its own rate_multiplier)
     lora: LoraSpec | None = None  # a LoRA recipe (Wan family), e.g. a 4-step distillation LoRA
+    sampler: SamplerSpec | None = None  # a solver other than the checkpoint's (Wan family), e.g. first-order Euler
 
 
 class ModeSpec(BaseModel):
@@ -207,7 +158,9 @@ class PromptExtendSpec(BaseModel):
     method: Literal["text_encoder", "chat_llm"]
     llm: str | None = None  # hub id or local path of the chat LLM (method chat_llm)
     llm_revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit of ``llm``
-    # chat_llm: which of Wan's official system prompts (LM_EN/LM_ZH_SYS_PROMPT); upstream's default is zh.
+    # chat_llm: whose official system prompts the LLM gets, by upstream task (Wan 2.1's LM_*; Wan 2.2's T2V_A14B_*,
+    # I2V_A14B_*, TI2V-5B's pair: pipelines.families.system_prompts), and in which language (upstream's default: zh).
+    system_prompt: Literal["wan2.1", "wan2.2-t2v-a14b", "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"] | None = None
     language: Literal["en", "zh"] = "en"
     max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
@@ -216,6 +169,8 @@ class PromptExtendSpec(BaseModel):
     def _llm_named(self) -> PromptExtendSpec:
         if self.method == "chat_llm" and not self.llm:
             raise ValueError("method chat_llm needs 'llm' (hub id or local path)")
+        if (self.method == "chat_llm") != (self.system_prompt is not None):
+            raise ValueError("method chat_llm needs 'system_prompt' (whose official prompts), and only it")
         return self
 
 
@@ -241,29 +196,6 @@ class RuntimeProfile(BaseModel):
     # memory). compute: float8 matmuls (torchao dynamic float8), Ada/Hopper and newer only, refused elsewhere.
     fp8: Literal["none", "storage", "compute"] = "none"
     notes: str = ""  # why this profile, with its sources (docs/gpu.md)
-
-
-def check_profile(family: str, profile: RuntimeProfile, diffusers: DiffusersSpec | None = None) -> None:
-    """Refuse a profile its family cannot run, with the reason (``ValueError``); a generic entry's facts come
-    from its ``diffusers`` block."""
-    masks = diffusers.attention_mask if diffusers is not None else FAMILY_USES_ATTENTION_MASK[family]
-    components = frozenset(diffusers.components) if diffusers is not None else FAMILY_COMPONENTS[family]
-    backend = profile.attention_backend
-    if backend is not None and backend not in ATTENTION_BACKENDS:
-        close = difflib.get_close_matches(backend, ATTENTION_BACKENDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"attention_backend {backend!r} is not a diffusers attention backend{hint}")
-    if backend in MASK_REJECTING_BACKENDS and masks:
-        raise ValueError(
-            f"attention_backend {backend!r} rejects attention masks and family {family!r} passes one on every "
-            "step (its kernel raises `attn_mask` is not supported); use 'native', '_native_cudnn', "
-            "'_native_efficient' or a varlen backend"
-        )
-    unknown = sorted(set(profile.dtypes) - components)
-    if unknown:
-        raise ValueError(
-            f"dtypes names {unknown}, not components of family {family!r} ({', '.join(sorted(components))})"
-        )
 
 
 # The call arguments the generic adapter fills from the job, under their usual names; ``diffusers.arguments``
@@ -311,6 +243,10 @@ class DiffusersSpec(BaseModel):
     components: list[str] = Field(default_factory=list)  # names a runtime profile may give a dtype
     denoisers: list[str] = Field(default_factory=lambda: ["transformer"])  # attention backend / compile targets
     attention_mask: bool = False  # its transformer passes a text mask on every step (refuses flash/sage kernels)
+    # "module:Class" of an attention processor put in place of the denoisers' own at load (each processor that is
+    # an instance of its ``replaces``): HunyuanVideo 1.5's, without the dense L x L mask
+    # (pipelines/families/hunyuan15.py).
+    attention_processor: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
     options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 
@@ -398,6 +334,15 @@ class ModelSpec(BaseModel):
     fps: Annotated[int, Field(ge=1, le=120)]
     frame_rule: FrameRule
     stride: Annotated[int, Field(ge=2, le=256)]
+    # Generation sizes (width, height) by resolution and ratio where the model's upstream lists one other than the
+    # target rounded up to the stride (Wan 2.2 TI2V-5B's 720p is 1280x704): within one stride of the target on
+    # each side; the encoder scales what is below the target (foundation.media.frames.output_box).
+    generation_sizes: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
+    # How an image_to_video job's generation size follows its input image (foundation.core.sizes):
+    # crop: the text size, the image cropped to it (LTX-2's ltx_pipelines media_io resize_and_center_crop);
+    # max_area: the image's aspect at the text size's area, sides floored to the stride (Wan 2.1/2.2 I2V);
+    # best_output_size: of the stride-grid sizes within that area, the nearest aspect (Wan 2.2 TI2V-5B).
+    image_fit: Literal["crop", "max_area", "best_output_size"] = "crop"
     resolutions: list[str]
     ratios: list[str]
     durations: list[Annotated[int, Field(ge=1, le=120)]]
@@ -413,6 +358,10 @@ class ModelSpec(BaseModel):
     dtype: DType = "bfloat16"
     runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
     two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    # A super-resolution stage after denoising (HunyuanVideo 1.5's upstream default: a separate step-distilled SR
+    # transformer and upsampler, 480p -> 720p, 720p -> 1080p). No adapter implements one, and diffusers 0.42.1 has
+    # no HunyuanVideo 1.5 SR pipeline or component: only false is accepted until one does (docs/gpu.md).
+    super_resolution: bool = False
     checkpoints: CheckpointPolicy = Field(
         default_factory=CheckpointPolicy
     )  # resume mid-denoise (pipelines.runtime.resume)
@@ -420,25 +369,6 @@ class ModelSpec(BaseModel):
     diffusers: DiffusersSpec | None = None
     rates: Rates
     modes: dict[str, ModeSpec]
-
-    @field_validator("modes")
-    @classmethod
-    def _known_options(cls, modes: dict[str, ModeSpec], info: ValidationInfo) -> dict[str, ModeSpec]:
-        """Every ``pipeline_kwargs`` key must be an option of the model's family (a typo fails at load)."""
-        family = info.data.get("family")
-        if family is None:  # the family itself failed validation; that error is the one to report
-            return modes
-        allowed = FAMILY_OPTIONS[family]
-        generic = info.data.get("diffusers")
-        if isinstance(generic, DiffusersSpec):
-            allowed = frozenset(generic.options)
-        for mode_name, mode in modes.items():
-            for variant_name, variant in mode.variants.items():
-                for key in variant.pipeline_kwargs:
-                    if key not in allowed:
-                        where = f"{mode_name}.variants.{variant_name}.pipeline_kwargs"
-                        raise ValueError(f"{where}: {_unknown_option(key, family, allowed)}")
-        return modes
 
     @model_validator(mode="after")
     def _runnable(self) -> ModelSpec:
@@ -449,10 +379,15 @@ class ModelSpec(BaseModel):
             raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
         if self.family == "diffusers" and self.prompt_extend is not None:
             raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
-        try:
-            check_profile(self.family, self.runtime, self.diffusers)
-        except ValueError as e:
-            raise ValueError(f"runtime: {e}") from None
+        chat_llm = self.prompt_extend is not None and self.prompt_extend.method == "chat_llm"
+        if chat_llm and "image_to_video" in self.modes:
+            # Upstream extends image prompts with a vision-language model that sees the image (Qwen2.5-VL).
+            raise ValueError("prompt_extend: a chat LLM reads text only and this model takes images (image_to_video)")
+        if self.super_resolution:
+            raise ValueError(
+                "super_resolution: no adapter runs a super-resolution stage (diffusers 0.42.1 has none for "
+                "HunyuanVideo 1.5); set it false"
+            )
         if self.two_stage is not None:
             if self.family != "ltx2":
                 raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")
@@ -467,6 +402,11 @@ class ModelSpec(BaseModel):
                     raise ValueError(f"{where}: guidance_scale_2 is Wan 2.2's; the generic adapter has one denoiser")
                 if variant.lora is not None:
                     _check_lora(where, self.family, variant)
+                if variant.sampler is not None and self.family != "wan":
+                    raise ValueError(
+                        f"{where}: sampler rebuilds the Wan adapters' UniPC scheduler; family {self.family!r} would "
+                        "ignore it"
+                    )
                 if variant.pipeline_kwargs.get("distilled"):
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
@@ -486,6 +426,9 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"ratio {ratio!r} is not one of {list(RATIOS)}")
         if not (self.resolutions and self.ratios and self.durations and self.modes):
             raise ValueError("resolutions, ratios, durations and modes must not be empty")
+        self._check_generation_sizes()
+        if self.image_fit != "crop" and "image_to_video" not in self.modes:
+            raise ValueError(f"image_fit {self.image_fit!r} fits input images; the model has no image_to_video mode")
         allowed_defaults = {"resolution", "ratio", "duration_seconds", "audio", "prompt_extend"}
         unknown = set(self.defaults) - allowed_defaults
         if unknown:
@@ -501,6 +444,18 @@ class ModelSpec(BaseModel):
         if self.defaults.get("prompt_extend", False) and self.prompt_extend is None:
             raise ValueError("defaults.prompt_extend is true but the model has no prompt_extend")
         return self
+
+    def _check_generation_sizes(self) -> None:
+        for label, by_ratio in self.generation_sizes.items():
+            for ratio, (width, height) in by_ratio.items():
+                where = f"generation_sizes.{label}.{ratio}"
+                if label not in self.resolutions or ratio not in self.ratios:
+                    raise ValueError(f"{where}: {label} {ratio} is not offered by the model")
+                if width % self.stride or height % self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is not on the model's stride {self.stride}")
+                target_w, target_h = SIZE_TABLE[label][ratio]
+                if abs(width - target_w) >= self.stride or abs(height - target_h) >= self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is a stride or more from {target_w}x{target_h}")
 
 
 class Catalog(BaseModel):
@@ -522,12 +477,6 @@ def _check_lora(where: str, family: str, variant: VariantSpec) -> None:
         raise ValueError(
             f"{where}: lora.weight_name_2 is the second expert's LoRA; a variant without boundary_ratio runs one"
         )
-
-
-def _unknown_option(key: str, family: str, allowed: frozenset[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key {key!r} for family {family!r} ({hint}allowed: {', '.join(sorted(allowed))})"
 
 
 def config_dir() -> Path:

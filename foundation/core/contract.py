@@ -292,6 +292,9 @@ class GenerationRecord(BaseModel):
     attempt: int = 0
     max_attempts: int = 3
     cancel_requested: bool = False
+    # The Idempotency-Key that made it (stamped by the queue at enqueue; never in a public view): deleting the
+    # job frees that key, so a create repeated with it makes a new job rather than finding a deleted one.
+    idempotency_key: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None

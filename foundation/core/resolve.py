@@ -1,37 +1,61 @@
 """Parameter resolution: a create request plus the catalog gives a resolved job and a price hold.
 
 Everything a pipeline needs is decided here, once, so the API (at create) and the worker (at claim)
-agree: target size from the size table, generation size rounded up to the family stride, generated
-frames by the family's frame rule, frames to keep = duration x fps, and the variant's recipe.
+agree: target size from the size table, generation size (``generation_size``), generated frames by the
+family's frame rule, frames to keep = duration x fps, and the variant's recipe.
+
+The generation size is the target rounded up to the model's stride, or the size its upstream lists instead
+(``generation_sizes``: 1280x704 for a 1280x720 target). An ``image_to_video`` job of a model that keeps the
+image's aspect (``image_fit``) generates at the image's aspect with that size's area: the model sees the whole
+image, as upstream, and the encoder crops the video to the requested ratio and scales it to the target.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, VariantSpec, mode_inputs
+from foundation.core.catalog import CacheSpec, Catalog, LoraSpec, ModelSpec, SamplerSpec, VariantSpec, mode_inputs
 from foundation.core.contract import AUTO_RATIO, MAX_SEED, CreateRequest, Money, Parameters, StoredImage
 from foundation.core.errors import ErrorCode, RequestRejected
-from foundation.core.sizes import target_size
+from foundation.core.sizes import best_output_size, max_area_size, target_size
 
 __all__ = [
+    "ImageSize",
     "ResolvedJob",
     "check_inputs",
     "check_prompt",
     "compute_price",
     "frames_for",
     "generation_size",
+    "image_cover_size",
     "nearest_ratio",
     "resolve",
     "round_up",
 ]
 
 _CENT = Decimal("0.01")
+
+
+class ImageSize(Protocol):
+    """What ``generation_size`` reads of an input image (a ``StoredImage``, or a size from its header)."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class _ImageSize:
+    width: int
+    height: int
 
 
 class ResolvedJob(BaseModel):
@@ -55,7 +79,7 @@ class ResolvedJob(BaseModel):
     duration_seconds: int
     width: int  # what the client receives
     height: int
-    gen_width: int  # what the pipeline generates (multiple of the stride, >= width)
+    gen_width: int  # what the pipeline generates (a multiple of the stride; ``generation_size``)
     gen_height: int
     fps: int
     num_frames: int  # generated, obeys the frame rule
@@ -67,14 +91,31 @@ class ResolvedJob(BaseModel):
     pipeline_kwargs: dict[str, Any] = {}
     cache: CacheSpec | None = None  # the variant's cache recipe (pipelines.runtime.profile.apply_cache)
     lora: LoraSpec | None = None  # the variant's LoRA (pipelines.runtime.profile.apply_lora)
+    sampler: SamplerSpec | None = None  # the variant's solver, when not the checkpoint's (pipelines.families.wan)
     max_job_seconds: float
     # The stored input image of an image_to_video job; the worker reads it from the artifact store, checks its
-    # sha256, center-crops and resizes it to (width, height) and hands it to the adapter.
+    # sha256, fits it to (gen_width, gen_height) (worker.input_image) and hands it to the adapter.
     image: StoredImage | None = None
 
 
 def round_up(value: int, stride: int) -> int:
     return math.ceil(value / stride) * stride
+
+
+def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: ImageSize | None = None) -> tuple[int, int]:
+    """(width, height) the pipeline generates: the size upstream lists for this resolution and ratio, else the
+    target rounded up to the stride; for an input image under ``image_fit`` max_area or best_output_size, the
+    image's aspect with that size's area."""
+    listed = spec.generation_sizes.get(resolution, {}).get(ratio)
+    if listed is not None:
+        width, height = listed
+    else:
+        target_w, target_h = target_size(resolution, ratio)
+        width, height = round_up(target_w, spec.stride), round_up(target_h, spec.stride)
+    if image is None or spec.image_fit == "crop":
+        return width, height
+    fit = max_area_size if spec.image_fit == "max_area" else best_output_size
+    return fit(image.width, image.height, width * height, spec.stride)
 
 
 def frames_for(keep: int, multiple: int, offset: int) -> int:
@@ -188,10 +229,10 @@ def nearest_ratio(offered: list[str], width: int, height: int) -> str:
     return min(offered, key=distance)
 
 
-def generation_size(request: CreateRequest, catalog: Catalog, image_width: int, image_height: int) -> tuple[int, int]:
-    """The size an input image of ``image_width`` x ``image_height`` (upright) will be fitted to for this
-    request, as ``resolve`` will find it (``gen_width``, ``gen_height``): what the API's decode of the
-    image must still cover. A coded ``RequestRejected`` for a choice the model does not offer, as ``resolve``."""
+def image_cover_size(request: CreateRequest, catalog: Catalog, image_width: int, image_height: int) -> tuple[int, int]:
+    """The generation size an input image of ``image_width`` x ``image_height`` (upright) is fitted to for
+    this request, as ``resolve`` will find it: what the API's decode of the image must still cover. A coded
+    ``RequestRejected`` for a choice the model does not offer, as ``resolve``."""
     spec, _variant = _lookup(request, catalog)
     params = request.parameters
     resolution: str = _pick(params, spec, "resolution")
@@ -199,8 +240,7 @@ def generation_size(request: CreateRequest, catalog: Catalog, image_width: int, 
     if ratio == AUTO_RATIO:
         ratio = nearest_ratio(spec.ratios, image_width, image_height)
     _check_choices(spec, resolution, ratio, _pick(params, spec, "duration_seconds"))
-    width, height = target_size(resolution, ratio)
-    return round_up(width, spec.stride), round_up(height, spec.stride)
+    return generation_size(spec, resolution, ratio, _ImageSize(image_width, image_height))
 
 
 def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | None = None) -> tuple[ResolvedJob, Money]:
@@ -229,6 +269,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
     prompt = request.input.prompt
     check_prompt(spec, prompt)
     width, height = target_size(resolution, ratio)
+    gen_width, gen_height = generation_size(spec, resolution, ratio, image)
     keep = duration * spec.fps
     job = ResolvedJob(
         model=spec.id,
@@ -247,8 +288,8 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         duration_seconds=duration,
         width=width,
         height=height,
-        gen_width=round_up(width, spec.stride),
-        gen_height=round_up(height, spec.stride),
+        gen_width=gen_width,
+        gen_height=gen_height,
         fps=spec.fps,
         num_frames=frames_for(keep, spec.frame_rule.multiple, spec.frame_rule.offset),
         keep_frames=keep,
@@ -259,6 +300,7 @@ def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | No
         pipeline_kwargs=dict(variant.pipeline_kwargs),
         cache=variant.cache,
         lora=variant.lora,
+        sampler=variant.sampler,
         max_job_seconds=spec.max_job_seconds,
         image=image,
     )

@@ -1,6 +1,7 @@
 """The encoder: a generated clip (uint8 chunks) -> an H.264/AAC MP4 and a JPEG poster, streaming.
 
-Chunks go one at a time, center-cropped by a numpy view, into the stdin of the imageio-ffmpeg binary;
+Chunks go one at a time, center-cropped by a numpy view, into the stdin of the imageio-ffmpeg binary (which
+scales them to the output size when a model generated below it: ``frames.output_box``);
 ffmpeg's stderr goes to a temp file (a pipe nobody reads would fill and deadlock it). Memory therefore
 stays at about one chunk whatever the clip's length. Exactly ``keep_frames`` frames are written; the
 rest of the chunks are never pulled. Audio is trimmed or padded to exactly ``keep_frames / fps``
@@ -37,7 +38,7 @@ from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media
 from foundation.media.errors import EncoderUnavailable, WorkDiskFull
 from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, ffmpeg_problem, resolve_codec
-from foundation.media.frames import CropBox, audio_sample_count, center_crop_box, exact_fps, fit_audio
+from foundation.media.frames import CropBox, audio_sample_count, exact_fps, fit_audio, output_box
 from foundation.media.settings import EncoderSettings
 
 __all__ = ["EncodedFile", "EncodedVideo", "EncoderSettings", "encode_video"]
@@ -111,8 +112,9 @@ class EncodedVideo:
 def encode_video(
     media: Media, *, keep_frames: int, width: int, height: int, out_dir: Path, settings: EncoderSettings
 ) -> EncodedVideo:
-    """Encode the first ``keep_frames`` frames of ``media``, center-cropped to ``width`` x ``height``,
-    into ``out_dir/video.mp4`` (+ ``out_dir/poster.jpg``). Consumes ``media.chunks``."""
+    """Encode the first ``keep_frames`` frames of ``media``, center-cropped to ``width`` x ``height`` (or to its
+    aspect and scaled, for media smaller than that in a dimension), into ``out_dir/video.mp4`` (+
+    ``out_dir/poster.jpg``). Consumes ``media.chunks``."""
     crop = _check_request(media, keep_frames, width, height)
     fps = exact_fps(media.fps)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -123,11 +125,12 @@ def encode_video(
     except OSError as e:  # the encoder probe could not even start the binary
         raise EncoderUnavailable(f"cannot run ffmpeg {ffmpeg}: {e}") from e
     poster_index = 0 if settings.poster == "first" else keep_frames // 2
+    scale_to = None if (crop.width, crop.height) == (width, height) else (width, height)
     with contextlib.ExitStack() as stack:
         audio = _write_audio(media, keep_frames, fps, out_dir, stack)
         cmd = build_command(
             ffmpeg,
-            video=VideoInput(width, height, fps, keep_frames),
+            video=VideoInput(crop.width, crop.height, fps, keep_frames, scale_to=scale_to),
             audio=audio,
             codec=codec,
             settings=settings,
@@ -148,7 +151,7 @@ def encode_video(
         except BaseException:
             video_path.unlink(missing_ok=True)
             raise
-    _write_poster(poster_frame, poster_path, settings.poster_quality)
+    _write_poster(poster_frame, poster_path, settings.poster_quality, size=(width, height))
     audio_info = None
     if media.audio is not None:
         audio_info = AudioInfo(codec="aac", sample_rate=media.audio.sample_rate, channels=media.audio.channels)
@@ -174,7 +177,7 @@ def _check_request(media: Media, keep_frames: int, width: int, height: int) -> C
         # yuv420p subsamples chroma 2x2: libx264 and nvenc refuse odd sizes.
         raise JobError(ErrorCode.encode_failed, f"H.264 yuv420p needs even dimensions, got {width}x{height}")
     try:
-        return center_crop_box(media.width, media.height, width, height)
+        return output_box(media.width, media.height, width, height)
     except ValueError as e:
         raise JobError(ErrorCode.pipeline_error, str(e)) from None
 
@@ -288,11 +291,14 @@ def _checked_chunks(media: Media) -> Frames:
             close()
 
 
-def _write_poster(frame: np.ndarray, path: Path, quality: int) -> None:
+def _write_poster(frame: np.ndarray, path: Path, quality: int, *, size: tuple[int, int]) -> None:
     from PIL import Image
 
+    image = Image.fromarray(frame)
+    if image.size != size:  # scaled like the video's frames
+        image = image.resize(size, Image.Resampling.LANCZOS)
     try:
-        Image.fromarray(frame).save(path, format="JPEG", quality=quality, optimize=True)
+        image.save(path, format="JPEG", quality=quality, optimize=True)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise WorkDiskFull(f"cannot write the poster: {e}") from e

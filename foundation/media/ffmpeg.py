@@ -111,6 +111,8 @@ class VideoInput:
     height: int
     fps: Fraction
     frames: int
+    # The output size when it differs from the input's (the frames are scaled to it); None: the input's size.
+    scale_to: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,10 @@ def build_command(
     cmd += ["-map", "0:v:0"]
     if audio is not None:
         cmd += ["-map", "1:a:0"]
-    # RGB -> YUV with the BT.709 matrix and tag it so players do not guess (HD content is 709).
-    cmd += ["-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"]
+    # RGB -> YUV with the BT.709 matrix and tag it so players do not guess (HD content is 709); one scale filter
+    # also resizes (Lanczos) when the frames are not the output's size.
+    resize = f"w={video.scale_to[0]}:h={video.scale_to[1]}:flags=lanczos:" if video.scale_to is not None else ""
+    cmd += ["-vf", f"scale={resize}out_color_matrix=bt709:out_range=tv,format=yuv420p"]
     cmd += ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
     cmd += _video_codec_args(codec, settings)
     cmd += ["-pix_fmt", "yuv420p", "-frames:v", str(video.frames)]

@@ -12,7 +12,7 @@ import numpy as np
 
 from foundation.core.media import AudioTrack
 
-__all__ = ["CropBox", "audio_sample_count", "center_crop_box", "exact_fps", "fit_audio"]
+__all__ = ["CropBox", "audio_sample_count", "center_crop_box", "exact_fps", "fit_audio", "output_box"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,20 @@ def center_crop_box(source_width: int, source_height: int, width: int, height: i
     if width <= 0 or height <= 0:
         raise ValueError(f"crop size must be positive, got {width}x{height}")
     return CropBox((source_width - width) // 2, (source_height - height) // 2, width, height)
+
+
+def output_box(source_width: int, source_height: int, width: int, height: int) -> CropBox:
+    """The centred window of a source frame that becomes a ``width`` x ``height`` output.
+
+    A source that covers the output is cropped to exactly its size (a pipeline generates at or above the size
+    on its stride). One smaller in a dimension (a size its model lists below the output, such as 1280x704 for
+    720p, or an image-to-video generation that keeps the input's aspect) gives the largest window of the
+    output's aspect, which the encoder then scales to the output: the picture is never stretched."""
+    if width <= source_width and height <= source_height:
+        return center_crop_box(source_width, source_height, width, height)
+    crop_width = min(source_width, max(1, round(source_height * width / height)))
+    crop_height = min(source_height, max(1, round(source_width * height / width)))
+    return center_crop_box(source_width, source_height, crop_width, crop_height)
 
 
 def exact_fps(fps: float) -> Fraction:

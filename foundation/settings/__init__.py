@@ -26,6 +26,7 @@ from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
 from foundation.settings.hosts import host_port_entries, is_loopback
 from foundation.settings.models import ModelRuntimeSettings
+from foundation.settings.webhooks import WebhookSettings
 from foundation.stores.config import StoreSettings
 
 __all__ = [
@@ -154,7 +155,9 @@ class WorkerSettings(BaseModel):
         ge=1,
         description=(
             "A job whose model did not load on this many distinct workers (or on every live worker hosting "
-            "it, if fewer) fails with model_load_failed instead of going round the fleet for ever."
+            "it, if fewer, but at least two) fails with model_load_failed instead of going round the fleet for "
+            "ever. A model's only live host that cannot load it backs off and its jobs wait (GET /v1/models "
+            "says the model is unavailable meanwhile); 1 fails the job at the first worker instead."
         ),
     )
     build_tiny_models: bool = Field(
@@ -379,64 +382,6 @@ class ApiSettings(BaseModel):
                 "api.playground_remote=true (GENWORKER_API__PLAYGROUND_REMOTE) to serve it there behind the key"
             )
         return self
-
-
-class WebhookSettings(BaseModel):
-    """The ``webhooks`` section (env ``GENWORKER_WEBHOOKS__*``): signed webhook deliveries (api/webhooks)."""
-
-    sender_in_api: bool = Field(
-        default=True,
-        description=(
-            "Every API process runs a webhook sender thread (several senders share the work safely). "
-            "Off: run `genworker webhooks serve` as its own process(es) instead."
-        ),
-    )
-    secret_key: SecretStr | None = Field(
-        default=None,
-        description=(
-            "Fernet key (`genworker webhooks keygen`) that encrypts endpoint signing secrets at rest. "
-            "Unset: `<data_dir>/webhooks-key`, made on first use. Every API replica and sender must share it."
-        ),
-    )
-    poll_interval_s: float = Field(
-        default=1.0, gt=0, description="How often an idle sender reads new queue events and due deliveries."
-    )
-    backoff_base_s: float = Field(
-        default=5.0, gt=0, description="First retry delay; doubles per failed attempt, with equal jitter."
-    )
-    backoff_cap_s: float = Field(default=10_800.0, gt=0, description="Cap of one retry delay (3 h).")
-    max_age_s: float = Field(
-        default=86_400.0,
-        gt=0,
-        description="A delivery not accepted this long after its event is given up (`failed`); about 20 attempts.",
-    )
-    disable_after_failures: int = Field(
-        default=20, ge=1, description="An endpoint is disabled after this many failed attempts in a row ..."
-    )
-    disable_after_s: float = Field(
-        default=259_200.0, ge=0, description="... spanning at least this long (3 days); the reason is stored."
-    )
-    timeout_s: float = Field(default=10.0, gt=0, description="Connect + answer time limit of one attempt.")
-    lease_s: float = Field(
-        default=60.0, gt=0, description="A claimed delivery is due again after this if its sender died mid-send."
-    )
-    concurrency: int = Field(default=8, ge=1, le=256, description="Deliveries one sender sends at once.")
-    allowed_hosts: list[str] = Field(
-        default_factory=list,
-        description=(
-            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) a webhook may "
-            "reach over plain http and on private or loopback addresses: for tests and a receiver on the "
-            "embedded machine. Every other URL must be https to a public address."
-        ),
-    )
-    max_response_bytes: int = Field(
-        default=65_536, ge=0, description="At most this much of a receiver's answer is read (it is discarded)."
-    )
-
-    @field_validator("allowed_hosts")
-    @classmethod
-    def _hosts_name_ports(cls, values: list[str]) -> list[str]:
-        return host_port_entries(values, "webhooks.allowed_hosts")
 
 
 class Settings(BaseSettings):

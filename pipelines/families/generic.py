@@ -15,7 +15,9 @@ diffusion loop to latents) and ``decode`` (the VAE, as the catalog says). Facts 
   scheduler's ``step`` for the call (HunyuanVideo 1.5 has no step callback); either way ``on_step`` runs after
   every step and whatever it raises leaves the loop at once; with the callback the job is also resumable
   from denoising checkpoints (``pipelines.runtime.resume``), without it not;
-- the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (``shift`` or ``flow_shift``).
+- the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (``shift`` or ``flow_shift``);
+- an entry may name an attention processor to replace the denoisers' own at load (``diffusers.attention_processor``:
+  HunyuanVideo 1.5's without the dense L x L mask, ``pipelines.families.hunyuan15``).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     apply_cache,
     apply_profile,
@@ -56,7 +58,12 @@ if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
 
-__all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class"]
+__all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention"]
+
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` that changes
+# what a checkpoint holds or how it is restored, so workers of another version start such jobs over instead
+# of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,31 @@ class DiffusersLatents(Latents):
     """Denoised latents exactly as the pipeline returns them for ``output_type="latent"``."""
 
     video: torch.Tensor
+
+
+def replace_attention(pipe: Any, denoisers: list[str], ref: str) -> None:
+    """Put the processor class ``ref`` ("module:Class") in place of every processor of ``denoisers`` that is an
+    instance of its ``replaces``; ``ModelLoadError`` when it cannot be imported or replaces none."""
+    import importlib
+
+    module_name, _, name = ref.partition(":")
+    try:
+        processor_class = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ModelLoadError(f"attention processor {ref!r} cannot be imported: {e}") from e
+    replaced = 0
+    for denoiser in denoisers:
+        model = getattr(pipe, denoiser, None)
+        if model is None:
+            continue
+        processors = dict(model.attn_processors)
+        for key, processor in processors.items():
+            if isinstance(processor, processor_class.replaces):
+                processors[key] = processor_class()
+                replaced += 1
+        model.set_attn_processor(processors)
+    if not replaced:
+        raise ModelLoadError(f"attention processor {ref!r}: no {processor_class.replaces.__name__} to replace")
 
 
 def pipeline_class(name: str) -> Any:
@@ -115,6 +147,8 @@ class DiffusersTextToVideo(Adapter):
         pipe = pipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
+        if spec.diffusers.attention_processor is not None:  # before the profile: its backend is set on them
+            replace_attention(pipe, spec.diffusers.denoisers, spec.diffusers.attention_processor)
         apply_profile(pipe, profile, device, denoisers=spec.diffusers.denoisers)
         return cls(spec, runtime, pipe, device=device, profile=profile)
 
@@ -151,7 +185,9 @@ class DiffusersTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
         )
         with session.running(pipe, denoisers=self.generic.denoisers), torch.no_grad():
@@ -275,7 +311,9 @@ class DiffusersTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ the rest
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
         """Generic entries carry no prompt extension (the catalog refuses ``prompt_extend`` for them)."""
         raise PromptExtendError(f"{self.spec.id} has no prompt extension")
 

@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     IMAGE_MODE,
     apply_cache,
@@ -78,6 +78,10 @@ GUIDANCE_OFF: dict[str, float] = {
 # diffusers' LTX-2 enhancement sampling (GEMMA3_PROMPT_ENHANCEMENT_CONFIG), plus our time bound.
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
 DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` or ``_run``
+# that changes what a checkpoint holds (the carried stage-1 output included) or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 LORA_ADAPTER = "distilled"
 
 
@@ -227,7 +231,13 @@ class LTX2TextToVideo(Adapter):
             total=sum(stage.steps for stage in stages),
             checkpoints=checkpoints,
             fingerprint=lambda: job_fingerprint(
-                self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
+                self.spec,
+                job,
+                pipe,
+                profile=self.profile,
+                device=self.device,
+                loop_version=LOOP_VERSION,
+                scheduler=self._schedulers[False],
             ),
             generator=generator,
             skip_output=skipped_ltx2_output,
@@ -243,8 +253,10 @@ class LTX2TextToVideo(Adapter):
             video, audio = out.frames, out.audio
         if two_stage:
             session.carry(stage1_video=video, stage1_audio=audio)
-            # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
-            video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            # 5. x2 latent upsampler, then 6. the distilled refinement at full size. A carried stage-1 output that
+            # does not fit fails in the upsampler: the checkpoint's fault (``restoring``), not the job's.
+            with session.restoring():
+                video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
             if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
                 video = self._image_as_first_frame(video, image)
             refine = self._run(
@@ -441,21 +453,33 @@ class LTX2TextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ prompt
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' T2V system prompt."""
-        from diffusers.pipelines.ltx2.utils import T2V_DEFAULT_SYSTEM_PROMPT
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with the pipeline's own Gemma-3 text encoder and Lightricks' system prompt: the
+        text-to-video one, or for an image job the image-to-video one with the image (the fitted input image,
+        the video's first frame), which Gemma-3's vision tower sees (``enhance_prompt(image=)`` scales its long
+        side to 896 as upstream's ``generate_enhanced_prompt``).
+
+        The texts are diffusers' (``pipelines/ltx2/utils.py``), the ones the installed pipeline ships: they are
+        Lightricks' ``gemma3_{t2v,i2v}_system_prompt.txt`` (LTX-2 packages/ltx-core/.../encoders/prompts/) with
+        the lines re-wrapped, not byte-equal (tests/pipelines/test_prompt_extend.py pins both digests). Taken
+        from the library that runs the model so the prompt and the template that formats it change together."""
+        from diffusers.pipelines.ltx2.utils import I2V_DEFAULT_SYSTEM_PROMPT, T2V_DEFAULT_SYSTEM_PROMPT
 
         pipe = self._pipe()
         if getattr(pipe, "processor", None) is None:
             raise PromptExtendError(f"{self.spec.id} has no processor: its text encoder cannot enhance prompts")
+        conditioning = {"image": image} if image is not None else {}
         started = time.perf_counter()
         with seeded_rng(seed, self.device):
             texts = pipe.enhance_prompt(
                 prompt,
-                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT,
+                system_prompt=T2V_DEFAULT_SYSTEM_PROMPT if image is None else I2V_DEFAULT_SYSTEM_PROMPT,
                 max_new_tokens=max_new_tokens,
                 seed=seed,
                 generation_kwargs={**_ENHANCE_SAMPLING, "max_time": timeout_s},
+                **conditioning,
             )
         return finish_extension(texts[0] if texts else "", started=started, timeout_s=timeout_s)
 

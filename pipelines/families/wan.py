@@ -3,7 +3,10 @@
 Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler -> negative prompt ->
 diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
 - the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (UniPC calls it ``flow_shift``,
-  flow-match Euler ``shift``);
+  flow-match Euler ``shift``), and so does its ``sampler``: the checkpoints ship UniPC at solver order 2 with
+  its corrector, which the standard recipes keep; the step-distilled recipes (lightx2v's 4-step LoRAs) sample
+  with UniPC at order 1 with the corrector off on every step, which is exactly the first-order flow-Euler
+  step they were distilled for;
 - Wan 2.2 A14B switches from ``transformer`` (high noise, ``guidance_scale``) to ``transformer_2`` (low noise,
   ``guidance_scale_2``) at ``boundary_ratio`` of the schedule; the ratio arrives in ``pipeline_kwargs``;
 - diffusers defaults the negative prompt to ``""``: the reference one from the job is passed explicitly,
@@ -18,13 +21,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import PromptExtendError
-from pipelines.families.system_prompts import WAN_SYSTEM_PROMPTS
+from pipelines.families.system_prompts import wan_system_prompt
 from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     apply_cache,
     apply_lora,
@@ -47,6 +50,7 @@ from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprin
 
 if TYPE_CHECKING:
     import torch
+    from PIL.Image import Image
 
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
@@ -55,6 +59,10 @@ if TYPE_CHECKING:
 __all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+# The denoising loop's version in checkpoint fingerprints (Wan and Wan image-to-video share the loop): bump it
+# with any change to ``_denoise_with`` that changes what a checkpoint holds or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 
 
 def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -110,7 +118,7 @@ class WanTextToVideo(Adapter):
         self.device = device
         self.dtype = dtype
         self._base_scheduler_config = dict(pipe.scheduler.config)
-        self._shift: float | None = None
+        self._scheduler_key: tuple[Any, ...] | None = None  # (shift, sampler, steps) the scheduler was built for
         self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
         self._llm: ChatLLM | None = None
         self._llm_error: str | None = None  # a chat LLM that failed to load is not retried on every job
@@ -136,7 +144,16 @@ class WanTextToVideo(Adapter):
     # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
     resumable = True
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, checkpoints: Checkpoints | None = None) -> WanLatents:
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> WanLatents:
+        if image is not None:  # the worker hands images to image_to_video adapters only (WanImageToVideo)
+            raise ValueError(f"{self.spec.id} generates from text; it takes no input image")
         return self._denoise_with(self._pipe(), job, on_step, checkpoints)
 
     def _denoise_with(
@@ -157,8 +174,8 @@ class WanTextToVideo(Adapter):
         apply_lora(self.pipe, job)  # the variant's LoRA on, or every LoRA off (the modules are shared)
         kwargs = pipeline_options(self.spec.id, job, self.options)
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
-        # 2. Scheduler shift and, for two-expert checkpoints, where the experts switch.
-        self._set_shift(job.flow_shift)
+        # 2. Scheduler (shift and solver) and, for two-expert checkpoints, where the experts switch.
+        self._set_scheduler(job)
         self._set_boundary(kwargs.pop("boundary_ratio", None))
         if pipe is not self.pipe:  # a pipeline sharing this one's modules follows its scheduler and boundary
             pipe.scheduler = self.pipe.scheduler
@@ -176,7 +193,9 @@ class WanTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
             skip_output=skipped_wan_output,
             expert=wan_expert,
@@ -206,22 +225,49 @@ class WanTextToVideo(Adapter):
         spatial = pipe.vae_scale_factor_spatial * patch[1]
         check_job_shape(self.spec.id, job, spatial=spatial, temporal=pipe.vae_scale_factor_temporal)
 
-    def _set_shift(self, shift: float | None) -> None:
-        """Rebuild the scheduler from the shipped config with the variant's shift (cheap; only on change)."""
-        if shift is None or shift == self._shift:
+    def _set_scheduler(self, job: ResolvedJob) -> None:
+        """Rebuild the scheduler from the shipped config with the variant's shift and solver (cheap; only on change).
+
+        A ``sampler`` (catalog ``SamplerSpec``) sets UniPC's ``solver_order``, and ``corrector: false`` lists every
+        step of the job in ``disable_corrector``. Why order 1 without the corrector for the distilled LoRAs:
+        lightx2v samples them with ``WanStepDistillScheduler`` (ModelTC/LightX2V
+        lightx2v/models/schedulers/wan/step_distill/scheduler.py @f8aee98b, ``step_post``: x0 = x - sigma * v,
+        then re-noised to the next sigma with the same v), which is x + (sigma_next - sigma) * v, the flow-Euler
+        step; UniPC's order-1 predictor on flow sigmas is that same update, and its corrector (on by default)
+        would add a second-order term the distillation never saw. The schedule is the checkpoint's own: with
+        shift 5 and 4 steps UniPC gives timesteps 999/937/833/625 and sigmas within 1e-3 of lightx2v's
+        1000/937.5/833.33/625 (its ``denoising_step_list`` [1000, 750, 500, 250] shifted by 5): UniPC truncates
+        timesteps to integers. ``WanPipeline`` calls only ``set_timesteps(num_inference_steps)``, so an exact
+        copy would need a scheduler class of our own that ignores the step count; the integer timesteps are the
+        whole difference, and the pipeline's own scheduler class keeps resume and the fingerprint unchanged.
+        """
+        sampler = job.sampler
+        key = (job.flow_shift, sampler, job.steps if sampler is not None and not sampler.corrector else None)
+        if key == self._scheduler_key:
             return
         config = self._base_scheduler_config
-        if "flow_shift" in config:  # UniPCMultistepScheduler (the Wan checkpoints' scheduler)
-            override = {"flow_shift": shift}
-        elif "shift" in config:  # FlowMatchEulerDiscreteScheduler
-            override = {"shift": shift}
-        else:
-            raise JobError(
-                ErrorCode.pipeline_error,
-                f"{self.spec.id}: scheduler {type(self.pipe.scheduler).__name__} has no shift to set",
-            )
+        override: dict[str, Any] = {}
+        if job.flow_shift is not None:
+            if "flow_shift" in config:  # UniPCMultistepScheduler (the Wan checkpoints' scheduler)
+                override["flow_shift"] = job.flow_shift
+            elif "shift" in config:  # FlowMatchEulerDiscreteScheduler
+                override["shift"] = job.flow_shift
+            else:
+                raise JobError(
+                    ErrorCode.pipeline_error,
+                    f"{self.spec.id}: scheduler {type(self.pipe.scheduler).__name__} has no shift to set",
+                )
+        if sampler is not None:
+            if "solver_order" not in config or "disable_corrector" not in config:
+                raise JobError(
+                    ErrorCode.pipeline_error,
+                    f"{self.spec.id}: the variant's sampler needs UniPC; the weights ship "
+                    f"{type(self.pipe.scheduler).__name__}",
+                )
+            override["solver_order"] = sampler.solver_order
+            override["disable_corrector"] = [] if sampler.corrector else list(range(job.steps))
         self.pipe.scheduler = type(self.pipe.scheduler).from_config(config, **override)
-        self._shift = shift
+        self._scheduler_key = key
 
     def _set_boundary(self, boundary_ratio: float | None) -> None:
         if boundary_ratio is None:
@@ -275,11 +321,17 @@ class WanTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ prompt
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model)."""
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with the catalog's chat LLM (loaded on first use and kept with the model) and the
+        official system prompt of the entry's upstream task (``prompt_extend.system_prompt``)."""
         settings = self.spec.prompt_extend
-        if settings is None or settings.method != "chat_llm" or not settings.llm:
+        if settings is None or settings.method != "chat_llm" or not settings.llm or not settings.system_prompt:
             raise PromptExtendError(f"{self.spec.id} has no chat LLM for prompt extension")
+        if image is not None:  # the catalog refuses chat_llm on image models; upstream uses a vision-language model
+            raise PromptExtendError(f"{self.spec.id}: a chat LLM cannot see the input image")
+        system_prompt = wan_system_prompt(settings.system_prompt, settings.language, image=False, prompt=prompt)
         if self._llm_error is not None:
             raise PromptExtendError(f"the chat LLM failed to load earlier: {self._llm_error}")
         if self._llm is None:
@@ -298,7 +350,7 @@ class WanTextToVideo(Adapter):
                 raise
         started = time.perf_counter()
         raw = self._llm.rewrite(
-            WAN_SYSTEM_PROMPTS[settings.language],
+            system_prompt,
             prompt,
             max_new_tokens=max_new_tokens,
             timeout_s=timeout_s,

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from foundation.core.catalog import FAMILY_OPTIONS
 from foundation.core.errors import ErrorCode, JobError
 from pipelines.families.wan import WanLatents, WanTextToVideo
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.profile import (
     apply_profile,
     check_image,
@@ -69,7 +69,7 @@ class WanImageToVideo(WanTextToVideo):
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 
-    def denoise(  # type: ignore[override]  # adds ``image=``, as the adapter contract allows
+    def denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,

@@ -76,10 +76,16 @@ class DenoiseFlops:
     def calls(self) -> int:
         return sum(self._calls.values())
 
-    def total(self) -> float:
-        """FLOPs of every recorded call (each distinct shape counted once on a meta copy, then multiplied)."""
+    def snapshot(self) -> Counter[tuple[str, str]]:
+        """The calls recorded so far, by denoiser and shape: ``total(later - earlier)`` is what ran in between
+        (cheap: nothing is counted until ``total``)."""
+        return Counter(self._calls)
+
+    def total(self, calls: Counter[tuple[str, str]] | None = None) -> float:
+        """FLOPs of every recorded call, or of ``calls`` (a difference of snapshots); each distinct shape is
+        counted once on a meta copy, then multiplied."""
         total = 0.0
-        for key, count in self._calls.items():
+        for key, count in (self._calls if calls is None else calls).items():
             module, args, kwargs = self._skeletons[key]
             total += count * forward_flops(module, args, kwargs)
         return total

@@ -11,8 +11,11 @@ docs/gpu.md):
   time (inference keeps no activations across blocks; SDPA's flash/cuDNN/efficient kernels need no L^2
   score matrix). ``batch`` is 2 where the pipeline batches CFG (LTX-2), 1 where it runs the two branches in
   turn (Wan). LTX-2's two-stage recipe runs stage 1 at half the size with CFG and stage 2 at full size
-  without: the larger of the two counts. Not calibrated against a measurement yet (no GPU here):
-  ``make gpu-smoke`` prints measured peaks beside these figures.
+  without: the larger of the two counts. Masks stay per key: HunyuanVideo 1.5's joint attention runs with a
+  (1, 1, 1, L) key-padding mask (``pipelines.families.hunyuan15``), not diffusers' dense (1, 1, L, L) one, which
+  would add 2 L^2 bytes per call in the processor alone (4.7 GiB at 832x480 x 121 frames, 24 GiB at 1280x720).
+  Not calibrated against a measurement yet (no GPU here): ``make gpu-smoke`` prints measured peaks beside
+  these figures.
 - **decode**: one decoder module's input and output at full resolution:
   ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
   decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
@@ -42,8 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from foundation.core.catalog import config_dir
-from foundation.core.resolve import frames_for, round_up
-from foundation.core.sizes import SIZE_TABLE
+from foundation.core.resolve import frames_for, generation_size
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
 
 __all__ = [
+    "GPU_CLASSES",
     "OFFLOAD_MODES",
     "Component",
     "JobShape",
@@ -94,6 +97,19 @@ def reserve_gb(device_gb: float) -> float:
     return 1.5 + 0.05 * device_gb
 
 
+# What a device reports as its total memory (``torch.cuda.get_device_properties().total_memory``, the figure
+# nvidia-smi prints in MiB), in GB, by the name it is sold under: an "80 GB" H100 holds 81,559 MiB = 85.5 GB,
+# so a plan for "80" would waste 5 GB of it. The worker reads its own device's figure; these are for planning
+# without one (`genworker plan --gpu h100-80gb`, docs/gpu.md's tables). H100 and H200: read on this project's
+# lent machines (nvidia-smi); L40S and RTX 4090: the figures their nvidia-smi reports.
+GPU_CLASSES: dict[str, float] = {
+    "rtx4090-24gb": 24_564 * 2**20 / GB,
+    "l40s-48gb": 46_068 * 2**20 / GB,
+    "h100-80gb": 81_559 * 2**20 / GB,
+    "h200-141gb": 143_771 * 2**20 / GB,
+}
+
+
 @dataclass(frozen=True)
 class Component:
     """One pipeline component as its real config builds it, measured on the meta device."""
@@ -130,6 +146,14 @@ class ModelPlan:
     rows: list[SizeRow]
     skipped: str = ""  # why the model has no plan ("no arch config ...")
     extend_gb: float = 0.0  # peak while the chat LLM rewrites a prompt (0: no chat LLM)
+
+    def peak_bytes(self) -> int | None:
+        """The most device memory a job of this model uses under its profile (the largest size at its longest
+        duration, or the prompt extension if more), or None without a plan."""
+        if self.skipped or not self.rows:
+            return None
+        peaks = [row.peak_gb[self.profile.offload] for row in self.rows]
+        return int(max([*peaks, self.extend_gb]) * GB)
 
     def fits(self, resolution: str, seconds: int) -> bool:
         """Whether ``resolution`` for ``seconds`` fits under the profile (a model without a plan: True)."""
@@ -358,10 +382,10 @@ def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], jo
 
 
 def _largest_size(spec: ModelSpec, resolution: str) -> tuple[int, int]:
-    """The generated size with the most pixels among the model's ratios (stride-rounded)."""
-    sizes = [SIZE_TABLE[resolution][ratio] for ratio in spec.ratios]
-    rounded = [(round_up(w, spec.stride), round_up(h, spec.stride)) for w, h in sizes]
-    return max(rounded, key=lambda s: s[0] * s[1])
+    """The generated size with the most pixels among the model's ratios (``generation_size``; an image job
+    that keeps its image's aspect has at most that size's pixels)."""
+    sizes = [generation_size(spec, resolution, ratio) for ratio in spec.ratios]
+    return max(sizes, key=lambda s: s[0] * s[1])
 
 
 def plan_model(spec: ModelSpec, profile: RuntimeProfile, device_gb: float, root: Path | None = None) -> ModelPlan:
@@ -422,7 +446,8 @@ def _verdict(peaks: dict[Offload, float], mode: Offload, usable: float) -> str:
 
 
 def device_memory_gb(device: str) -> float | None:
-    """Total memory of a CUDA ``device`` in GB, or None off CUDA (the plan then lets everything through)."""
+    """Total memory of a CUDA ``device`` in GB as the device reports it, or None off CUDA (the plan then lets
+    everything through)."""
     if not device.startswith("cuda"):
         return None
     import torch

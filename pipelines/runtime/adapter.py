@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["Adapter", "Latents", "generate"]
 
@@ -53,7 +54,7 @@ class Adapter(Protocol):
 
     spec: ModelSpec
     # The keys this family accepts in a variant's ``pipeline_kwargs``; equal to
-    # ``foundation.core.catalog.FAMILY_OPTIONS[family]``, which the catalog checks at load.
+    # ``pipelines.runtime.options.FAMILY_OPTIONS[family]``, which a catalog is checked against before loading.
     options: ClassVar[frozenset[str]]
     # Where the model runs ("cuda", "cuda:1", "cpu"): the worker reads GPU memory and FLOPs of it.
     device: str
@@ -73,12 +74,19 @@ class Adapter(Protocol):
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> Latents:
         """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it.
 
         ``image`` is the input image of an ``image_to_video`` job, already checked and fitted by the worker:
-        RGB, exactly ``(job.gen_width, job.gen_height)``. The worker passes it only to jobs that have one, so
-        a text-only family may leave the keyword out of its signature.
+        RGB, exactly ``(job.gen_width, job.gen_height)``; the worker passes it only to jobs that have one.
+        ``checkpoints`` reaches only a ``resumable`` adapter, when the worker keeps checkpoints.
         """
         ...
 
@@ -86,8 +94,13 @@ class Adapter(Protocol):
         """Decode what ``denoise`` returned for ``job`` into frames (and audio when the job asks for it)."""
         ...
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure."""
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        """Rewrite ``prompt`` with more detail (text encoder or chat LLM); raise on failure.
+
+        ``image``: an ``image_to_video`` job's input image as ``denoise`` gets it, for a rewrite that describes
+        it; passed only to jobs that have one, like ``denoise``'s."""
         ...
 
     def memory_bytes(self) -> int:
@@ -101,5 +114,4 @@ class Adapter(Protocol):
 
 def generate(adapter: Adapter, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Media:
     """Denoise and decode in one call, for benchmarks and tests (the worker runs them as two stages)."""
-    conditioning = {"image": image} if image is not None else {}
-    return adapter.decode(adapter.denoise(job, on_step, **conditioning), job)
+    return adapter.decode(adapter.denoise(job, on_step, image=image), job)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.adapter import Latents
+    from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["JobGroup", "ParallelAdapter", "follow", "job_gpus", "join", "leave", "load_across_gpus", "parallelize"]
 
@@ -187,17 +188,30 @@ class ParallelAdapter(Adapter):
     def prompt_tokens(self, job: ResolvedJob) -> PromptTokens | None:
         return self.inner.prompt_tokens(job)
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback, *, image: Image | None = None) -> Latents:
-        conditioning = {"image": image} if image is not None else {}
+    def denoise(
+        self,
+        job: ResolvedJob,
+        on_step: StepCallback,
+        *,
+        image: Image | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> Latents:
+        if checkpoints is not None:  # not resumable: the worker keeps no checkpoints for it
+            raise ValueError("a context-parallel model does not resume from checkpoints")
         with self._group.lock:
             _send(self._group, _Order("denoise", model=job.model, job=job.model_dump_json(), image=image))
-            return self.inner.denoise(job, _leading(on_step, self._group), **conditioning)
+            return self.inner.denoise(job, _leading(on_step, self._group), image=image)
 
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         return self.inner.decode(latents, job)
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
-        return self.inner.extend_prompt(prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed)
+    def extend_prompt(
+        self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
+    ) -> str:
+        conditioning = {"image": image} if image is not None else {}
+        return self.inner.extend_prompt(
+            prompt, max_new_tokens=max_new_tokens, timeout_s=timeout_s, seed=seed, **conditioning
+        )
 
     def memory_bytes(self) -> int:
         return self.inner.memory_bytes()

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from foundation.core.catalog import RuntimeProfile, check_profile
+from foundation.core.catalog import RuntimeProfile
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media
 from pipelines.errors import ModelLoadError
+from pipelines.runtime.options import check_profile
 from pipelines.runtime.registry import hub_revision, resolve_weights
 
 if TYPE_CHECKING:

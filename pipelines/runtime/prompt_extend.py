@@ -2,10 +2,11 @@
 
 Two methods, chosen by the catalog (``spec.prompt_extend.method``):
 - ``chat_llm`` (Wan): a chat LLM named in the catalog (``AutoModelForCausalLM`` + its chat template), loaded
-  lazily by the adapter and kept with it (``ChatLLM``), with Wan's official system prompt
-  (``pipelines.families.system_prompts``); on a GPU it rests in host memory and visits the device per call;
+  lazily by the adapter and kept with it (``ChatLLM``), with the official system prompt of the entry's upstream
+  task (``pipelines.families.system_prompts``); on a GPU it rests in host memory and visits the device per call;
 - ``text_encoder`` (LTX-2.0): the pipeline's own Gemma-3 text encoder, through diffusers' ``enhance_prompt``
-  with Lightricks' system prompt as diffusers ships it (``T2V_DEFAULT_SYSTEM_PROMPT``).
+  with Lightricks' system prompt as diffusers ships it (``T2V_DEFAULT_SYSTEM_PROMPT``; for an image job
+  ``I2V_DEFAULT_SYSTEM_PROMPT`` with the input image, which Gemma-3 sees).
 
 Every call is bounded (``max_new_tokens``, ``max_time``) and seeded, without touching the global RNG the
 caller sees. Adapters raise ``PromptExtendError`` on failure; ``extend_or_fallback`` is what the worker calls:
@@ -28,6 +29,8 @@ from foundation.core.errors import FatalWorkerError, JobCanceled, is_out_of_memo
 from pipelines.errors import PromptExtendError
 
 if TYPE_CHECKING:
+    from PIL.Image import Image
+
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.adapter import Adapter
@@ -157,8 +160,12 @@ class ChatLLM:
         self.tokenizer = None
 
 
-def extend_or_fallback(adapter: Adapter, job: ResolvedJob) -> tuple[str, PromptExtension]:
+def extend_or_fallback(
+    adapter: Adapter, job: ResolvedJob, *, image: Image | None = None
+) -> tuple[str, PromptExtension]:
     """The prompt to generate with and what happened: ``applied``, or ``fallback`` with the reason.
+
+    ``image``: the input image of an ``image_to_video`` job (as ``denoise`` gets it), which the extension sees.
 
     Any failure of the extension itself (load, generation, timeout, empty output) falls back to the
     original prompt; only a cancel or a fatal worker error propagates.
@@ -168,8 +175,13 @@ def extend_or_fallback(adapter: Adapter, job: ResolvedJob) -> tuple[str, PromptE
     if settings is None:
         return job.prompt, PromptExtension(status="fallback", reason=f"{spec.id} has no prompt extension")
     try:
+        conditioning = {"image": image} if image is not None else {}
         raw = adapter.extend_prompt(
-            job.prompt, max_new_tokens=settings.max_new_tokens, timeout_s=settings.timeout_s, seed=job.seed
+            job.prompt,
+            max_new_tokens=settings.max_new_tokens,
+            timeout_s=settings.timeout_s,
+            seed=job.seed,
+            **conditioning,
         )
         text = sanitize(raw)[: spec.prompt_max_chars].strip()
         if not text:

@@ -25,12 +25,12 @@ from filelock import FileLock
 from pipelines.runtime.profile import quiet_progress_bars
 from pipelines.tiny.generic import GENERIC_BUILDERS
 from pipelines.tiny.i2v import I2V_BUILDERS
-from pipelines.tiny.parts import TINY_TEXT_DIM, seeded, tiny_umt5
+from pipelines.tiny.parts import TINY_TEXT_DIM, TINY_WAN_LORA, save_tiny_wan_lora, seeded, tiny_umt5
 
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
-BUILDER_VERSION = 3  # 3: tiny-wan-i2v-a14b ships one LoRA per expert
+BUILDER_VERSION = 4  # 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS: tuple[str, ...] = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
@@ -115,25 +115,7 @@ def _build_wan(out: Path) -> None:
         tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler, transformer=transformer
     )
     pipe.save_pretrained(out)
-    _wan_step_lora(out, transformer)
-
-
-# A step-distillation-style LoRA for the tiny Wan (random, like the LTX-2 one), for variants with a ``lora``.
-TINY_WAN_LORA = "tiny-step-lora.safetensors"
-
-
-def _wan_step_lora(out: Path, transformer: Any) -> None:
-    from diffusers import WanPipeline
-    from peft import LoraConfig, get_peft_model_state_dict
-
-    seeded(18)
-    # Random non-zero B matrices (peft would start them at zero), so switching the LoRA on changes the output.
-    transformer.add_adapter(
-        LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
-    )
-    WanPipeline.save_lora_weights(
-        out, transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name=TINY_WAN_LORA
-    )
+    save_tiny_wan_lora(out, transformer, TINY_WAN_LORA, seed=18)  # for variants with a ``lora``
 
 
 # ----------------------------------------------------------------------------------------------------- LTX-2

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipelines.tiny.parts import TINY_TEXT_DIM, save_tiny_wan_lora, seeded, tiny_umt5
+from pipelines.tiny.parts import TINY_TEXT_DIM, TINY_WAN_LORA, save_tiny_wan_lora, seeded, tiny_umt5
 
 __all__ = ["I2V_BUILDERS", "TINY_EXPERT_LORAS"]
 
@@ -82,6 +82,7 @@ def _build_wan_i2v(out: Path) -> None:
         )
     ).eval()
     image_processor = CLIPImageProcessorPil(crop_size={"height": 32, "width": 32}, size={"shortest_edge": 32})
+    transformer = _transformer(32, channels_in=36, channels_out=16, image_dim=8)
     pipe = WanImageToVideoPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
@@ -89,9 +90,11 @@ def _build_wan_i2v(out: Path) -> None:
         scheduler=_scheduler(),
         image_processor=image_processor,
         image_encoder=image_encoder,
-        transformer=_transformer(32, channels_in=36, channels_out=16, image_dim=8),
+        transformer=transformer,
     )
     pipe.save_pretrained(out)
+    # A step-distillation-style LoRA, as lightx2v ships Wan 2.1 I2V's (the catalog's ``distilled`` variant).
+    save_tiny_wan_lora(out, transformer, TINY_WAN_LORA, seed=37)
 
 
 def _build_wan_i2v_a14b(out: Path) -> None:

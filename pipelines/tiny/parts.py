@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_TEXT_DIM", "save_tiny_wan_lora", "seeded", "tiny_umt5"]
+__all__ = ["TINY_TEXT_DIM", "TINY_WAN_LORA", "save_tiny_wan_lora", "seeded", "tiny_umt5"]
 
 # Width of the tiny UMT5's output: the tiny Wan transformers' ``text_dim``.
 TINY_TEXT_DIM = 32
@@ -46,6 +46,10 @@ def tiny_umt5(seed: int) -> tuple[Any, Any]:
         )
     ).eval()
     return tokenizer, encoder
+
+
+# The step-distillation-style LoRA file of tiny-wan and tiny-wan-i2v (random, for variants with a ``lora``).
+TINY_WAN_LORA = "tiny-step-lora.safetensors"
 
 
 def save_tiny_wan_lora(out: Path, transformer: Any, weight_name: str, seed: int) -> None:

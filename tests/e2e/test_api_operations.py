@@ -8,6 +8,7 @@ outage and the log lines the operator actually gets on stderr.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -133,6 +134,7 @@ def _start_api(redis: RedisServer, seaweed: Any, data_dir: Path, log: Path) -> t
         "data_dir": str(data_dir),
         "queue": {"backend": "redis", "redis_url": redis.url},
         "store": {name: getattr(store, name) for name in s3},
+        "webhooks": {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")},  # required on Redis
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **settings_env(settings)}
     port = free_port()

@@ -5,7 +5,9 @@ post-processing over the same queue and store, on the tiny Wan 2.2 TI2V model), 
 client does and check its size, frame count and first frame.
 
 The first frame is compared with what a perfect image-as-frame-0 model gives through the tiny model's own VAE
-(decode(encode(fitted image)), cropped to the asked size), within H.264 error. That another image would score
+(decode(encode(fitted image)), cropped to the asked ratio and scaled to the asked size), within H.264 error. The
+image is 4:3 and the video 16:9: the model generates at the image's aspect, as upstream (it sees the whole image),
+and the video is cropped afterwards. That another image would score
 lower is shown before the codec, in tests/pipelines/test_image_to_video.py: the tiny random VAE maps
 different images to round trips closer together than the codec's error. Compared on luma (see MP4_MIN_DB).
 """
@@ -25,7 +27,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from foundation.core.contract import Status
+from foundation.core.contract import GenerationRecord, Status, parse_create_request
+from foundation.core.resolve import ResolvedJob, resolve
 from pipelines.runtime.cache import ModelCache
 from tests.e2e.conftest import Stack, add_keys, start_stack
 from tests.e2e.test_image_input import fleet_stack  # noqa: F401  # the distributed stack, as a fixture here
@@ -82,7 +85,7 @@ def work_one_job(stack: Stack, cache: ModelCache, work_root: Path) -> None:
 def test_the_input_image_becomes_the_first_frame_of_the_mp4(
     layout: str, request: pytest.FixtureRequest, model_cache: ModelCache, tmp_path: Path
 ) -> None:
-    source = pattern(1, width=480, height=360)  # 4:3, for a 16:9 video: center-cropped, then resized
+    source = pattern(1, width=480, height=360)  # 4:3, for a 16:9 video: generated at 4:3, cropped after
     buffer = io.BytesIO()
     source.save(buffer, format="PNG")
     png = buffer.getvalue()
@@ -129,11 +132,28 @@ def check_first_frame(
     assert (video["width"], video["height"]) == (256, 144)
     assert len(frames) == video["frames"] == 4  # 1 s at the tiny model's 4 fps
     assert frames[0].shape == (144, 256, 3)
-    # A perfect model's first frame: the round trip at the generation size (256x160), center-cropped to 256x144.
+    # The model generated at the image's 4:3 (192x160: best_output_size within 256x128's pixels, as TI2V-5B), so it
+    # saw the whole image; the encoder cut the centred 16:9 window (192x108) and scaled it to the asked 256x144.
+    # A perfect model's first frame: the round trip at the generation size, through that same window and scale.
+    job = record_job(stack, record)
+    assert (job.gen_width, job.gen_height) == (192, 160)
     pipe = model_cache.get(stack.catalog.models[MODEL]).pipe  # type: ignore[attr-defined]
-    expected = wan_round_trip(pipe, fit_image(source, 256, 160))[8:152]
+    window = wan_round_trip(pipe, fit_image(source, 192, 160))[26:134]
+    expected = np.asarray(Image.fromarray(window).resize((256, 144), Image.Resampling.LANCZOS))
     assert psnr(luma(frames[0]), luma(expected)) >= MP4_MIN_DB
     assert psnr(luma(frames[1]), luma(expected)) < MP4_MIN_DB  # a generated frame does not pass for the image
+
+
+def record_job(stack: Stack, record: GenerationRecord) -> ResolvedJob:
+    """The job the worker ran for ``record`` (resolved as it resolves a claim, with the stored image)."""
+    body = {
+        "model": record.model,
+        "mode": record.mode,
+        "variant": record.variant,
+        "parameters": record.parameters.model_dump(exclude_none=True),
+        "input": {"prompt": record.input.prompt},
+    }
+    return resolve(parse_create_request(body), stack.catalog, image=record.input.image)[0]
 
 
 def luma(rgb: np.ndarray) -> np.ndarray:

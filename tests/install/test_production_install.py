@@ -51,7 +51,7 @@ JOBS: list[dict[str, Any]] = [
     {"model": "tiny-wan", "variant": "fast", "prompt_extend": True},  # Wan; the chat LLM extends the prompt
     {"model": "tiny-wan", "variant": "cached"},  # First Block Cache
     {"model": "tiny-wan-i2v", "variant": "fast", "image": IMAGE},  # Wan 2.1 I2V: CLIP image encoder
-    {"model": "tiny-wan-i2v-a14b", "variant": "distilled", "image": IMAGE},  # two experts, a LoRA each
+    {"model": "tiny-wan-i2v-a14b", "variant": "distilled", "image": IMAGE},  # two experts, a LoRA each, order 1
     {"model": "tiny-wan-ti2v", "variant": "fast", "image": IMAGE},  # Wan 2.2 TI2V: its own VAE
     {"model": "tiny-ltx2", "variant": "fast", "audio": True, "prompt_extend": True},  # its text encoder extends
     {"model": "tiny-ltx2", "variant": "fast", "image": IMAGE},  # diffusers re-encodes the image with PyAV
@@ -86,7 +86,7 @@ def runs(prod: ProdInstall, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
     started = {
         "imports": prod.start("imports", ["python", "-c", IMPORT_CHECK, *sorted(third_party)], prod.env()),
         "catalog": prod.start("catalog", ["genworker", "catalog"], prod.env()),
-        "plan": prod.start("plan", ["genworker", "plan", "--gpu-memory-gb", "80"], prod.env()),
+        "plan": prod.start("plan", ["genworker", "plan", "--gpu", "h100-80gb"], prod.env()),
         "jobs": _start_jobs(prod, tiny_models_dir),
     }
     yield {**started, "third_party": third_party}
@@ -251,6 +251,7 @@ def _kinds(spec: ModelSpec, mode: str, variant: str, job: dict[str, Any] | None 
     kinds = {f"{spec.family} {mode}"}
     kinds |= {f"{spec.family} LoRA"} if v.lora is not None else set()
     kinds |= {f"{spec.family} cache {v.cache.kind}"} if v.cache is not None else set()
+    kinds |= {f"{spec.family} sampler order {v.sampler.solver_order}"} if v.sampler is not None else set()
     kinds |= {f"{spec.family} two-stage"} if spec.two_stage is not None else set()
     if spec.audio if job is None else job.get("audio"):
         kinds.add(f"{spec.family} audio")

@@ -12,6 +12,8 @@ about a minute on two cores. Nothing here asserts on time; waits poll with gener
 
 from __future__ import annotations
 
+import base64
+import os
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -87,6 +89,7 @@ class Fleet:
             catalog_path=str(self.catalog_path),
             queue=QueueSettings(backend="redis", redis_url=self.redis_url),
             store=StoreSettings(backend="local", local_root=str(self.artifacts)),
+            webhooks={"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")},  # required on Redis
         )
         return TestClient(build_app(settings))
 

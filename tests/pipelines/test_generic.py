@@ -20,6 +20,7 @@ from foundation.settings import Settings
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.families.generic import DiffusersLatents, DiffusersTextToVideo
 from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.options import load_model_catalog
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.family_checks import (
     check_cancel_within_one_step,
@@ -149,7 +150,7 @@ def test_a_bad_generic_entry_fails_at_load(tmp_path: Path, changes: dict[str, ob
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump({"models": [_entry(**changes)]}), encoding="utf-8")
     with pytest.raises(CatalogError, match=message):
-        load_catalog(path)
+        load_model_catalog(path)
 
 
 def test_the_pipeline_class_and_argument_names_are_checked_when_used(

@@ -192,10 +192,44 @@ def test_fitting_crops_to_the_target_aspect_around_the_center_then_resizes() -> 
     assert tall.size == (32, 64) and np.asarray(tall)[:, :, 1].min() >= 250
 
 
+def _banded(width: int, height: int, band: int) -> Image.Image:
+    """Gray, with red bands along the top and bottom ``band`` rows: what a crop to a wider ratio cuts away."""
+    pixels = np.full((height, width, 3), 128, np.uint8)
+    pixels[:band] = pixels[-band:] = (255, 0, 0)
+    return Image.fromarray(pixels)
+
+
+@pytest.mark.parametrize(("model", "generated"), [("tiny-wan-i2v", (208, 160)), ("tiny-wan-ti2v", (192, 160))])
+def test_the_model_gets_the_whole_image_at_its_aspect_whatever_ratio_is_asked(
+    catalog: Catalog, store: LocalStore, model: str, generated: tuple[int, int]
+) -> None:
+    """A 4:3 image for a 16:9 video: the generation follows the image (Wan I2V's max_area, TI2V's
+    best_output_size), so the bands a 16:9 crop would cut (45 of 360 rows each side) reach the model; the video
+    is cropped to 16:9 afterwards, by the encoder."""
+    data = png_bytes(_banded(480, 360, band=40))
+    stored = stored_image(store, f"gen_{uuid.uuid4().hex}", data)
+    body = {
+        "model": model,
+        "mode": "image_to_video",
+        "variant": "fast",
+        "parameters": {"seed": 7, "resolution": "144p", "ratio": "16:9", "duration_seconds": 1},
+        "input": {"prompt": "a lighthouse at dusk"},
+    }
+    job, _hold = resolve(parse_create_request(body), catalog, image=stored)
+    assert (job.width, job.height) == (256, 144)  # the video: the asked offered size
+    assert (job.gen_width, job.gen_height) == generated  # the image's 4:3 within a stride, not 16:9
+    fitted = np.asarray(load_input_image(store, job))
+    assert fitted.shape == (generated[1], generated[0], 3)
+    band = round(40 * generated[1] / 360)  # the image's full height is kept: the bands scale with it
+    red = (fitted[..., 0] > 200) & (fitted[..., 1] < 60)
+    assert red[: band - 2].all() and red[-(band - 2) :].all()
+    assert not red[band + 2 : -(band + 2)].any()
+
+
 def test_the_worker_reads_checks_fits_and_hands_the_image_to_the_model(
     catalog: Catalog, queue: SqliteQueue, store: LocalStore, model_cache: ModelCache, tmp_path: Path
 ) -> None:
-    source = pattern(1, width=480, height=360)  # 4:3, fitted to the 16:9 generation size
+    source = pattern(1, width=480, height=360)  # 4:3, for a 16:9 video
     record = image_record(catalog, store, png_bytes(source))
     queue.enqueue(record)
     claim = queue.claim("w1", [MODEL])
@@ -207,6 +241,7 @@ def test_the_worker_reads_checks_fits_and_hands_the_image_to_the_model(
         assert handoff is not None, queue.get(record.id)
         job = handoff.rendered.job
         assert job.image == record.input.image
+        assert (job.gen_width, job.gen_height) == (192, 160)  # the image's 4:3 (best_output_size), not 16:9
         frames = frames_of(handoff.rendered.media)
         assert frames.shape == (job.num_frames, job.gen_height, job.gen_width, 3)
         pipe = model_cache.get(catalog.models[MODEL]).pipe  # type: ignore[attr-defined]

@@ -8,7 +8,8 @@ import typing
 
 import pytest
 
-from foundation.core.catalog import FAMILY_OPTIONS, Catalog, ModelSpec
+from foundation.core.catalog import Catalog, ModelSpec
+from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.registry import adapter_class
 
 # The diffusers pipeline class each family's adapter calls; options it does not apply itself go to it.

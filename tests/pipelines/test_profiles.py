@@ -11,19 +11,14 @@ import numpy as np
 import pytest
 import yaml
 
-from foundation.core.catalog import (
-    ATTENTION_BACKENDS,
-    MASK_REJECTING_BACKENDS,
-    Catalog,
-    default_catalog_path,
-    load_catalog,
-)
+from foundation.core.catalog import Catalog, default_catalog_path
 from foundation.core.errors import CatalogError
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.errors import ModelLoadError
 from pipelines.families.ltx2 import LTX2TextToVideo
 from pipelines.families.wan import WanTextToVideo
 from pipelines.runtime.adapter import generate
+from pipelines.runtime.options import ATTENTION_BACKENDS, MASK_REJECTING_BACKENDS, load_model_catalog
 from pipelines.runtime.registry import load_adapter
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
@@ -65,9 +60,9 @@ def _catalog_with(tmp_path: Path, model: str, **runtime: Any) -> Path:
 @pytest.mark.parametrize("backend", ["flash", "_flash_3_hub", "sage", "_native_flash"])
 def test_the_catalog_refuses_a_mask_rejecting_backend_for_ltx2(tmp_path: Path, backend: str) -> None:
     with pytest.raises(CatalogError, match=rf"'tiny-ltx2'.*{backend}.*rejects attention masks"):
-        load_catalog(_catalog_with(tmp_path, "tiny-ltx2", attention_backend=backend))
+        load_model_catalog(_catalog_with(tmp_path, "tiny-ltx2", attention_backend=backend))
     # Wan attends without masks: the same backend is its to use.
-    assert load_catalog(_catalog_with(tmp_path, "tiny-wan", attention_backend=backend)).models["tiny-wan"]
+    assert load_model_catalog(_catalog_with(tmp_path, "tiny-wan", attention_backend=backend)).models["tiny-wan"]
 
 
 @pytest.mark.parametrize(
@@ -81,7 +76,7 @@ def test_the_catalog_refuses_a_mask_rejecting_backend_for_ltx2(tmp_path: Path, b
 )
 def test_the_catalog_refuses_bad_profiles(tmp_path: Path, runtime: dict[str, Any], message: str) -> None:
     with pytest.raises(CatalogError, match=message):
-        load_catalog(_catalog_with(tmp_path, "tiny-wan", **runtime))
+        load_model_catalog(_catalog_with(tmp_path, "tiny-wan", **runtime))
 
 
 def test_a_worker_override_is_checked_at_load(tiny_runtime: ModelRuntimeSettings, catalog: Catalog) -> None:

@@ -168,19 +168,25 @@ def test_boundary_ratio_needs_a_second_expert(wan: WanTextToVideo, make_job: Mak
 
 
 @pytest.fixture(scope="module")
-def two_expert_dir(wan: WanTextToVideo, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def two_expert_dir(
+    wan: WanTextToVideo, tiny_runtime: ModelRuntimeSettings, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """Tiny Wan 2.2-style weights: the tiny Wan plus a differently seeded low-noise expert."""
     import torch
     from diffusers import WanPipeline, WanTransformer3DModel
 
     torch.manual_seed(99)
     expert_2 = WanTransformer3DModel.from_config(wan.pipe.transformer.config)
+    # The high-noise expert as saved, without the LoRA layers the loaded model carries for its distilled variant.
+    expert_1 = WanTransformer3DModel.from_pretrained(
+        Path(tiny_runtime.tiny_models_dir) / MODEL, subfolder="transformer"
+    )
     pipe = WanPipeline(
         tokenizer=wan.pipe.tokenizer,
         text_encoder=wan.pipe.text_encoder,
         vae=wan.pipe.vae,
         scheduler=wan.pipe.scheduler,
-        transformer=wan.pipe.transformer,
+        transformer=expert_1,
         transformer_2=expert_2,
     )
     out = tmp_path_factory.mktemp("tiny-wan-a14b-shape")
@@ -191,8 +197,16 @@ def two_expert_dir(wan: WanTextToVideo, tmp_path_factory: pytest.TempPathFactory
 def test_two_experts_switch_at_the_boundary(
     two_expert_dir: Path, tiny_runtime: ModelRuntimeSettings, catalog: Catalog, make_job: MakeJob
 ) -> None:
-    spec = catalog.models[MODEL].model_copy(
-        update={"id": "tiny-wan-a14b", "weights": str(two_expert_dir), "tiny": False}
+    base = catalog.models[MODEL]
+    t2v = base.modes["text_to_video"]
+    plain = {name: v for name, v in t2v.variants.items() if v.lora is None}  # its LoRA file is tiny-wan's
+    spec = base.model_copy(
+        update={
+            "id": "tiny-wan-a14b",
+            "weights": str(two_expert_dir),
+            "tiny": False,
+            "modes": {"text_to_video": t2v.model_copy(update={"variants": plain})},
+        }
     )
     adapter = WanTextToVideo.load(spec, tiny_runtime, device="cpu", dtype="float32")
     try:

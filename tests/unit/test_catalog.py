@@ -10,6 +10,7 @@ import yaml
 
 from foundation.core.catalog import load_catalog
 from foundation.core.errors import CatalogError
+from pipelines.runtime.options import load_model_catalog
 
 SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
 REQUIRED_MODELS = {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "ltx-2", "tiny-wan", "tiny-ltx2"}
@@ -91,6 +92,10 @@ def test_bad_field_names_file_entry_and_field(tmp_path: Path, mutate: Any, field
         (lambda m: m["rates"]["per_second"].pop("240p"), "240p"),
         (lambda m: m["defaults"].update(audio=True), "audio"),
         (lambda m: m["defaults"].update(duration_seconds=9), "duration_seconds"),
+        # A chat LLM gets the official prompts of a named upstream task, and reads text only.
+        (lambda m: m["prompt_extend"].pop("system_prompt"), "needs 'system_prompt'"),
+        (lambda m: m["prompt_extend"].update(system_prompt="wan2.3"), "system_prompt"),
+        (lambda m: m["modes"].update(image_to_video=m["modes"]["text_to_video"]), "chat LLM reads text only"),
     ],
 )
 def test_inconsistent_entry_is_refused(tmp_path: Path, mutate: Any, fragment: str) -> None:
@@ -107,7 +112,7 @@ def test_unknown_pipeline_option_names_file_model_variant_and_key(tmp_path: Path
     data["models"][0]["modes"]["text_to_video"]["variants"]["fast"]["pipeline_kwargs"] = {"boundary_ration": 0.9}
     path = _write(tmp_path, data)
     with pytest.raises(CatalogError) as info:
-        load_catalog(path)
+        load_model_catalog(path)
     message = str(info.value)
     assert str(path) in message
     assert "model 'tiny-wan'" in message
@@ -121,9 +126,12 @@ def test_pipeline_options_are_checked_per_family(tmp_path: Path) -> None:
     variants = data["models"][0]["modes"]["text_to_video"]["variants"]
     variants["standard"]["pipeline_kwargs"] = {"stg_scale": 0.0}  # an LTX-2 option on a Wan model
     with pytest.raises(CatalogError, match="unknown key 'stg_scale' for family 'wan'"):
-        load_catalog(_write(tmp_path, data))
+        load_model_catalog(_write(tmp_path, data))
+    # The families' option names are the model layer's (pipelines.runtime.options): the core catalog, all the
+    # API reads, checks structure only.
+    assert load_catalog(_write(tmp_path, data)).models["tiny-wan"]
     variants["standard"]["pipeline_kwargs"] = {"boundary_ratio": 0.875, "max_sequence_length": 256}
-    assert load_catalog(_write(tmp_path, data)).models["tiny-wan"].modes["text_to_video"].variants["standard"]
+    assert load_model_catalog(_write(tmp_path, data)).models["tiny-wan"].modes["text_to_video"].variants["standard"]
 
 
 def test_duplicate_ids_are_refused(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from foundation.core.media import AudioTrack
 from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, resolve_codec
-from foundation.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio
+from foundation.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio, output_box
 from foundation.media.settings import EncoderSettings
 
 
@@ -39,6 +39,42 @@ def test_crop_box_is_centered_within_a_pixel(sw: int, sh: int, data: st.DataObje
 def test_crop_box_refuses_a_larger_target() -> None:
     with pytest.raises(ValueError, match="larger"):
         center_crop_box(256, 144, 272, 144)
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "window"),
+    [
+        ((448, 256), (432, 240), (432, 240)),  # covers the output: cropped to exactly its size
+        ((1280, 704), (1280, 720), (1252, 704)),  # TI2V-5B / LTX-2 720p: the 16:9 window of 1280x704
+        ((704, 1280), (720, 1280), (704, 1252)),
+        ((720, 544), (832, 480), (720, 415)),  # a 4:3 image's generation delivered as 16:9
+        ((624, 624), (480, 832), (360, 624)),  # a square one delivered as 9:16
+    ],
+)
+def test_output_box_is_the_outputs_aspect_when_the_source_is_smaller(
+    source: tuple[int, int], target: tuple[int, int], window: tuple[int, int]
+) -> None:
+    box = output_box(*source, *target)
+    assert (box.width, box.height) == window
+    assert box.width <= source[0] and box.height <= source[1]
+    assert abs(box.width / box.height - target[0] / target[1]) < 1 / min(window)
+
+
+def test_the_command_scales_only_frames_that_are_not_the_output_size() -> None:
+    plain = _command(None)
+    assert _after(plain, "-vf") == "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"
+    scaled = build_command(
+        "ffmpeg",
+        video=VideoInput(1252, 704, Fraction(24), 121, scale_to=(1280, 720)),
+        audio=None,
+        codec="libx264",
+        settings=EncoderSettings(),
+        output=Path("out/video.mp4"),
+    )
+    assert _after(scaled, "-s") == "1252x704"  # what arrives on stdin
+    assert (
+        _after(scaled, "-vf") == "scale=w=1280:h=720:flags=lanczos:out_color_matrix=bt709:out_range=tv,format=yuv420p"
+    )
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ class RecordingAdapter(Adapter):
 
     options: ClassVar[frozenset[str]] = frozenset()
     events: ClassVar[list[str]] = []
+    images: ClassVar[list[tuple[str, object]]] = []  # (call, the image it was given)
     oom_left: ClassVar[dict[str, int]] = {}  # call name -> out-of-memory errors still to raise
     step_sleep_s: ClassVar[float] = 0.0
 
@@ -54,8 +55,10 @@ class RecordingAdapter(Adapter):
         cls._event("load")
         return cls(spec)
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, **conditioning: Any) -> Latents:
         self._event("denoise")
+        if "image" in conditioning:
+            self.images.append(("denoise", conditioning["image"]))
         for done in range(1, job.steps + 1):
             time.sleep(self.step_sleep_s)
             on_step(done, job.steps)
@@ -69,8 +72,10 @@ class RecordingAdapter(Adapter):
             width=job.gen_width, height=job.gen_height, fps=job.fps, num_frames=job.num_frames, chunks=iter([frames])
         )
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, **image: Any) -> str:
         self._event("extend")
+        if "image" in image:
+            self.images.append(("extend", image["image"]))
         return f"{prompt}, in soft morning light"
 
     def memory_bytes(self) -> int:
@@ -113,6 +118,7 @@ class Recorder(RunHooks):
 @pytest.fixture(autouse=True)
 def _fresh_adapter_state() -> Iterator[None]:
     RecordingAdapter.events.clear()
+    RecordingAdapter.images.clear()
     RecordingAdapter.oom_left.clear()
     RecordingAdapter.step_sleep_s = 0.0
     yield
@@ -181,6 +187,20 @@ def test_prompt_extension_is_its_own_stage_and_the_run_uses_the_new_prompt(tmp_p
     assert entered == [Stage.loading, Stage.extending_prompt, Stage.denoising, Stage.decoding]
     assert rendered.job.prompt == "a fox, in soft morning light"
     assert rendered.extension is not None and rendered.extension.status == "applied"
+
+
+def test_the_input_image_reaches_the_prompt_extension_and_the_denoiser(tmp_path: Path, cache: ModelCache) -> None:
+    """An image job's rewrite sees its image (LTX-2's I2V enhancement describes it), as the denoiser does; a text
+    job's extension gets no ``image`` keyword at all."""
+    from PIL import Image
+
+    spec, job = _job(_catalog_file(tmp_path), prompt_extend=True)
+    image = Image.new("RGB", (job.gen_width, job.gen_height))
+    run_pipeline(cache, spec, job, Recorder(), image=image)
+    assert RecordingAdapter.images == [("extend", image), ("denoise", image)]
+    RecordingAdapter.images.clear()
+    run_pipeline(cache, spec, job, Recorder())
+    assert RecordingAdapter.images == []
 
 
 def test_out_of_memory_in_decode_retries_decode_alone_on_a_reloaded_model(tmp_path: Path, cache: ModelCache) -> None:

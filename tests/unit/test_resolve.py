@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from foundation.core.catalog import load_catalog
+from foundation.core.catalog import ModelSpec, load_catalog
 from foundation.core.contract import CreateRequest, parse_create_request
 from foundation.core.errors import ErrorCode, RequestRejected
-from foundation.core.resolve import frames_for, resolve
+from foundation.core.resolve import frames_for, generation_size, resolve
 from foundation.core.sizes import SIZE_TABLE
 
 CATALOG = load_catalog()
@@ -59,8 +59,12 @@ def test_every_catalog_combination_resolves_to_valid_sizes(
     assert (job.width, job.height) == SIZE_TABLE[resolution][ratio]
     assert job.gen_width % spec.stride == 0
     assert job.gen_height % spec.stride == 0
-    assert 0 <= job.gen_width - job.width < spec.stride
-    assert 0 <= job.gen_height - job.height < spec.stride
+    # Within a stride of the target: at or above it, or the size the model's upstream lists instead.
+    listed = spec.generation_sizes.get(resolution, {}).get(ratio)
+    assert (job.gen_width, job.gen_height) == (listed or (job.gen_width, job.gen_height))
+    assert abs(job.gen_width - job.width) < spec.stride and abs(job.gen_height - job.height) < spec.stride
+    if listed is None:
+        assert job.gen_width >= job.width and job.gen_height >= job.height
     rule = spec.frame_rule
     assert (job.num_frames - rule.offset) % rule.multiple == 0
     assert job.keep_frames == duration * spec.fps
@@ -186,3 +190,42 @@ def test_random_requests_resolve_or_reject_with_a_code(data: dict[str, Any]) -> 
     assert job.gen_width % spec.stride == 0 and job.gen_height % spec.stride == 0
     assert job.keep_frames == job.duration_seconds * spec.fps
     assert Decimal(hold.amount) >= 0
+
+
+def _generated(model: str) -> dict[tuple[str, str], tuple[int, int]]:
+    spec = CATALOG.models[model]
+    return {(res, ratio): generation_size(spec, res, ratio) for res in spec.resolutions for ratio in spec.ratios}
+
+
+def test_ti2v_5b_generates_exactly_the_sizes_upstream_lists() -> None:
+    """Wan-Video/Wan2.2 @42bf4cfaa384bc21833865abc2f9e6c0e67233dc wan/configs/__init__.py:
+    SUPPORTED_SIZES['ti2v-5B'] = ('704*1280', '1280*704') (SIZE_CONFIGS: 'w*h' -> (w, h)), not 1280x736."""
+    assert _generated("wan2.2-ti2v-5b") == {("720p", "16:9"): (1280, 704), ("720p", "9:16"): (704, 1280)}
+
+
+def test_ltx2_720p_generates_1280x704_on_the_two_stage_grid() -> None:
+    """1280x720 is on neither the 32 nor the 64 grid; Lightricks' two-stage pipelines need multiples of 64
+    (ltx_pipelines/utils/helpers.py assert_resolution, stage 1 at half the size on the VAE's 32): 1280x704 is the
+    nearest, where rounding up gave 1280x768 and cropped 48 rows."""
+    sizes = _generated("ltx-2")
+    assert sizes[("720p", "16:9")] == (1280, 704) and sizes[("720p", "9:16")] == (704, 1280)
+    for width, height in sizes.values():
+        assert width % 64 == 0 and height % 64 == 0 and (width // 2) % 32 == 0 and (height // 2) % 32 == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"generation_sizes": {"720p": {"16:9": [1280, 672]}}}, "a stride or more from 1280x720"),
+        ({"generation_sizes": {"720p": {"16:9": [1280, 700]}}}, "not on the model's stride"),
+        ({"generation_sizes": {"720p": {"1:1": [960, 960]}}}, "not offered"),
+        ({"modes": {"text_to_video": {"variants": {"standard": {"steps": 2, "guidance_scale": 5.0}}}}}, "image_fit"),
+    ],
+)
+def test_generation_sizes_and_image_fit_are_checked_at_load(changes: dict[str, object], message: str) -> None:
+    from pydantic import ValidationError
+
+    data = CATALOG.models["wan2.2-ti2v-5b"].model_dump(mode="json")
+    data.update(changes)
+    with pytest.raises(ValidationError, match=message):
+        ModelSpec.model_validate(data)

@@ -40,6 +40,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.time)  # arrival, wall clock (events carry wall-clock timestamps)
 
     @property
     def webhook_id(self) -> str:
@@ -119,7 +120,13 @@ def catalog() -> Catalog:
     return load_catalog()
 
 
+# On Redis every process must share one server key (the API refuses to start without it).
+SERVER_KEY = "B8cWnWZ6Tj6EDUyYM5u1gG5sVJ0wS9TaKXk1Q6mY2xA="
+
+
 def hook_settings(data_dir: Path, *, redis_url: str | None = None, **hooks: Any) -> Settings:
+    if redis_url:
+        hooks = {"secret_key": SERVER_KEY, **hooks}
     return Settings(
         data_dir=str(data_dir),
         queue={

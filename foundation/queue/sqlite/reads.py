@@ -6,7 +6,7 @@ database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (`
 from __future__ import annotations
 
 from foundation.core.contract import GenerationRecord, Stage, Status
-from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
+from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.sqlite.clock import Clock
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import sqlite_unavailable
@@ -26,21 +26,21 @@ class SqliteReads:
 
     @sqlite_unavailable
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
-        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
+        """Newest first (or oldest first). The cursor is ``list_cursor`` of the last record returned."""
+        beyond, order = (">", "ASC") if oldest_first else ("<", "DESC")
+        sql = "SELECT record FROM jobs WHERE project = ?"
         args_: list[object] = [project]
         if cursor:
             score, _, last_id = cursor.partition(":")
-            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
+            sql += f" AND (created_ms {beyond} ? OR (created_ms = ? AND id {beyond} ?))"
             args_ += [float(score), float(score), last_id]
-        rows = (
-            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
-        )
+        sql += f" ORDER BY created_ms {order}, id {order} LIMIT ?"
+        rows = self._db.conn().execute(sql, [*args_, limit + 1]).fetchall()
         page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
         more = len(rows) > limit and bool(page)
-        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
+        return page, (list_cursor(page[-1]) if more else None)
 
     @sqlite_unavailable
     def position(self, job_id: str) -> int | None:
