@@ -289,12 +289,14 @@ class GenerationRecord(BaseModel):
     usage: Usage | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     error: ErrorInfo | None = None
+    # The Idempotency-Key that made it (stamped by the queue at enqueue; never in a public view): deleting the
+    # job frees that key, so a create repeated with it makes a new job rather than finding a deleted one.
+    # Declared before `attempt`: claim.lua rewrites the record's tail (attempt on) by pattern, so no field
+    # may be added from `attempt` on without changing that script (tests/integration/test_claim_start.py).
+    idempotency_key: str | None = None
     attempt: int = 0
     max_attempts: int = 3
     cancel_requested: bool = False
-    # The Idempotency-Key that made it (stamped by the queue at enqueue; never in a public view): deleting the
-    # job frees that key, so a create repeated with it makes a new job rather than finding a deleted one.
-    idempotency_key: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None
