@@ -237,6 +237,17 @@ def _content(content: bytes | str | None) -> Any:
     return iter([json.dumps(create_body()).encode()])
 
 
+def _access_lines(caplog: pytest.LogCaptureFixture, count: int, timeout_s: float = 10.0) -> list[logging.LogRecord]:
+    """The access lines logged so far, once there are ``count``: the server thread logs a request after its
+    response is sent, so a client can hold the answer before the line exists."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [r for r in caplog.records if r.name == "genworker.api.access"]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)
+
+
 def _side(headers: dict[str, str], side: str) -> dict[str, str]:
     """Each API its own idempotency keys (both share one queue): "stack-1" is "stack-1-fast" there."""
     key = headers.get("Idempotency-Key", "")
@@ -300,7 +311,7 @@ def test_the_fast_path_answers_with_what_the_framework_stack_adds(pair: Pair, ca
             if headers.get("X-Request-Id", "").startswith("client-trace"):
                 assert a.headers["x-request-id"] == b.headers["x-request-id"] == headers["X-Request-Id"]
             assert len(a.headers["x-request-id"]) in (14, 32)
-            lines = [r for r in caplog.records if r.name == "genworker.api.access"]
+            lines = _access_lines(caplog, 2)
             assert [r.request_id for r in lines] == [a.headers["x-request-id"], b.headers["x-request-id"]]
             for line, answer in zip(lines, (a, b), strict=True):
                 seen = (line.method, line.path, line.status, line.bytes)
