@@ -86,14 +86,20 @@ class SqliteReads:
 
     @sqlite_unavailable
     def live_workers(self) -> list[WorkerHeartbeat]:
-        with self._db.tx() as conn:
-            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
-            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
+        # A read, never a write transaction: anyone may ask (GET /v1/models needs no key), and a write
+        # here would queue every such call behind the queue's own writers. Lapsed beats are pruned by
+        # the writes that ``heartbeat`` makes anyway.
+        rows = (
+            self._db.conn()
+            .execute("SELECT beat FROM workers WHERE expires_at > ? ORDER BY worker_id", (self._clock.monotonic(),))
+            .fetchall()
+        )
         return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
 
     @sqlite_unavailable
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
         with self._db.tx() as conn:
+            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
             conn.execute(
                 "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
                 (beat.worker_id, beat.model_dump_json(), self._clock.monotonic() + ttl_s),
