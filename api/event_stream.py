@@ -111,7 +111,9 @@ def status_message(event: Event, cursor: Cursor, generation_id: str) -> bytes:
 
 
 def note_message(note: ProgressNote, cursor: Cursor, generation_id: str) -> bytes:
-    """``event: progress``: the running attempt's stage and its progress in 0..1."""
+    """``event: progress``: the running attempt's stage and its progress in 0..1; then, when the write
+    carried a live preview, ``event: preview`` with ``{"step", "total", "image"}`` (a JPEG data URL). Both
+    carry the cursor past the note: a client resuming from either gets what follows the note."""
     data: dict[str, object] = {
         "generation_id": generation_id,
         "status": Status.running.value,
@@ -120,7 +122,10 @@ def note_message(note: ProgressNote, cursor: Cursor, generation_id: str) -> byte
         "progress": round(note.progress, 4),
         "at": note.at.isoformat(),
     }
-    return _message("progress", cursor, data)
+    message = _message("progress", cursor, data)
+    if note.preview is not None:
+        message += _message("preview", cursor, note.preview.model_dump())
+    return message
 
 
 def comment(text: str) -> bytes:

@@ -2,7 +2,8 @@
 
 A compatible v1 addition on top of the polling contract (which stays the source of truth): the same
 read scope and project isolation as ``GET /v1/generations/{id}`` (another project's id is the same
-404), then ``event: status`` and ``event: progress`` messages replayed from the queue's durable
+404), then ``event: status`` and ``event: progress`` messages (and ``event: preview``, a live picture of
+the latents, with the progress write that carried it) replayed from the queue's durable
 per-job logs (``api/event_stream.py``) from the start of the job, or from ``Last-Event-ID`` on a
 reconnect, until the terminal status event, after which the server closes the stream. A comment line
 every ``api.events_heartbeat_s`` while nothing happens. One API key holds at most

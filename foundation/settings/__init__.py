@@ -118,6 +118,22 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Progress writes per job are at most one per this interval (stage changes are always written).",
     )
+    previews: bool = Field(
+        default=True,
+        description=(
+            "Live previews while denoising: a small JPEG of the latents (a linear projection, no extra model) "
+            "sent with a progress write and on the event stream as `event: preview`; a request turns its own "
+            "off with parameters.preview: false."
+        ),
+    )
+    preview_every_steps: int = Field(
+        default=1, ge=1, description="A preview at most every this many denoising steps (and per preview_interval_s)."
+    )
+    preview_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="At most one preview per this interval per job; each forces one progress write, no more.",
+    )
     reclaim_interval_s: float = Field(
         default=10.0,
         gt=0,

@@ -6,6 +6,7 @@ database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (`
 from __future__ import annotations
 
 from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.core.media import Preview
 from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.sqlite.clock import Clock
 from foundation.queue.sqlite.db import SqliteFile
@@ -117,12 +118,20 @@ class SqliteReads:
     @sqlite_unavailable
     def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
         rows = self._db.conn().execute(
-            "SELECT id, attempt, stage, progress, at FROM progress_notes"
+            "SELECT id, attempt, stage, progress, at, preview FROM progress_notes"
             " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
             (job_id, int(after or 0), limit),
         )
         return [
-            ProgressNote(job_id=job_id, attempt=r[1], stage=Stage(r[2]), progress=r[3], at=r[4], id=str(r[0]))
+            ProgressNote(
+                job_id=job_id,
+                attempt=r[1],
+                stage=Stage(r[2]),
+                progress=r[3],
+                at=r[4],
+                id=str(r[0]),
+                preview=Preview.model_validate_json(r[5]) if r[5] else None,
+            )
             for r in rows
         ]
 
