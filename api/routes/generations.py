@@ -198,7 +198,7 @@ async def submit(
     no image source. Else the request's own source (``input.image_url`` or ``input.image``) is read, fetched,
     decoded and checked off the event loop, before anything is stored."""
     if image is None and takes_image(create, ctx.catalog):
-        image = await anyio.to_thread.run_sync(prepare_image, create, ctx.settings.api.inputs)
+        image = await ctx.images.run(lambda: prepare_image(create, ctx.catalog, ctx.settings.api.inputs))
     record = build_record(
         create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
     )
