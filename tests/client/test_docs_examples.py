@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from genworker_client import Generation
 from tests.client.conftest import Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,10 +134,12 @@ class Shell:
             bufsize=1,
         )
         self.count = 0
+        self.durations: list[tuple[float, str]] = []
 
     def run(self, command: str) -> tuple[int, str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.count += 1
+        started = time.monotonic()
         out = self.cwd / f".out-{self.count}"
         self.proc.stdin.write(f"{{ {command}\n}} > {out} 2>&1 < /dev/null; echo __done__ $?\n")
         self.proc.stdin.flush()
@@ -146,6 +149,7 @@ class Shell:
             if ready:
                 line = self.proc.stdout.readline()
                 if line.startswith("__done__ "):
+                    self.durations.append((time.monotonic() - started, command.splitlines()[0][:60]))
                     return int(line.split()[1]), out.read_text(errors="replace")
                 if not line:
                     break
@@ -178,7 +182,9 @@ def _lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page", sorted(SKIPS_ALLOWED))
-def test_every_example_of_the_page_runs(page: str, server: Server, tmp_path: Path) -> None:
+def test_every_example_of_the_page_runs(page: str, server: Server, finished: Generation, tmp_path: Path) -> None:
+    # `finished`: the worker has loaded the fast model, as every earlier client test leaves it, so the time
+    # printed below is the examples' own.
     work = tmp_path / "newcomer"
     (work / "var").mkdir(parents=True)
     shutil.copy(server.data_dir / "dev-api-key", work / "var" / "dev-api-key")
@@ -235,6 +241,7 @@ def test_every_example_of_the_page_runs(page: str, server: Server, tmp_path: Pat
     took = time.monotonic() - started
     print(f"{page}: {ran} commands and python blocks ran in {took:.1f} s; {len(skipped)} blocks skipped:")
     print(*skipped, sep="\n  ")
+    print("  slowest:", *[f"{s:.1f} s {c}" for s, c in sorted(shell.durations, reverse=True)[:5]], sep="\n    ")
     assert not failures, "\n\n".join(failures)
     assert ran >= 10
     assert len(skipped) <= SKIPS_ALLOWED[page], skipped
