@@ -14,7 +14,8 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 # CUDA build (2.13.0 on the package index is the CUDA one, with ~3 GB of nvidia-* wheels). Override it for a
 # mirror (make up TORCH_INDEX=https://mirror.example/whl/cpu), or TORCH_INDEX= to leave torch to pip's own
 # configuration (index-url, find-links). Where the index cannot be reached, pip warns, retries once (15 s each,
-# not pip's configured timeout) and takes torch from what its configuration offers. torch's own dependencies come in the next step, from pip's index.
+# not pip's configured timeout) and takes torch from what its configuration offers. torch's own dependencies
+# come in the next step, from pip's index.
 # Then everything in one resolve: the client distribution (client/, editable) satisfies the server's
 # `genworker-client` dependency, and the `worker` extra brings the model stack (torch, diffusers).
 # The production lock is a constraints file here, so the tests run the exact versions a worker image
