@@ -185,7 +185,7 @@ class _Color(Latents):
         self.rgb = rgb
 
 
-class InstantWan:
+class InstantWan(Adapter):
     """No model at all: every step reported at once, a clip of one colour per seed. The soak's model
     (``scripts/soak.py --faults``), which measures the queue, the worker and the stores, not denoising.
 
@@ -194,14 +194,16 @@ class InstantWan:
 
     options: ClassVar[frozenset[str]] = WanTextToVideo.options
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, device: str) -> None:
         self.spec = spec
+        self.device = device
+        self.profile = spec.runtime
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> InstantWan:
-        return cls(spec)
+        return cls(spec, device)
 
-    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int) -> str:
+    def extend_prompt(self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, **_: Any) -> str:
         return prompt
 
     def memory_bytes(self) -> int:
@@ -210,7 +212,7 @@ class InstantWan:
     def unload(self) -> None:
         return None
 
-    def denoise(self, job: ResolvedJob, on_step: StepCallback) -> Latents:
+    def denoise(self, job: ResolvedJob, on_step: StepCallback, **_: Any) -> Latents:
         called = time.time()
         if call_log := os.environ.get("GENWORKER_TEST_CALL_LOG"):
             with open(call_log, "a", encoding="utf-8") as f:

@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from foundation.core.catalog import Catalog
 from foundation.core.errors import ErrorCode
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.errors import ModelLoadError
 from pipelines.families.wan import WanTextToVideo
+from pipelines.runtime.adapter import Adapter
 from pipelines.runtime.registry import adapter_class, load_adapter, resolve_device, resolve_dtype, resolve_weights
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_catalog_adapters_resolve(catalog: Catalog) -> None:
@@ -20,6 +24,16 @@ def test_catalog_adapters_resolve(catalog: Catalog) -> None:
     classes = {spec.id: adapter_class(spec.adapter) for spec in catalog.models.values()}
     assert classes["tiny-wan"] is classes["wan2.2-t2v-a14b"] is WanTextToVideo
     assert classes["tiny-ltx2"] is classes["ltx-2"] is LTX2TextToVideo
+
+
+def test_the_test_catalogs_adapters_resolve() -> None:
+    """The fault-injecting and instant adapters the worker tests, the soak and bench_worker load are adapters too
+    (an InstantWan that was not made every soak worker refuse to start)."""
+    faults = yaml.safe_load((ROOT / "tests" / "integration" / "catalog_faults.yaml").read_text(encoding="utf-8"))
+    paths = {model["adapter"] for model in faults["models"]}
+    assert "tests.integration.faulty_adapters:InstantWan" in paths
+    for path in sorted(paths):
+        assert Adapter in adapter_class(path).__mro__, path  # what adapter_class checks, here by its own test
 
 
 @pytest.mark.parametrize(
