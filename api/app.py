@@ -108,7 +108,16 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    ctx = ApiContext(settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth)
+    ctx = ApiContext(
+        settings=settings,
+        queue=queue,
+        aqueue=aqueue,
+        store=store,
+        catalog=catalog,
+        keys=keys,
+        auth=auth,
+        webhooks=webhooks,
+    )
     install_error_handlers(app)
     app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))

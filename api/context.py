@@ -1,10 +1,12 @@
 """``ApiContext``: what every route works with (settings, backends, catalog, auth), built once by
 ``create_app`` and passed to the router factories. ``queue`` is the sync queue (list, cancel, models);
-``aqueue`` its asyncio face for the poll and create routes (``foundation/queue/async_api.py``)."""
+``aqueue`` its asyncio face for the poll and create routes (``foundation/queue/async_api.py``). ``webhooks``:
+the signed webhooks, where the app has them (a create's ``webhook_url`` is refused without)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from api.auth import Authenticator
 from api.keys import KeyStore
@@ -12,6 +14,9 @@ from foundation.core.catalog import Catalog
 from foundation.queue.base import ApiQueue, AsyncApiQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore
+
+if TYPE_CHECKING:
+    from api.webhooks.service import Webhooks
 
 __all__ = ["ApiContext"]
 
@@ -25,3 +30,4 @@ class ApiContext:
     catalog: Catalog
     keys: KeyStore
     auth: Authenticator
+    webhooks: Webhooks | None = None
