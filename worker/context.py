@@ -21,6 +21,7 @@ from foundation.queue.base import WorkerHeartbeat, WorkerQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore
 from pipelines.runtime.options import load_model_catalog
+from pipelines.runtime.previews import PreviewCadence
 from worker.attempt import Settler
 from worker.checkpoints import CheckpointSetup, DrainClock
 from worker.faults import LocalFaults
@@ -293,6 +294,7 @@ def _job_path(
         faults=faults,
         stop_now=shutdown.stop_now,
         progress_interval_s=ws.progress_interval_s,
+        previews=PreviewCadence(ws.preview_every_steps, ws.preview_interval_s) if ws.previews else None,
         work_root=work_root(settings),
         store=store,  # input images of image_to_video jobs
         checkpointing=checkpointing,

@@ -184,11 +184,20 @@ class WorkerMetrics:
 
     def sample_gpu_memory(self) -> None:
         """Record allocated/reserved CUDA memory and the card's total (headroom alerts need the total);
-        nothing on CPU-only machines (torch imported lazily)."""
+        nothing on CPU-only machines, nor before the worker itself imports torch (never imported here).
+
+        Called from the heartbeat thread, which starts while the worker is still starting up: torch may
+        be in ``sys.modules`` half imported by the main thread (a partially initialized module, no
+        ``cuda`` yet), which made the first beats of every start log an ERROR. The ``import`` statement
+        waits for an import in progress on another thread to finish (the module's import lock), so the
+        first sample waits for the worker's own import; the beat itself was sent before this."""
         import sys
 
-        torch = sys.modules.get("torch")
-        if torch is None or not torch.cuda.is_available():
+        if "torch" not in sys.modules:
+            return
+        import torch
+
+        if not torch.cuda.is_available():
             return
         for index in range(torch.cuda.device_count()):
             self.gpu_memory.labels(str(index), "allocated").set(torch.cuda.memory_allocated(index))

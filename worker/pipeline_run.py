@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
     from pipelines.runtime.adapter import Adapter, Latents
     from pipelines.runtime.cache import ModelCache
+    from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
     from worker.logs import JobLogger
 
@@ -60,6 +61,10 @@ class RunHooks:
 
     def checkpoints(self) -> Checkpoints | None:
         """Where a resumable adapter keeps denoising checkpoints and finds one to resume; None: no checkpoints."""
+        return None
+
+    def previews(self) -> Previews | None:
+        """Where a ``previewable`` adapter sends live previews of its latents; None: this run shows none."""
         return None
 
     def denoised(self) -> None:
@@ -97,7 +102,8 @@ def run_pipeline(
     ``image`` is the job's input image, checked and fitted (``worker.input_image``); it reaches the
     adapter's ``denoise`` (and ``extend_prompt``, for a rewrite that sees it) as ``image=`` and only when there
     is one, so text-only adapters never see it.
-    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
+    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``, and
+    ``previews=`` (``hooks.previews()``) only those that declare ``previewable``.
     """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
@@ -113,6 +119,8 @@ def run_pipeline(
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
         if adapter.resumable and (checkpoints := hooks.checkpoints()) is not None:
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
+        if adapter.previewable and (previews := hooks.previews()) is not None:
+            conditioning["previews"] = previews
         try:
             with flops.recording(pipe) if flops is not None else nullcontext():
                 latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.denoise(job, conditioning))

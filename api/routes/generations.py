@@ -212,7 +212,7 @@ async def submit(
     decoded and checked off the event loop, before anything is stored. A ``webhook_url`` is checked against
     the outbound rules and kept for the generation (``api.webhooks``) before the image is stored."""
     if image is None and takes_image(create, ctx.catalog):
-        image = await anyio.to_thread.run_sync(prepare_image, create, ctx.settings.api.inputs)
+        image = await ctx.images.run(lambda: prepare_image(create, ctx.catalog, ctx.settings.api.inputs))
     record = build_record(
         create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
     )

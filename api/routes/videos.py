@@ -33,7 +33,6 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.routing import APIRoute
 from starlette.responses import FileResponse, RedirectResponse
@@ -53,6 +52,7 @@ from api.views import view_json
 from foundation.core.contract import GenerationRecord, Status, utcnow
 from foundation.core.errors import ErrorCode, RequestRejected, UnknownJob
 from foundation.core.images import CheckedImage, check_image
+from foundation.core.resolve import image_cover_size
 from foundation.queue.base import list_cursor
 from foundation.stores.base import artifact_prefix
 from foundation.stores.local import LocalStore
@@ -127,11 +127,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
             if upload.image is not None:  # decoded and checked off the event loop, before anything is stored
                 check = functools.partial(
                     check_image,
+                    upload.image,
                     max_bytes=inputs.max_image_bytes,
                     max_pixels=inputs.max_image_pixels,
                     param="input_reference",
+                    cover=functools.partial(image_cover_size, create, ctx.catalog),
                 )
-                image = await anyio.to_thread.run_sync(check, upload.image)
+                image = await ctx.images.run(check)  # within the process's bound on decodes at once
             created = await submit(ctx, principal, create, idempotency_key, image=image)
         # The shared path names generations' fields (parameters.duration_seconds, input.image): name this API's.
         except RequestRejected as e:

@@ -112,6 +112,9 @@ class Parameters(BaseModel):
     prompt_extend: bool | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
     negative_prompt: Annotated[str, Field(max_length=10_000)] | None = None
+    # Live previews on the event stream while denoising (``event: preview``); false: none for this job.
+    # Omitted: the worker's setting (on by default).
+    preview: bool | None = None
 
 
 class _PromptInput(BaseModel):

@@ -38,6 +38,7 @@ from foundation.core.contract import (
     Status,
     Usage,
 )
+from foundation.core.media import Preview
 
 __all__ = [
     "ApiQueue",
@@ -128,6 +129,8 @@ class ProgressNote(BaseModel):
     Status changes are ``Event``s; progress writes are not (they would flood the events feed that
     other readers page through), so each backend keeps them per job, in write order, for as long as
     the job's events: what the live event stream (``GET /v1/generations/{id}/events``) replays.
+    A write may carry a live preview (at most about 20 KB, at most one per preview interval of the worker):
+    it stays in the note, never on the record.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -138,6 +141,7 @@ class ProgressNote(BaseModel):
     progress: float
     at: datetime
     id: str = ""  # backend position (stream id / row id), for resuming a read
+    preview: Preview | None = None  # a live preview sent with this write (``event: preview`` on the stream)
 
 
 class WorkerHeartbeat(BaseModel):
@@ -303,14 +307,20 @@ class WorkerQueue(Protocol):
         ...
 
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         """``progress``, answering also the job's cancel flag as the write found it: a worker that
         writes a stage learns in the same call whether to stop (no separate ``cancel_requested``).
 
         ``passed``: stages entered and left at once since the last write (a resident model's
         ``loading``); each gets its progress note (at 0) before this write's, in the same write, and
-        is never the record's stage."""
+        is never the record's stage. ``preview``: kept in this write's note (not on the record)."""
         ...
 
     def cancel_requested(self, job_id: str) -> bool: ...

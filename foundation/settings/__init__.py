@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
+from foundation.settings.hosts import host_port_entries, is_loopback
 from foundation.settings.models import ModelRuntimeSettings
 from foundation.settings.webhooks import WebhookSettings
 from foundation.stores.config import StoreSettings
@@ -117,6 +118,22 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Progress writes per job are at most one per this interval (stage changes are always written).",
     )
+    previews: bool = Field(
+        default=True,
+        description=(
+            "Live previews while denoising: a small JPEG of the latents (a linear projection, no extra model) "
+            "sent with a progress write and on the event stream as `event: preview`; a request turns its own "
+            "off with parameters.preview: false."
+        ),
+    )
+    preview_every_steps: int = Field(
+        default=1, ge=1, description="A preview at most every this many denoising steps (and per preview_interval_s)."
+    )
+    preview_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="At most one preview per this interval per job; each forces one progress write, no more.",
+    )
     reclaim_interval_s: float = Field(
         default=10.0,
         gt=0,
@@ -197,25 +214,46 @@ class InputSettings(BaseModel):
     allow_http_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach over plain http; every other URL "
-            "must be https. A host on a loopback or private address also needs `allow_private_hosts`."
+            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) an "
+            "`input.image_url` may reach over plain http; every other URL must be https. A host on a "
+            "loopback or private address also needs `allow_private_hosts`."
         ),
     )
     allow_private_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach on private, loopback, link-local, CGNAT "
-            "or other non-public addresses (tests, an image server beside the API). Every other host must "
-            "resolve only to public addresses, checked on every hop and connected to as checked (no DNS rebinding)."
+            "`host:port` pairs (as `allow_http_hosts`) an `input.image_url` may reach on private, loopback, "
+            "link-local, CGNAT or other non-public addresses (tests, an image server beside the API). Every "
+            "other host must resolve only to public addresses, checked on every hop and connected to as "
+            "checked (no DNS rebinding)."
         ),
     )
     max_image_bytes: int = Field(
         default=20_000_000, ge=1, description="Largest input image, in bytes (a fetch stops reading past it)."
     )
     max_image_pixels: int = Field(
-        default=40_000_000,
+        default=16_000_000,
         ge=1,
-        description="Largest input image, width x height, read from its header before decoding (bombs).",
+        description=(
+            "Largest input image, width x height, read from its header before decoding (bombs). 16 MP covers "
+            "the largest generation size offered (1080p) with room to crop, and a 12 MP phone photo."
+        ),
+    )
+    max_concurrent_images: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Input images one API process reads and decodes at once; each holds up to `max_image_bytes` and "
+            "one decode under `max_image_pixels` (about 64 MB at 16 MP), so this bounds their memory."
+        ),
+    )
+    image_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "How long a create with an image waits for a free slot (`max_concurrent_images`) before it is "
+            "answered 503 `service_unavailable` with `Retry-After`."
+        ),
     )
     fetch_timeout_s: float = Field(
         default=10.0, gt=0, description="Time limit of one `image_url` fetch: connect, answer and the whole body."
@@ -226,6 +264,11 @@ class InputSettings(BaseModel):
         le=10,
         description="Redirects an `image_url` fetch follows (each hop checked again); 0: a redirect fails it.",
     )
+
+    @field_validator("allow_http_hosts", "allow_private_hosts")
+    @classmethod
+    def _hosts_name_ports(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        return host_port_entries(values, f"api.inputs.{info.field_name}")
 
 
 class ApiSettings(BaseModel):
@@ -331,6 +374,15 @@ class ApiSettings(BaseModel):
     playground_session_ttl_s: int = Field(
         default=43_200, ge=60, description="Lifetime of a playground session cookie (renewed on page load)."
     )
+    playground_remote: bool = Field(
+        default=False,
+        description=(
+            "Serve the playground on a bind address other than loopback (`api.host` 0.0.0.0, a LAN address). "
+            "Off: an API with `api.playground` on such an address refuses to start, and `genworker up "
+            "--host` with one starts without the playground. On: the page asks each browser once for "
+            "`api.playground_api_key` before it issues a session, so whoever reaches the port still needs the key."
+        ),
+    )
     inputs: InputSettings = Field(default_factory=InputSettings)
 
     @model_validator(mode="after")
@@ -338,6 +390,12 @@ class ApiSettings(BaseModel):
         if self.playground and self.playground_api_key is None:
             raise ValueError(
                 "api.playground is on but api.playground_api_key is not set (GENWORKER_API__PLAYGROUND_API_KEY)"
+            )
+        if self.playground and not self.playground_remote and not is_loopback(self.host):
+            raise ValueError(
+                f"api.playground acts for a project with a key held by the server; on api.host={self.host!r} "
+                "(not loopback) anyone who reaches the port could use it. Bind 127.0.0.1, or set "
+                "api.playground_remote=true (GENWORKER_API__PLAYGROUND_REMOTE) to serve it there behind the key"
             )
         return self
 

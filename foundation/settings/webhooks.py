@@ -13,6 +13,8 @@ import binascii
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from foundation.settings.hosts import host_port_entries
+
 __all__ = ["WebhookSettings", "secret_keys"]
 
 
@@ -94,9 +96,9 @@ class WebhookSettings(BaseModel):
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) a webhook may reach over plain http and on private or loopback "
-            "addresses: for tests and a receiver on the embedded machine. Every other URL must be https "
-            "to a public address."
+            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) a webhook may "
+            "reach over plain http and on private or loopback addresses: for tests and a receiver on the "
+            "embedded machine. Every other URL must be https to a public address."
         ),
     )
     max_response_bytes: int = Field(
@@ -104,6 +106,11 @@ class WebhookSettings(BaseModel):
         ge=0,
         description="At most this many bytes of a receiver's answer are received, never decoded (discarded).",
     )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_name_ports(cls, values: list[str]) -> list[str]:
+        return host_port_entries(values, "webhooks.allowed_hosts")
 
     @field_validator("secret_key")
     @classmethod

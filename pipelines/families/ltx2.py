@@ -28,6 +28,7 @@ LTX-2 facts handled here:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,6 +38,7 @@ from foundation.core.media import AudioTrack, Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.options import FAMILY_OPTIONS
+from pipelines.runtime.previews import Previews, unpack_tokens
 from pipelines.runtime.profile import (
     IMAGE_MODE,
     apply_cache,
@@ -195,8 +197,10 @@ class LTX2TextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage.
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage; and
+    # ``previews=``, of the packed video latents laid back out as frames (``unpack_tokens``).
     resumable = True
+    previewable = True
 
     def denoise(
         self,
@@ -205,6 +209,7 @@ class LTX2TextToVideo(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> LTX2Latents:
         import torch
 
@@ -241,6 +246,8 @@ class LTX2TextToVideo(Adapter):
             ),
             generator=generator,
             skip_output=skipped_ltx2_output,
+            previews=previews,
+            preview_latents=self._preview_latents(job) if previews is not None else None,
         )
         # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
         first = stages[0]
@@ -280,6 +287,19 @@ class LTX2TextToVideo(Adapter):
             generator_state=generator.get_state(),
             resumed_from_step=session.resume_step or None,
         )
+
+    def _preview_latents(self, job: ResolvedJob) -> Callable[[dict[str, Any]], torch.Tensor | None]:
+        """The step callback's packed video latents as (batch, channels, frames, height, width); either stage's
+        size (the first is half the second in the two-stage recipe) keeps the job's aspect."""
+        pipe = self._pipe()
+        frames = (job.num_frames - 1) // pipe.vae_temporal_compression_ratio + 1
+        patched = (pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size) != (1, 1)
+        aspect = job.gen_width / job.gen_height
+
+        def view(tensors: dict[str, Any]) -> torch.Tensor | None:
+            return None if patched else unpack_tokens(tensors.get("latents"), frames, aspect)
+
+        return view
 
     def _stages(self, job: ResolvedJob, distilled: bool) -> list[_Stage]:
         from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES

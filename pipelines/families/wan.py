@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.previews import Previews
 
 __all__ = ["WanLatents", "WanTextToVideo"]
 
@@ -141,8 +142,9 @@ class WanTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), and ``previews=``.
     resumable = True
+    previewable = True
 
     def denoise(
         self,
@@ -151,10 +153,11 @@ class WanTextToVideo(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> WanLatents:
         if image is not None:  # the worker hands images to image_to_video adapters only (WanImageToVideo)
             raise ValueError(f"{self.spec.id} generates from text; it takes no input image")
-        return self._denoise_with(self._pipe(), job, on_step, checkpoints)
+        return self._denoise_with(self._pipe(), job, on_step, checkpoints, previews)
 
     def _denoise_with(
         self,
@@ -162,6 +165,7 @@ class WanTextToVideo(Adapter):
         job: ResolvedJob,
         on_step: StepCallback,
         checkpoints: Checkpoints | None,
+        previews: Previews | None,
         **conditioning: Any,
     ) -> WanLatents:
         """The diffusion loop on ``pipe`` (this model's pipeline, or one sharing its components), with the
@@ -199,6 +203,7 @@ class WanTextToVideo(Adapter):
             generator=generator,
             skip_output=skipped_wan_output,
             expert=wan_expert,
+            previews=previews,
         )
         with session.running(pipe):
             latents = pipe(

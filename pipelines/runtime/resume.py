@@ -50,6 +50,8 @@ from pipelines.errors import CheckpointCorrupt, CheckpointMismatch, UnsupportedS
 if TYPE_CHECKING:
     import torch
 
+    from pipelines.runtime.previews import Previews
+
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CheckpointCorrupt",
@@ -248,6 +250,9 @@ class DenoiseSession:
 
     Use: ``callback`` as every call's ``callback_on_step_end``, each call inside ``running(pipe)``. Without
     ``checkpoints`` it only reports steps. ``fingerprint`` computes ``job_fingerprint`` for this job.
+    ``previews``: a live preview of the loop's latents when one is due (``pipelines.runtime.previews``), before
+    the step is reported; ``preview_latents`` finds them in the callback's tensors as (batch, channels, frames,
+    height, width), or None when it cannot (by default: ``latents`` when it has that shape).
     """
 
     def __init__(
@@ -260,8 +265,12 @@ class DenoiseSession:
         generator: torch.Generator | None = None,
         skip_output: SkipOutput | None = None,
         expert: Callable[[Any, Any], str | None] | None = None,
+        previews: Previews | None = None,
+        preview_latents: Callable[[dict[str, Any]], torch.Tensor | None] | None = None,
     ) -> None:
         self.on_step = on_step
+        self._previews = previews
+        self._preview_latents = preview_latents or _video_latents
         self.total = total
         self.done = 0
         self._checkpoints = checkpoints
@@ -445,8 +454,18 @@ class DenoiseSession:
             and self._checkpoints.due(self.done, self.total)
         ):
             self._save(calls, expert)
+        self._preview(tensors)
         self.on_step(self.done, self.total)
         return tensors
+
+    def _preview(self, tensors: dict[str, Any]) -> None:
+        """Render a preview of this step's latents when one is due (never of a step being replayed)."""
+        previews = self._previews
+        if previews is None or self.done < self.resume_step or not previews.due(self.done, self.total):
+            return
+        latents = self._preview_latents(tensors)
+        if latents is not None:
+            previews.show(self.done, self.total, latents)
 
     def _restore_generator(self, state: torch.Tensor | None) -> None:
         """The generator as it was after the checkpoint's step; its state must be one of this generator's."""
@@ -484,6 +503,15 @@ class DenoiseSession:
 
 
 # ---------------------------------------------------------------------------------------- checks
+
+
+def _video_latents(tensors: dict[str, Any]) -> torch.Tensor | None:
+    """The callback's ``latents`` when shaped (batch, channels, frames, height, width), else None (packed)."""
+    latents = tensors.get("latents")
+    if latents is None or not _is_tensor(latents) or latents.ndim != 5:
+        return None
+    tensor: torch.Tensor = latents
+    return tensor
 
 
 def _check_fits(checkpoint: DenoiseCheckpoint, index: int, outputs: list[Any], scheduler: Any) -> None:

@@ -25,7 +25,7 @@ from tests.integration.worker_harness import make_record
 HANG = -1  # a script entry: answer 500 only after 3 s
 
 FAST_HOOKS: dict[str, Any] = {
-    "allowed_hosts": ["127.0.0.1"],
+    "allowed_hosts": ["127.0.0.1:*"],
     "backoff_base_s": 0.2,
     "backoff_cap_s": 0.4,
     "poll_interval_s": 0.05,

@@ -42,7 +42,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> N
 
 
 def _env(tmp_path: Path, name: str, redis_url: str, keys: str | None, *, sender: bool) -> dict[str, str]:
-    hooks: dict[str, object] = {"allowed_hosts": ["127.0.0.1"], "poll_interval_s": 0.1, "sender_in_api": sender}
+    hooks: dict[str, object] = {"allowed_hosts": ["127.0.0.1:*"], "poll_interval_s": 0.1, "sender_in_api": sender}
     if keys is not None:
         hooks["secret_key"] = keys
     settings = {"data_dir": str(tmp_path / name), "queue": {"backend": "redis", "redis_url": redis_url}}

@@ -62,7 +62,7 @@ def test_outbound_rules_refuse(url: str) -> None:
 
 
 def test_outbound_rules_allow_public_https_and_allowed_hosts() -> None:
-    transport = GuardedTransport(WebhookSettings(allowed_hosts=["127.0.0.1"]))
+    transport = GuardedTransport(WebhookSettings(allowed_hosts=["127.0.0.1:*"]))
     try:
         transport.check_url("https://93.184.216.34/hook")
         transport.check_url("http://127.0.0.1:9/hook")
@@ -229,7 +229,7 @@ def _tls_receiver(tmp_path: Path, name: str) -> tuple[Any, ssl.SSLContext, dict[
 def test_https_goes_to_the_checked_address_with_the_name_verified(tmp_path: Path) -> None:
     server, trust, seen = _tls_receiver(tmp_path, "localhost")
     port = server.server_address[1]
-    transport = GuardedTransport(WebhookSettings(allowed_hosts=["localhost", "127.0.0.1"]), verify=trust)
+    transport = GuardedTransport(WebhookSettings(allowed_hosts=["localhost:*", "127.0.0.1:*"]), verify=trust)
     try:
         result = transport.post(f"https://localhost:{port}/hook", b"{}", {"webhook-id": "msg_1"})
         assert result.status_code == 204, result.error

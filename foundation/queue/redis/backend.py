@@ -34,6 +34,7 @@ from redis.cluster import RedisCluster
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from foundation.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
     Claim,
@@ -304,7 +305,13 @@ class RedisQueue:
 
     @redis_unavailable
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag of each snapshot planned from; the last one committed
 
@@ -313,7 +320,7 @@ class RedisQueue:
                 return None
             found.append(snap.record.cancel_requested)
             new = records.with_progress(snap.record, stage, progress)
-            return redis_plans.progress(snap, new, claim, progress, passed)
+            return redis_plans.progress(snap, new, claim, progress, passed, preview=preview)
 
         # A commit applies only on the rev it was planned from, so the flag it kept is the stored one.
         if self._jobs.mutate(claim.model, claim.job_id, build, held=True) is None:

@@ -40,6 +40,7 @@ from typing import NotRequired, TypedDict
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from foundation.core.errors import ErrorCode
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import Claim, Outcome
 from foundation.queue.policy import (
@@ -148,7 +149,8 @@ class Plan:
     dead_code: str | None = None
     dead_message: str | None = None
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
-    notes: tuple[tuple[str, str], ...] | None = None  # a progress write: (stage, progress) notes to append
+    # A progress write: (stage, progress) notes to append; the last may add a preview's JSON (stage, progress, preview).
+    notes: tuple[tuple[str, ...], ...] | None = None
     plan_id: str = field(default_factory=new_plan_id)
 
 
@@ -249,12 +251,22 @@ def start(snap: Snapshot, new: GenerationRecord, worker_id: str, *, lease_ms: in
 
 
 def progress(
-    snap: Snapshot, new: GenerationRecord, claim: Claim, reported: float, passed: Sequence[Stage] = ()
+    snap: Snapshot,
+    new: GenerationRecord,
+    claim: Claim,
+    reported: float,
+    passed: Sequence[Stage] = (),
+    *,
+    preview: Preview | None = None,
 ) -> Plan:
     """Stage and progress of the current attempt (fenced, no event), noted in the job's progress log
     with the progress as ``reported`` (the record keeps it clamped to 0..1), after a note at 0 for
-    each stage ``passed`` since the last write (entered and left at once: never on the record)."""
-    notes = (*((s.value, repr(0.0)) for s in passed), (new.stage.value, repr(float(reported))))
+    each stage ``passed`` since the last write (entered and left at once: never on the record).
+    ``preview`` goes into this write's own note (its JSON as the note's third item), never the record."""
+    last: tuple[str, ...] = (new.stage.value, repr(float(reported)))
+    if preview is not None:
+        last = (*last, preview.model_dump_json())
+    notes = (*((s.value, repr(0.0)) for s in passed), last)
     return Plan(**_on(snap, new, claim), notes=notes)
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.core.media import Preview
 from foundation.queue import keys
 from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.redis.scripts import Scripts
@@ -165,6 +166,7 @@ class RedisReads:
                 progress=float(f["progress"]),
                 at=datetime.fromisoformat(f["at"]),
                 id=sid,
+                preview=Preview.model_validate_json(f["preview"]) if f.get("preview") else None,
             )
             for sid, f in rows
         ]

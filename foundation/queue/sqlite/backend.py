@@ -24,6 +24,7 @@ from pathlib import Path
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
 from foundation.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
     Claim,
@@ -381,7 +382,13 @@ class SqliteQueue:
 
     @sqlite_unavailable
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag in the write's own transaction
 
@@ -392,11 +399,11 @@ class SqliteQueue:
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
             )
             # A note at 0 for each stage passed since the last write, then this write's (as redis_plans.progress).
-            notes = [*((s, 0.0) for s in passed), (stage, float(progress))]
+            notes = [*((s, 0.0, None) for s in passed), (stage, float(progress), preview)]
             at = utcnow().isoformat()
             conn.executemany(
-                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
-                [(rec.id, rec.attempt, s.value, p, at) for s, p in notes],
+                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at, preview) VALUES (?, ?, ?, ?, ?, ?)",
+                [(rec.id, rec.attempt, s.value, p, at, v.model_dump_json() if v else None) for s, p, v in notes],
             )
 
         if not self._fenced(claim, change):

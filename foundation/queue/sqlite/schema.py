@@ -105,6 +105,7 @@ _ADDED = (
     ("jobs", "model_seq", "INTEGER"),
     ("jobs", "ended_ms", "REAL"),
     ("jobs", "record_format", "INTEGER"),
+    ("progress_notes", "preview", "TEXT"),  # a live preview sent with the write (base.ProgressNote.preview JSON)
 )
 
 # What needs the added columns: created after ``migrate`` added them. A row enters the queue when

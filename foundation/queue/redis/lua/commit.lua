@@ -137,13 +137,16 @@ if plan.event then
   redis.call('XADD', KEYS[5], event_id, unpack(ev))
 end
 
--- 7b. A progress write's notes ({stage, progress} pairs, in order) in the job's progress log (what a
--- live viewer replays between events): in the fenced commit, so notes exist exactly when their write
--- was accepted.
+-- 7b. A progress write's notes ({stage, progress} pairs, in order; a third item is a live preview's
+-- JSON) in the job's progress log (what a live viewer replays between events): in the fenced commit, so
+-- notes exist exactly when their write was accepted.
 if plan.notes then
   for _, note in ipairs(plan.notes) do
-    redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', 'attempt', tostring(plan.attempt),
-               'stage', note[1], 'progress', note[2], 'at', plan.at)
+    local fields = {'attempt', tostring(plan.attempt), 'stage', note[1], 'progress', note[2], 'at', plan.at}
+    if note[3] then
+      table.insert(fields, 'preview'); table.insert(fields, note[3])
+    end
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', unpack(fields))
   end
   redis.call('PEXPIRE', KEYS[9], plan.record_ttl_ms)
 end
