@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
+.PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0,
 # taken first, alone, from TORCH_INDEX: PyTorch's CPU index, so that no machine's default index hands out the
@@ -178,6 +178,12 @@ device-bundle: venv
 bench-resume: venv deps
 	@mkdir -p var/bench
 	$(PY) scripts/bench_resume.py --crashes 5 --out var/bench/resume.json
+
+# Cold starts (issue 38): a compiled tiny-wan worker's first start against a second one on the persisted compile
+# cache, and a third on the artifact store's copy only (docs/benchmarks.md, "Cold starts"). Minutes on a CPU.
+bench-compile-cache: venv deps
+	@mkdir -p var/bench
+	$(PY) scripts/bench_compile_cache.py --store --out var/bench/compile-cache.json
 
 # Peer queues (issue 17): SAQ's and RQ SimpleWorker's idle pick-up next to ours and bare Streams, same machine
 # and run, idle and with every core busy (docs/benchmarks.md, "Peer queues, same machine"). Not in make bench.

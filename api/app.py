@@ -111,7 +111,15 @@ def create_app(
     )
     images = ImageSlots(api.inputs)
     ctx = ApiContext(
-        settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth, images=images
+        settings=settings,
+        queue=queue,
+        aqueue=aqueue,
+        store=store,
+        catalog=catalog,
+        keys=keys,
+        auth=auth,
+        images=images,
+        webhooks=webhooks,
     )
     install_error_handlers(app)
     app.include_router(health.build_router(queue, store))

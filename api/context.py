@@ -1,11 +1,13 @@
 """``ApiContext``: what every route works with (settings, backends, catalog, auth), built once by
 ``create_app`` and passed to the router factories. ``queue`` is the sync queue (list, cancel, models);
 ``aqueue`` its asyncio face for the poll and create routes (``foundation/queue/async_api.py``); ``images``
-the process's bound on input images decoded at once."""
+the process's bound on input images decoded at once; ``webhooks`` the signed webhooks, where the app has
+them (a create's ``webhook_url`` is refused without)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from api.auth import Authenticator
 from api.input_image import ImageSlots
@@ -14,6 +16,9 @@ from foundation.core.catalog import Catalog
 from foundation.queue.base import ApiQueue, AsyncApiQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore
+
+if TYPE_CHECKING:
+    from api.webhooks.service import Webhooks
 
 __all__ = ["ApiContext"]
 
@@ -28,3 +33,4 @@ class ApiContext:
     keys: KeyStore
     auth: Authenticator
     images: ImageSlots  # the bound on input images read and decoded at once (api/input_image.py)
+    webhooks: Webhooks | None = None

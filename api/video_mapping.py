@@ -67,13 +67,17 @@ def to_create_request(video: VideoCreate, catalog: Catalog, *, uploaded: bool) -
     if video.input_reference is not None:
         url = video.input_reference.image_url
         inputs["image" if url[:5].lower() == "data:" else "image_url"] = url
-    body = {
+    body: dict[str, object] = {
         "model": spec.id,
         "mode": mode,
         "variant": _variant(spec, mode, video),
         "parameters": {name: value for name, value in parameters.items() if value is not None},
         "input": inputs,
     }
+    if video.webhook_url is not None:
+        body["webhook_url"] = video.webhook_url
+    if video.webhook_events is not None:
+        body["webhook_events"] = video.webhook_events
     try:
         return parse_create_request(body)
     except RequestRejected as e:
@@ -98,6 +102,8 @@ _VIDEO_PARAMS = {
 
 def video_param(param: str | None) -> str | None:
     """The field of this API that a refusal of the shared create path (which names generations' fields) is about."""
+    if param is not None and param.startswith("webhook_events."):  # one of the list's items: the field
+        return "webhook_events"
     return None if param is None else _VIDEO_PARAMS.get(param, param)
 
 

@@ -41,6 +41,13 @@ def _integer(value: object) -> object:
     return value
 
 
+def _names(value: object) -> object:
+    """A list as JSON sends it, or comma-separated text as a form field holds it (``webhook_events``)."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
 def _decimal(value: object) -> object:
     """A number as JSON sends it, or as plain decimal text (no exponent, no ``nan`` or ``inf``)."""
     if isinstance(value, str) and _DECIMAL.fullmatch(value):
@@ -82,6 +89,9 @@ class VideoCreate(BaseModel):
     guidance_scale: Annotated[float, BeforeValidator(_decimal), Field(ge=0, le=1000, allow_inf_nan=False)] | None = None
     negative_prompt: Annotated[str, Field(max_length=10_000)] | None = None
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, le=MAX_SEED)] | None = None
+    # A per-request webhook (genworker's, as on /v1/generations; the openai SDK sends it in extra_body).
+    webhook_url: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
+    webhook_events: Annotated[list[str], BeforeValidator(_names), Field(max_length=8)] | None = None
 
 
 class VideoUpload(BaseModel):

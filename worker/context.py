@@ -145,7 +145,8 @@ def work_root(settings: Settings) -> Path:
 
 def preload(ctx: WorkerContext) -> None:
     """Load the preloaded models before the worker reports ready; a compiled one is also warmed for the
-    shapes it advertises (``pipelines.runtime.compile``), so its jobs do not compile."""
+    shapes it advertises (``pipelines.runtime.compile``), so its jobs do not compile, from the compile
+    caches an earlier start kept (``worker.compile_cache``)."""
     for model in ctx.settings.worker.preload:
         started = time.perf_counter()
         spec = ctx.catalog.models[model]
@@ -158,9 +159,11 @@ def preload(ctx: WorkerContext) -> None:
         log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
         if adapter.profile.compile:
             from pipelines.runtime.compile import warm_up, warmup_jobs
+            from worker.compile_cache import compile_cache
 
             started = time.perf_counter()
-            graphs = warm_up(adapter, warmup_jobs(spec, ctx.catalog))
+            with compile_cache(ctx.settings, ctx.store, spec, adapter):  # a restart finds what this compiles
+                graphs = warm_up(adapter, warmup_jobs(spec, ctx.catalog))
             elapsed_ms = round((time.perf_counter() - started) * 1000)
             log.info("compile warm-up done", extra={"model": model, "graphs": graphs, "elapsed_ms": elapsed_ms})
 

@@ -32,12 +32,12 @@ from api.create import (
     takes_image,
 )
 from api.error_handlers import responses_for
-from api.errors import ApiError
+from api.errors import ApiError, UrlRefused
 from api.input_image import store_image
 from api.keys import Scope
 from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
-from foundation.core.contract import CreateRequest, GenerationRecord, Status, StoredImage, utcnow
+from foundation.core.contract import CreateRequest, GenerationRecord, Status, StoredImage, WebhookEvent, utcnow
 from foundation.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
 from foundation.core.images import CheckedImage
 from foundation.queue.base import Polled
@@ -136,6 +136,19 @@ async def _discard_image(ctx: ApiContext, image: StoredImage | None) -> None:
         log.warning("could not delete an unused input image", extra={"key": image.key, "error": str(e)})
 
 
+async def _keep_webhook(ctx: ApiContext, record: GenerationRecord, url: str, events: list[WebhookEvent] | None) -> None:
+    """Keep the create's own webhook for its generation: a coded 400 for a URL the outbound rules refuse,
+    or where this service sends no webhooks."""
+    if ctx.webhooks is None:
+        raise ApiError(
+            400, ErrorCode.unsupported_parameter, "this service sends no webhooks: leave webhook_url out", "webhook_url"
+        )
+    try:
+        await anyio.to_thread.run_sync(ctx.webhooks.add_request_webhook, record.id, record.project, url, events)
+    except UrlRefused as e:
+        raise ApiError(400, ErrorCode.invalid_webhook_url, str(e), "webhook_url") from None
+
+
 def _not_cancelable(record: GenerationRecord) -> ApiError:
     return ApiError(409, ErrorCode.not_cancelable, f"generation {record.id!r} is already {record.status.value}", "id")
 
@@ -196,13 +209,16 @@ async def submit(
 
     ``image``: the input image, already read and checked by the caller (an upload); the request then names
     no image source. Else the request's own source (``input.image_url`` or ``input.image``) is read, fetched,
-    decoded and checked off the event loop, before anything is stored."""
+    decoded and checked off the event loop, before anything is stored. A ``webhook_url`` is checked against
+    the outbound rules and kept for the generation (``api.webhooks``) before the image is stored."""
     if image is None and takes_image(create, ctx.catalog):
         image = await ctx.images.run(lambda: prepare_image(create, ctx.catalog, ctx.settings.api.inputs))
     record = build_record(
         create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
     )
     check_hosted(record, ctx.catalog, ctx.settings, ctx.queue.live_workers)
+    if create.webhook_url is not None:  # checked (and kept) before anything else is stored
+        await _keep_webhook(ctx, record, create.webhook_url, create.webhook_events)
     stored = record.input.image
     if image is not None and stored is not None:  # stored before the job exists: a worker may claim it at once
         await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)

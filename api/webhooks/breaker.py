@@ -56,8 +56,11 @@ def _open_period(failures: int, settings: WebhookSettings) -> timedelta:
     return timedelta(seconds=min(settings.circuit_max_open_s, settings.circuit_open_s * 2**doublings))
 
 
-def after_attempt(endpoint: Endpoint, result: PostResult, now: datetime, settings: WebhookSettings) -> BreakerStep:
-    """The endpoint after one attempt's result: its failure run extended or ended, the circuit opened."""
+def after_attempt(
+    endpoint: Endpoint, result: PostResult, now: datetime, settings: WebhookSettings, *, may_disable: bool = True
+) -> BreakerStep:
+    """The endpoint after one attempt's result: its failure run extended or ended, the circuit opened.
+    ``may_disable`` off (a per-request origin, which no one could enable again): the circuit only."""
     if result.ok:
         closed = endpoint.model_copy(
             update={"failing_since": None, "consecutive_failures": 0, "circuit_open_until": None}
@@ -72,7 +75,8 @@ def after_attempt(endpoint: Endpoint, result: PostResult, now: datetime, setting
         update["circuit_open_until"] = now + _open_period(failures, settings)
         opened = True
     if (
-        endpoint.active
+        may_disable
+        and endpoint.active
         and failures >= settings.disable_after_failures
         and now - since >= timedelta(seconds=settings.disable_after_s)
     ):

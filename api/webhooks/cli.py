@@ -1,4 +1,5 @@
-"""``genworker webhooks ...``: register endpoints, read their delivery logs, redeliver, run a sender.
+"""``genworker webhooks ...``: register endpoints, read their delivery logs, redeliver, run a sender; the
+signing secret of a project's per-request webhooks.
 
 Every command opens the webhook store the settings name (``api.webhooks.service``): Redis when the
 queue is on Redis, else ``<data_dir>/webhooks.db``; ``--data-dir`` picks an embedded service's directory.
@@ -161,6 +162,33 @@ def redeliver(
     typer.echo(f"queued {delivery_id} for redelivery", err=True)
 
 
+@webhooks_app.command("secret")
+def secret(
+    project: Annotated[str, typer.Option("--project", help="The project whose per-request webhooks it signs.")],
+    rotate: Annotated[bool, typer.Option("--rotate", help="Make a new secret (the current one signs too).")] = False,
+    grace_s: Annotated[
+        int, typer.Option("--grace-s", min=0, max=7 * 86_400, help="With --rotate: how long the current one signs too.")
+    ] = 86_400,
+    data_dir: _DataDir = None,
+    config: _Config = None,
+) -> None:
+    """Print the secret that signs the project's per-request webhooks (a create's webhook_url), alone on stdout;
+    made on first use. --rotate makes a new one; the current one keeps signing beside it for --grace-s."""
+    from datetime import timedelta
+
+    with closing(_open(data_dir, config)) as hooks:
+        try:
+            if rotate:
+                stored, value = hooks.rotate_signing_secret(project, timedelta(seconds=grace_s))
+            else:
+                stored, value = hooks.signing_secret(project)
+        except InvalidProject as e:
+            raise typer.BadParameter(str(e), param_hint="--project") from None
+    if stored.previous_until is not None:
+        typer.echo(f"the previous secret also signs until {stored.previous_until.isoformat()}", err=True)
+    typer.echo(value)
+
+
 @webhooks_app.command("keygen")
 def keygen() -> None:
     """Print a fresh server key for `webhooks.secret_key` (GENWORKER_WEBHOOKS__SECRET_KEY)."""
@@ -171,7 +199,7 @@ def keygen() -> None:
 
 @webhooks_app.command("reseal")
 def reseal(data_dir: _DataDir = None, config: _Config = None) -> None:
-    """Seal every endpoint secret under the first key of webhooks.secret_key (after a key rotation)."""
+    """Seal every endpoint and project secret under the first key of webhooks.secret_key (after a key rotation)."""
     from api.errors import SealingError
 
     with closing(_open(data_dir, config)) as hooks:
@@ -180,7 +208,7 @@ def reseal(data_dir: _DataDir = None, config: _Config = None) -> None:
         except SealingError as e:
             typer.echo(f"{e}: keep the old key in webhooks.secret_key until every secret is resealed", err=True)
             raise typer.Exit(1) from None
-    typer.echo(f"resealed {count} endpoint secret(s) under the first key", err=True)
+    typer.echo(f"resealed {count} secret(s) under the first key", err=True)
 
 
 @webhooks_app.command("serve")

@@ -15,6 +15,7 @@ Body (Standard Webhooks' ``type`` / ``timestamp`` / ``data`` envelope)::
               "error": {"code", "message"}}}               # failed only
 
 A receiver that wants the files GETs the generation (``/v1/generations/{id}``) for fresh signed URLs.
+A generation's own webhook (``RequestWebhook``) gets the same body as a registered endpoint.
 """
 
 from __future__ import annotations
@@ -22,11 +23,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from api.webhooks.models import Delivery, Endpoint, EventType, delivery_id
+from api.webhooks.models import (
+    Delivery,
+    Endpoint,
+    EventType,
+    RequestWebhook,
+    delivery_id,
+    origin_id,
+    request_delivery_id,
+)
 from foundation.core.contract import GenerationRecord, Status
 from foundation.queue.base import Event
 
-__all__ = ["body_for", "deliveries_for", "event_type"]
+__all__ = ["body_for", "deliveries_for", "event_type", "request_delivery"]
 
 _TYPES = {
     Status.running: EventType.generation_running,
@@ -95,3 +104,21 @@ def deliveries_for(event: Event, record: GenerationRecord, endpoints: list[Endpo
         )
         for e in chosen
     ]
+
+
+def request_delivery(event: Event, record: GenerationRecord, hook: RequestWebhook | None) -> Delivery | None:
+    """The delivery of this event to the generation's own webhook, if it has one that takes this event."""
+    kind = event_type(event)
+    if kind is None or hook is None or kind not in hook.events or hook.project != record.project:
+        return None
+    return Delivery(
+        id=request_delivery_id(record.id, kind),
+        endpoint_id=origin_id(record.project, hook.url),
+        project=record.project,
+        event_type=kind,
+        generation_id=record.id,
+        body=body_for(kind, event, record),
+        url=hook.url,
+        created_at=event.at,
+        next_attempt_at=event.at,
+    )

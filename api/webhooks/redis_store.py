@@ -14,15 +14,18 @@ braces is that of the whole name).
 | `gw:webhooks:log:<endpoint id>` | zset, newest 1000 kept | delivery ids, score = created (ms) |
 | `gw:webhooks:due` | zset | pending delivery ids, score = next attempt (ms); a claim moves it a lease ahead |
 | `gw:webhooks:cursor` | string | id of the last queue event fanned out |
+| `gw:webhooks:request:<generation id>` | string; TTL 30 days | `RequestWebhook` JSON: the generation's own webhook |
+| `gw:webhooks:origin:<origin id>` | string; TTL 7 days after a write | `Endpoint` JSON: an origin's failure run |
+| `gw:webhooks:project-secrets` | hash | project → `ProjectSecret` JSON (the secret sealed) |
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from api.webhooks.models import Delivery, DeliveryState, Endpoint
-from api.webhooks.store import LOG_KEPT, RETENTION, epoch_ms
+from api.webhooks.models import Delivery, DeliveryState, Endpoint, ProjectSecret, RequestWebhook
+from api.webhooks.store import LOG_KEPT, REQUEST_RETENTION, RETENTION, epoch_ms
 from foundation.queue.unavailable import redis_unavailable
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ __all__ = ["RedisWebhookStore"]
 ENDPOINTS = "gw:webhooks:endpoints"
 DUE = "gw:webhooks:due"
 CURSOR = "gw:webhooks:cursor"
+PROJECT_SECRETS = "gw:webhooks:project-secrets"
 
 
 def project_index_key(project: str) -> str:
@@ -49,6 +53,14 @@ def delivery_key(delivery_id: str) -> str:
 
 def log_key(endpoint_id: str) -> str:
     return f"gw:webhooks:log:{endpoint_id}"
+
+
+def request_key(generation_id: str) -> str:
+    return f"gw:webhooks:request:{generation_id}"
+
+
+def origin_key(origin_id: str) -> str:
+    return f"gw:webhooks:origin:{origin_id}"
 
 
 # KEYS[1] = due zset; ARGV = now ms, lease ms, limit. Takes due members and moves them a lease ahead
@@ -151,6 +163,8 @@ class RedisWebhookStore:
         self._schedule(delivery)
         self.client.zadd(log, {delivery.id: epoch_ms(delivery.created_at)})
         self._prune(log)
+        if delivery.url is not None:  # an origin's log lasts while it is used (an endpoint's, while it exists)
+            self.client.expire(log, int(RETENTION.total_seconds()))
         return True
 
     def _schedule(self, delivery: Delivery) -> None:
@@ -219,6 +233,47 @@ class RedisWebhookStore:
     def set_cursor(self, cursor: str) -> None:
         self.client.set(CURSOR, cursor)
 
+    # ------------------------------------------------------------------------------ request webhooks
+    @redis_unavailable
+    def add_request_webhook(self, hook: RequestWebhook) -> None:
+        self.client.set(request_key(hook.generation_id), hook.model_dump_json(), ex=_seconds(REQUEST_RETENTION))
+
+    @redis_unavailable
+    def get_request_webhook(self, generation_id: str) -> RequestWebhook | None:
+        raw = self.client.get(request_key(generation_id))
+        return RequestWebhook.model_validate_json(str(raw)) if raw else None
+
+    @redis_unavailable
+    def get_origin(self, origin_id: str) -> Endpoint | None:
+        raw = self.client.get(origin_key(origin_id))
+        return Endpoint.model_validate_json(str(raw)) if raw else None
+
+    @redis_unavailable
+    def save_origin(self, origin: Endpoint) -> None:
+        self.client.set(origin_key(origin.id), origin.model_dump_json(), ex=_seconds(RETENTION))
+
+    @redis_unavailable
+    def get_project_secret(self, project: str) -> ProjectSecret | None:
+        raw = self.client.hget(PROJECT_SECRETS, project)
+        return ProjectSecret.model_validate_json(str(raw)) if raw else None
+
+    @redis_unavailable
+    def add_project_secret(self, secret: ProjectSecret) -> bool:
+        return bool(self.client.hsetnx(PROJECT_SECRETS, secret.project, secret.model_dump_json()))
+
+    @redis_unavailable
+    def save_project_secret(self, secret: ProjectSecret) -> None:
+        self.client.hset(PROJECT_SECRETS, secret.project, secret.model_dump_json())
+
+    @redis_unavailable
+    def list_project_secrets(self) -> list[ProjectSecret]:
+        raw: dict[str, str] = dict(self.client.hgetall(PROJECT_SECRETS))  # type: ignore[arg-type]
+        return [ProjectSecret.model_validate_json(raw[p]) for p in sorted(raw)]
+
     @redis_unavailable
     def close(self) -> None:
         self.client.close()
+
+
+def _seconds(span: timedelta) -> int:
+    return int(span.total_seconds())

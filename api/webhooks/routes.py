@@ -1,12 +1,15 @@
-"""``/v1/webhooks``: a project's webhook endpoints, their delivery logs, and manual redelivery.
+"""``/v1/webhooks``: a project's webhook endpoints, their delivery logs, and manual redelivery; the signing
+secret of its per-request webhooks and their deliveries.
 
 Registering, removing and redelivering need ``generations:write``; reading needs ``generations:read``.
-Another project's endpoint or delivery is "not found". The signing secret is in the create answer only.
+Another project's endpoint or delivery is "not found". An endpoint's signing secret is in its create
+answer only. The project's per-request signing secret (``api.webhooks.project_secrets``) is read and
+rotated with ``generations:write``: a read key (a dashboard's) never learns what forges a webhook.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Response
@@ -17,7 +20,8 @@ from api.error_handlers import responses_for
 from api.errors import ApiError, UnknownDelivery, UnknownEndpoint, UrlRefused
 from api.keys import Scope
 from api.query import only_query
-from api.webhooks.models import Attempt, Delivery, DeliveryState, Endpoint, EventType
+from api.webhooks.models import Attempt, Delivery, DeliveryState, Endpoint, EventType, ProjectSecret
+from api.webhooks.project_secrets import DEFAULT_GRACE
 from api.webhooks.service import MAX_URL_LENGTH, Webhooks
 from foundation.core.errors import ErrorCode
 
@@ -59,7 +63,8 @@ class EndpointList(BaseModel):
 class DeliveryView(BaseModel):
     id: str = Field(description="Also the `webhook-id` header of every attempt.")
     object: str = "webhook_delivery"
-    endpoint_id: str
+    endpoint_id: str = Field(description="The endpoint; for a per-request webhook, its URL's origin (`rq_...`).")
+    url: str | None = Field(default=None, description="A per-request webhook's URL (the create's webhook_url).")
     event_type: EventType
     generation_id: str
     state: DeliveryState
@@ -74,6 +79,33 @@ class DeliveryView(BaseModel):
 
 class DeliveryList(BaseModel):
     data: list[DeliveryView]
+
+
+class SigningSecretView(BaseModel):
+    object: str = "webhook_signing_secret"
+    project: str
+    secret: str = Field(description="`whsec_...`: signs every per-request webhook (a create's webhook_url).")
+    created_at: datetime
+    previous_expires_at: datetime | None = Field(
+        default=None, description="Until then the secret before the last rotation signs too (a second signature)."
+    )
+
+
+class SigningSecretRotate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grace_seconds: int = Field(
+        default=int(DEFAULT_GRACE.total_seconds()),
+        ge=0,
+        le=7 * 86_400,
+        description="How long the current secret keeps signing beside the new one (0: it stops at once).",
+    )
+
+
+def signing_secret_view(stored: ProjectSecret, secret: str) -> SigningSecretView:
+    return SigningSecretView(
+        project=stored.project, secret=secret, created_at=stored.created_at, previous_expires_at=stored.previous_until
+    )
 
 
 def endpoint_view(e: Endpoint) -> EndpointView:
@@ -109,6 +141,57 @@ def build_router(auth: Authenticator, webhooks: Webhooks) -> APIRouter:
         except UrlRefused as e:
             raise ApiError(400, ErrorCode.invalid_webhook_url, str(e), "url") from None
         return EndpointCreated(**endpoint_view(endpoint).model_dump(), secret=secret)
+
+    @router.get(
+        "/signing-secret",
+        response_model=SigningSecretView,
+        dependencies=[only_query()],
+        summary="The secret that signs this project's per-request webhooks (made on first use)",
+        responses=responses_for(401, 403, 429),
+    )
+    def get_signing_secret(api_key: str = key) -> SigningSecretView:
+        principal = auth.principal(api_key, Scope.generations_write)
+        return signing_secret_view(*webhooks.signing_secret(principal.project))
+
+    @router.post(
+        "/signing-secret/rotate",
+        response_model=SigningSecretView,
+        dependencies=[only_query()],
+        summary="A new per-request signing secret; the current one also signs for grace_seconds (default 24 h)",
+        responses=responses_for(401, 403, 429),
+    )
+    def rotate_signing_secret(body: SigningSecretRotate | None = None, api_key: str = key) -> SigningSecretView:
+        principal = auth.principal(api_key, Scope.generations_write)
+        grace = timedelta(seconds=(body or SigningSecretRotate()).grace_seconds)
+        return signing_secret_view(*webhooks.rotate_signing_secret(principal.project, grace))
+
+    @router.get(
+        "/generations/{generation_id}/deliveries",
+        response_model=DeliveryList,
+        dependencies=[only_query()],
+        summary="The deliveries of a generation's own webhook (its create's webhook_url), oldest first",
+        responses=responses_for(401, 403, 429),
+    )
+    def list_request_deliveries(generation_id: Annotated[str, _ID], api_key: str = key) -> DeliveryList:
+        principal = auth.principal(api_key, Scope.generations_read)
+        found = webhooks.request_deliveries(generation_id, principal.project)
+        return DeliveryList(data=[delivery_view(d) for d in found])
+
+    @router.post(
+        "/generations/{generation_id}/deliveries/{delivery_id}/redeliver",
+        status_code=202,
+        response_model=DeliveryView,
+        dependencies=[only_query()],
+        summary="Send a per-request webhook's delivery again now, under the same webhook-id",
+        responses=responses_for(401, 403, 404, 429),
+    )
+    def redeliver_request(
+        generation_id: Annotated[str, _ID], delivery_id: Annotated[str, _ID], api_key: str = key
+    ) -> DeliveryView:
+        principal = auth.principal(api_key, Scope.generations_write)
+        if delivery_id not in {d.id for d in webhooks.request_deliveries(generation_id, principal.project)}:
+            raise ApiError(404, ErrorCode.not_found, f"no delivery {delivery_id!r}", "delivery_id")
+        return delivery_view(webhooks.redeliver(delivery_id))
 
     @router.get(
         "",

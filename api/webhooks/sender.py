@@ -16,6 +16,13 @@ the others wait for it (no batch waits for its slowest member). The slots are sh
 or project has its share in flight is due again a poll later without using an attempt. An endpoint whose
 attempts keep failing is held by its circuit breaker, then disabled (``api.webhooks.breaker``).
 
+A generation's own webhook (a create's ``webhook_url``) is one more delivery per event, sent to its URL and
+signed with its project's secret (``api.webhooks.project_secrets``). For the slots and the breaker its
+endpoint is the URL's origin within the project (``models.origin_id``): generations sending to one receiver
+share one share and one circuit, as one endpoint's deliveries do. An origin's failure run is stored only
+once it fails (``WebhookStore.save_origin``) and is never disabled: there is no registration to re-enable,
+and each delivery still gives up after ``max_age_s``.
+
 Retry rule: attempt n (1-based) failed → the next one after ``backoff_s(n - 1)``, uniform in
 ``[c/2, c]`` with ``c = min(cap, base * 2**(n-1))`` (the client's own rule, ``genworker_client.retry``),
 until ``max_age_s`` after the event: then the delivery is ``failed``. A disabled endpoint's pending
@@ -38,9 +45,10 @@ from standardwebhooks.webhooks import Webhook
 
 from api.errors import SealingError
 from api.webhooks.breaker import after_attempt, held_until, in_flight_limit
-from api.webhooks.events import deliveries_for, event_type
+from api.webhooks.events import deliveries_for, event_type, request_delivery
 from api.webhooks.metrics import WebhookMetrics
-from api.webhooks.models import ATTEMPTS_KEPT, Attempt, Delivery, DeliveryState, Endpoint
+from api.webhooks.models import ATTEMPTS_KEPT, Attempt, Delivery, DeliveryState, Endpoint, EventType, RequestWebhook
+from api.webhooks.project_secrets import project_secret, signing_secrets
 from api.webhooks.sealing import Sealer
 from api.webhooks.slots import Slots
 from api.webhooks.store import WebhookStore
@@ -63,16 +71,31 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def signed_headers(secret: str, delivery_id: str, body: str, at: datetime) -> dict[str, str]:
+def signed_headers(secret: str | list[str], delivery_id: str, body: str, at: datetime) -> dict[str, str]:
     """The Standard Webhooks headers of one attempt; the timestamp is the attempt's, so a captured
-    request replayed later fails the receiver's age check."""
+    request replayed later fails the receiver's age check. Several secrets (a rotation's grace) make
+    one signature each, space-separated: a receiver holding either accepts it."""
+    secrets = [secret] if isinstance(secret, str) else secret
     return {
         "content-type": "application/json",
         "user-agent": USER_AGENT,
         "webhook-id": delivery_id,
         "webhook-timestamp": str(int(at.timestamp())),
-        "webhook-signature": Webhook(secret).sign(delivery_id, at, body),
+        "webhook-signature": " ".join(Webhook(s).sign(delivery_id, at, body) for s in secrets),
     }
+
+
+def fresh_origin(delivery: Delivery) -> Endpoint:
+    """The endpoint of a per-request delivery whose origin has no failure run stored: closed, healthy."""
+    assert delivery.url is not None
+    return Endpoint(
+        id=delivery.endpoint_id,
+        project=delivery.project,
+        url=delivery.url,
+        events=list(EventType),
+        sealed_secret="",  # signed with the project's secret instead
+        created_at=delivery.created_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,13 +144,20 @@ class Sender:
             return 0
         endpoints = [e for e in self.store.list_endpoints() if e.active]
         records: dict[str, GenerationRecord | None] = {}
+        hooks: dict[str, RequestWebhook | None] = {}
         for event in events:
-            if endpoints and event_type(event) is not None:
+            if event_type(event) is None:
+                continue
+            if event.job_id not in hooks:
+                hooks[event.job_id] = self.store.get_request_webhook(event.job_id)
+            hook = hooks[event.job_id]
+            if endpoints or hook is not None:
                 if event.job_id not in records:
                     records[event.job_id] = self.queue.get(event.job_id)
                 record = records[event.job_id]
                 if record is not None:  # expired: nothing left to tell
-                    for delivery in deliveries_for(event, record, endpoints):
+                    own = request_delivery(event, record, hook)
+                    for delivery in [*deliveries_for(event, record, endpoints), *([own] if own else [])]:
                         if self.store.add_delivery(delivery):
                             log.info(
                                 "webhook delivery created",
@@ -155,7 +185,7 @@ class Sender:
         busy: list[str] = []
         for delivery in claimed:
             if delivery.endpoint_id not in endpoints:
-                endpoints[delivery.endpoint_id] = self.store.get_endpoint(delivery.endpoint_id)
+                endpoints[delivery.endpoint_id] = self._endpoint_of(delivery)
             endpoint = endpoints[delivery.endpoint_id]
             if not self._start(delivery, endpoint, now):
                 if endpoint is not None and self._may_wait(endpoint.project):
@@ -167,6 +197,18 @@ class Sender:
             # for all of them, since a tenant whose receivers hang makes many.
             self.store.defer(busy, now + timedelta(seconds=self.settings.poll_interval_s))
         return started + len(claimed)
+
+    def _endpoint_of(self, delivery: Delivery) -> Endpoint | None:
+        """The registered endpoint (None: removed), or a per-request delivery's origin."""
+        if delivery.url is None:
+            return self.store.get_endpoint(delivery.endpoint_id)
+        return self.store.get_origin(delivery.endpoint_id) or fresh_origin(delivery)
+
+    def _secrets(self, delivery: Delivery, endpoint: Endpoint, now: datetime) -> list[str]:
+        """What signs the delivery: its endpoint's secret, or its project's (made on first use)."""
+        if delivery.url is None:
+            return [self.sealer.open(endpoint.sealed_secret)]
+        return signing_secrets(project_secret(self.store, self.sealer, delivery.project, now), self.sealer, now)
 
     def _may_wait(self, project: str) -> bool:
         """Room to wait here: a project keeps twice its in-flight share waiting at most, so a tenant whose
@@ -207,7 +249,7 @@ class Sender:
         if not self.slots.take(endpoint.id, endpoint.project, in_flight_limit(endpoint, self.settings)):
             return False
         try:
-            secret = self.sealer.open(endpoint.sealed_secret)
+            secrets = self._secrets(delivery, endpoint, now)
         except SealingError:
             # This process has another server key than the one that sealed the secret: leave the
             # delivery for its lease to lapse, so a sender with the right key can take it.
@@ -220,7 +262,7 @@ class Sender:
         self.metrics.in_flight.inc()
         due = delivery.next_attempt_at or delivery.created_at
         self.metrics.wait_seconds.observe(max(0.0, (now - due).total_seconds()))
-        future = self._pool.submit(self.attempt, delivery, endpoint, secret)
+        future = self._pool.submit(self.attempt, delivery, endpoint, secrets)
         future.add_done_callback(lambda _: self._slot_freed(endpoint))
         return True
 
@@ -237,11 +279,11 @@ class Sender:
             return
         self.store.save_delivery(delivery.model_copy(update={"next_attempt_at": until, "held_reason": reason}))
 
-    def attempt(self, delivery: Delivery, endpoint: Endpoint, secret: str) -> Delivery:
+    def attempt(self, delivery: Delivery, endpoint: Endpoint, secrets: list[str]) -> Delivery:
         """One attempt at a claimed delivery (in a slot), written back with its outcome."""
         now = self.clock()
-        headers = signed_headers(secret, delivery.id, delivery.body, now)
-        result = self.transport.post(endpoint.url, delivery.body.encode("utf-8"), headers)
+        headers = signed_headers(secrets, delivery.id, delivery.body, now)
+        result = self.transport.post(delivery.url or endpoint.url, delivery.body.encode("utf-8"), headers)
         self.metrics.attempts.labels(result.result).inc()
         self.metrics.attempt_seconds.observe(result.duration_ms / 1000)
         attempt = Attempt(at=now, status_code=result.status_code, error=result.error, duration_ms=result.duration_ms)
@@ -252,7 +294,7 @@ class Sender:
                 "held_reason": None,
             }
         )
-        self._note_endpoint(endpoint.id, result, now)
+        self._note_endpoint(delivery, endpoint, result, now)
         extra = {
             "delivery": delivery.id,
             "endpoint": endpoint.id,
@@ -299,15 +341,16 @@ class Sender:
         self.metrics.deliveries.labels(state.value).inc()
         return delivery
 
-    def _note_endpoint(self, endpoint_id: str, result: PostResult, now: datetime) -> None:
+    def _note_endpoint(self, delivery: Delivery, sent_to: Endpoint, result: PostResult, now: datetime) -> None:
         """Extend or end the endpoint's run of failures: the breaker's step (``api.webhooks.breaker``)."""
+        origin = delivery.url is not None
         with self._endpoint_lock:
-            endpoint = self.store.get_endpoint(endpoint_id)
+            endpoint = self._endpoint_of(delivery) if origin else self.store.get_endpoint(sent_to.id)
             if endpoint is None:
                 return
-            step = after_attempt(endpoint, result, now, self.settings)
+            step = after_attempt(endpoint, result, now, self.settings, may_disable=not origin)
             if step.endpoint != endpoint:
-                self.store.save_endpoint(step.endpoint)
+                (self.store.save_origin if origin else self.store.save_endpoint)(step.endpoint)
         if step.opened:
             self.metrics.circuit_opened.inc()
         if step.disabled:

@@ -11,13 +11,22 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from api.errors import UnknownDelivery, UnknownEndpoint, UrlRefused, WebhookKeyMissing
 from api.keys import check_project
 from api.webhooks.metrics import WebhookMetrics
-from api.webhooks.models import Delivery, DeliveryState, Endpoint, EventType
+from api.webhooks.models import (
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    EventType,
+    ProjectSecret,
+    RequestWebhook,
+    request_delivery_id,
+)
+from api.webhooks.project_secrets import DEFAULT_GRACE, project_secret, rotate
 from api.webhooks.sealing import Sealer, new_secret, server_keys
 from api.webhooks.sender import Sender, SenderThread
 from api.webhooks.store import SqliteWebhookStore, WebhookStore
@@ -65,6 +74,39 @@ class Webhooks:
             raise UrlRefused(f"project {project!r} already has {MAX_ENDPOINTS_PER_PROJECT} webhook endpoints")
         return endpoint, secret
 
+    def add_request_webhook(
+        self, generation_id: str, project: str, url: str, events: list[EventType] | None = None
+    ) -> RequestWebhook:
+        """Keep a create's own webhook for its generation (before the job is enqueued, so the sender finds it
+        at its first event). Raises ``UrlRefused`` for a URL no delivery may go to. Blocking: resolves the host."""
+        check_url_shape(url)
+        self.transport.check_url(url)
+        hook = RequestWebhook(
+            generation_id=generation_id,
+            project=project,
+            url=url,
+            events=sorted(set(events or ALL_EVENTS)),
+            created_at=datetime.now(UTC),
+        )
+        self.store.add_request_webhook(hook)
+        return hook
+
+    def request_deliveries(self, generation_id: str, project: str) -> list[Delivery]:
+        """The deliveries to a generation's own webhook so far (none for another project's generation)."""
+        found = (self.store.get_delivery(request_delivery_id(generation_id, kind)) for kind in ALL_EVENTS)
+        return sorted((d for d in found if d is not None and d.project == project), key=lambda d: d.created_at)
+
+    def signing_secret(self, project: str) -> tuple[ProjectSecret, str]:
+        """The secret signing the project's per-request webhooks (made on first use), and it in the clear."""
+        check_project(project)
+        secret = project_secret(self.store, self.sealer, project, datetime.now(UTC))
+        return secret, self.sealer.open(secret.sealed_secret)
+
+    def rotate_signing_secret(self, project: str, grace: timedelta = DEFAULT_GRACE) -> tuple[ProjectSecret, str]:
+        """A new per-request signing secret; the previous one also signs for ``grace``."""
+        check_project(project)
+        return rotate(self.store, self.sealer, project, datetime.now(UTC), grace)
+
     def endpoint(self, endpoint_id: str, project: str | None = None) -> Endpoint:
         """The endpoint, or ``UnknownEndpoint`` (also for another project's: ids must not leak)."""
         endpoint = self.store.get_endpoint(endpoint_id)
@@ -99,13 +141,20 @@ class Webhooks:
         return delivery
 
     def reseal(self) -> int:
-        """Seal every endpoint's secret under the first server key; how many were stored again. After
-        it, keys after the first may be dropped from ``webhooks.secret_key``."""
+        """Seal every endpoint's and project's secret under the first server key; how many were stored
+        again. After it, keys after the first may be dropped from ``webhooks.secret_key``."""
         count = 0
         for endpoint in self.store.list_endpoints():
             resealed = self.sealer.reseal(endpoint.sealed_secret)
             if resealed != endpoint.sealed_secret:
                 self.store.save_endpoint(endpoint.model_copy(update={"sealed_secret": resealed}))
+                count += 1
+        for secret in self.store.list_project_secrets():
+            update = {"sealed_secret": self.sealer.reseal(secret.sealed_secret)}
+            if secret.previous_sealed is not None:
+                update["previous_sealed"] = self.sealer.reseal(secret.previous_sealed)
+            if any(getattr(secret, name) != value for name, value in update.items()):
+                self.store.save_project_secret(secret.model_copy(update=update))
                 count += 1
         return count
 

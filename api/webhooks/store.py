@@ -1,4 +1,6 @@
-"""``WebhookStore``: endpoints, deliveries with their attempt logs, and the fan-out cursor.
+"""``WebhookStore``: endpoints, deliveries with their attempt logs, the fan-out cursor, and what per-request
+webhooks need: each generation's ``RequestWebhook``, each project's signing secret, and the failure runs of
+the origins per-request deliveries go to (endpoints of their own, kept while they matter).
 
 Two implementations behind one protocol, like the key store (``api/keys.py``): ``SqliteWebhookStore``
 (embedded, ``<data_dir>/webhooks.db``) and ``RedisWebhookStore`` (distributed, ``api/webhooks/
@@ -8,25 +10,30 @@ Several senders may share one store (every API replica runs one by default): ``c
 delivery to one of them by pushing its next attempt ``lease_s`` ahead, so a sender killed mid-send
 leaves it due again after the lease, never lost; ``add_delivery`` is insert-if-absent on the
 delivery's derived id, so two fan-outs over one event make one delivery.
+
+Nothing here grows without a bound: a request webhook is kept ``REQUEST_RETENTION`` from its create, an
+origin's failure run ``RETENTION`` from its last write; a project's secret lives as long as its project.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from api.webhooks.models import Delivery, DeliveryState, Endpoint
+from api.webhooks.models import Delivery, DeliveryState, Endpoint, ProjectSecret, RequestWebhook
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import sqlite_unavailable
 
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["LOG_KEPT", "RETENTION", "SqliteWebhookStore", "WebhookStore", "epoch_ms"]
+__all__ = ["LOG_KEPT", "REQUEST_RETENTION", "RETENTION", "SqliteWebhookStore", "WebhookStore", "epoch_ms"]
 
 LOG_KEPT = 1000  # deliveries kept per endpoint for its log; older finished ones are dropped
 RETENTION = timedelta(days=7)  # finished deliveries are kept at most this long
+# A generation's own webhook is kept this long after its create: a job not finished by then sends no more.
+REQUEST_RETENTION = timedelta(days=30)
 
 
 def epoch_ms(at: datetime) -> int:
@@ -80,6 +87,33 @@ class WebhookStore(Protocol):
 
     def set_cursor(self, cursor: str) -> None: ...
 
+    def add_request_webhook(self, hook: RequestWebhook) -> None:
+        """Store a generation's own webhook (before its job is enqueued)."""
+        ...
+
+    def get_request_webhook(self, generation_id: str) -> RequestWebhook | None: ...
+
+    def get_origin(self, origin_id: str) -> Endpoint | None:
+        """The stored failure run of a per-request origin (``models.origin_id``); None: no failure kept."""
+        ...
+
+    def save_origin(self, origin: Endpoint) -> None:
+        """Store an origin's failure run (kept ``RETENTION`` from this write)."""
+        ...
+
+    def get_project_secret(self, project: str) -> ProjectSecret | None: ...
+
+    def add_project_secret(self, secret: ProjectSecret) -> bool:
+        """Store the project's first secret unless it has one (False), in one step: concurrent first uses
+        agree on one secret."""
+        ...
+
+    def save_project_secret(self, secret: ProjectSecret) -> None:
+        """Overwrite the project's secret (a rotation, a reseal)."""
+        ...
+
+    def list_project_secrets(self) -> list[ProjectSecret]: ...
+
     def close(self) -> None: ...
 
 
@@ -92,6 +126,13 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS webhook_due ON webhook_deliveries (due_ms) WHERE due_ms IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS webhook_log ON webhook_deliveries (endpoint_id, created_ms)",
     "CREATE TABLE IF NOT EXISTS webhook_cursor (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS webhook_requests (
+        generation_id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, record TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS webhook_requests_age ON webhook_requests (created_ms)",
+    """CREATE TABLE IF NOT EXISTS webhook_origins (
+        id TEXT PRIMARY KEY, saved_ms INTEGER NOT NULL, record TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS webhook_origins_age ON webhook_origins (saved_ms)",
+    "CREATE TABLE IF NOT EXISTS webhook_project_secrets (project TEXT PRIMARY KEY, record TEXT NOT NULL)",
 )
 
 
@@ -246,6 +287,73 @@ class SqliteWebhookStore:
     def set_cursor(self, cursor: str) -> None:
         with self._db.tx() as conn:
             conn.execute("INSERT OR REPLACE INTO webhook_cursor VALUES ('events', ?)", (cursor,))
+
+    # ------------------------------------------------------------------------------ request webhooks
+    @sqlite_unavailable
+    def add_request_webhook(self, hook: RequestWebhook) -> None:
+        with self._db.tx() as conn:
+            conn.execute(
+                "DELETE FROM webhook_requests WHERE created_ms < ?", (epoch_ms(hook.created_at - REQUEST_RETENTION),)
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO webhook_requests VALUES (?, ?, ?)",
+                (hook.generation_id, epoch_ms(hook.created_at), hook.model_dump_json()),
+            )
+
+    @sqlite_unavailable
+    def get_request_webhook(self, generation_id: str) -> RequestWebhook | None:
+        row = (
+            self._db.conn()
+            .execute("SELECT record FROM webhook_requests WHERE generation_id = ?", (generation_id,))
+            .fetchone()
+        )
+        return RequestWebhook.model_validate_json(row[0]) if row else None
+
+    @sqlite_unavailable
+    def get_origin(self, origin_id: str) -> Endpoint | None:
+        row = self._db.conn().execute("SELECT record FROM webhook_origins WHERE id = ?", (origin_id,)).fetchone()
+        return Endpoint.model_validate_json(row[0]) if row else None
+
+    @sqlite_unavailable
+    def save_origin(self, origin: Endpoint) -> None:
+        now = datetime.now(UTC)
+        with self._db.tx() as conn:
+            conn.execute("DELETE FROM webhook_origins WHERE saved_ms < ?", (epoch_ms(now - RETENTION),))
+            conn.execute(
+                "INSERT OR REPLACE INTO webhook_origins VALUES (?, ?, ?)",
+                (origin.id, epoch_ms(now), origin.model_dump_json()),
+            )
+
+    @sqlite_unavailable
+    def get_project_secret(self, project: str) -> ProjectSecret | None:
+        row = (
+            self._db.conn()
+            .execute("SELECT record FROM webhook_project_secrets WHERE project = ?", (project,))
+            .fetchone()
+        )
+        return ProjectSecret.model_validate_json(row[0]) if row else None
+
+    @sqlite_unavailable
+    def add_project_secret(self, secret: ProjectSecret) -> bool:
+        with self._db.tx() as conn:
+            added = conn.execute(
+                "INSERT OR IGNORE INTO webhook_project_secrets VALUES (?, ?)",
+                (secret.project, secret.model_dump_json()),
+            ).rowcount
+        return bool(added)
+
+    @sqlite_unavailable
+    def save_project_secret(self, secret: ProjectSecret) -> None:
+        with self._db.tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO webhook_project_secrets VALUES (?, ?)",
+                (secret.project, secret.model_dump_json()),
+            )
+
+    @sqlite_unavailable
+    def list_project_secrets(self) -> list[ProjectSecret]:
+        rows = self._db.conn().execute("SELECT record FROM webhook_project_secrets ORDER BY project").fetchall()
+        return [ProjectSecret.model_validate_json(r[0]) for r in rows]
 
     @sqlite_unavailable
     def close(self) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from foundation.core.errors import ErrorCode, IllegalTransition
 
@@ -35,6 +35,7 @@ __all__ = [
     "Status",
     "StoredImage",
     "Usage",
+    "WebhookEvent",
     "check_transition",
     "parse_create_request",
     "utcnow",
@@ -152,6 +153,22 @@ class InputSpec(_PromptInput):
 _Id = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
+class WebhookEvent(StrEnum):
+    """The webhook event types: what a registered endpoint subscribes to and a create's ``webhook_events``
+    chooses (``api/webhooks``)."""
+
+    generation_running = "generation.running"
+    generation_succeeded = "generation.succeeded"
+    generation_failed = "generation.failed"
+    generation_canceled = "generation.canceled"
+
+
+# The outbound rules (https, public addresses) are the API's to check at create; only the length is bounded here.
+WebhookUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+# Lax on the items alone: a strict enum takes only its own instances, and a JSON body brings strings.
+WebhookEvents = Annotated[list[Annotated[WebhookEvent, Field(strict=False)]], Field(min_length=1, max_length=8)]
+
+
 class CreateRequest(BaseModel):
     """``POST /v1/generations`` body."""
 
@@ -162,6 +179,17 @@ class CreateRequest(BaseModel):
     variant: _Id
     parameters: Parameters
     input: InputSpec
+    # A per-request webhook: the events of this generation POSTed, signed, to this URL (docs/client.md).
+    webhook_url: WebhookUrl | None = None
+    webhook_events: WebhookEvents | None = None  # None: every event type
+
+    @field_validator("webhook_events")
+    @classmethod
+    def _events_as_a_set(cls, v: list[WebhookEvent] | None, info: ValidationInfo) -> list[WebhookEvent] | None:
+        if v is not None and info.data.get("webhook_url") is None:
+            raise ValueError("webhook_events needs a webhook_url")
+        # Sorted and once each: one choice of events has one spelling, and so one idempotency hash.
+        return None if v is None else sorted(set(v))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -407,9 +407,10 @@ class Settings(BaseSettings):
         default="var",
         description=(
             "The one state directory: the SQLite queue, `keys.db`, the local store, its `store-secret`, the "
-            "tiny models and the encoder's `work/`. A relative `queue.sqlite_path`, `store.local_root` or "
-            "`models.tiny_models_dir` resolves under it; a relative data_dir resolves against the working "
-            "directory once, at start, so every process given the same value shares the same files."
+            "tiny models, the compile caches and the encoder's `work/`. A relative `queue.sqlite_path`, "
+            "`store.local_root`, `models.tiny_models_dir` or `models.compile_cache_dir` resolves under it; a "
+            "relative data_dir resolves against the working directory once, at start, so every process given "
+            "the same value shares the same files."
         ),
     )
     catalog_path: str | None = Field(default=None, description="default: configs/models.yaml next to the code")
@@ -435,7 +436,10 @@ class Settings(BaseSettings):
         self.data_dir = str(root)
         self.queue = self.queue.model_copy(update={"sqlite_path": _under(root, self.queue.sqlite_path)})
         self.store = self.store.model_copy(update={"local_root": _under(root, self.store.local_root)})
-        self.models = self.models.model_copy(update={"tiny_models_dir": _under(root, self.models.tiny_models_dir)})
+        models = {"tiny_models_dir": _under(root, self.models.tiny_models_dir)}
+        if self.models.compile_cache_dir:  # empty: off
+            models["compile_cache_dir"] = _under(root, self.models.compile_cache_dir)
+        self.models = self.models.model_copy(update=models)
         return self
 
     @classmethod

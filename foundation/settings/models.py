@@ -34,6 +34,22 @@ class ModelRuntimeSettings(BaseModel):
             "started by `torchrun --nproc-per-node N genworker worker`, N equal to this (docs/gpu.md)."
         ),
     )
+    compile_cache_dir: str = Field(
+        default="compile-cache",
+        description=(
+            "Where compiled models keep torch's compile caches between starts (a relative dir: under data_dir): "
+            "inductor's cache directory and each model's cache artifacts, keyed by model, runtime profile and "
+            "versions, so a restart or a second worker on the same volume starts without compiling "
+            "(pipelines/runtime/compile_cache.py). Empty: off. TORCHINDUCTOR_CACHE_DIR, where set, wins."
+        ),
+    )
+    compile_cache_in_store: bool = Field(
+        default=False,
+        description=(
+            "Also keep each compiled model's cache artifacts in the artifact store (`compile-cache/...`), so a "
+            "worker on another machine (a fresh node of the fleet) loads them before its warm-up."
+        ),
+    )
     profile_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description=(

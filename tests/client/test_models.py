@@ -157,3 +157,16 @@ def test_create_body_omits_unset_parameters() -> None:
 )
 def test_base_url_gets_the_version_segment_when_it_has_no_path(given: str, expected: str) -> None:
     assert wire.normalize_base_url(given) == expected
+
+
+def test_create_body_carries_the_generations_own_webhook_when_given() -> None:
+    body = wire.create_body(
+        "tiny-wan",
+        "a cat",
+        mode="text_to_video",
+        variant="standard",
+        webhook_url="https://example.com/h",
+        webhook_events=["generation.succeeded"],
+    )
+    assert (body["webhook_url"], body["webhook_events"]) == ("https://example.com/h", ["generation.succeeded"])
+    assert "webhook_url" not in wire.create_body("tiny-wan", "a cat", mode="text_to_video", variant="standard")

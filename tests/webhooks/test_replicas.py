@@ -158,7 +158,7 @@ def test_replicas_deliver_each_others_webhooks_through_a_key_rotation(
         reseal_env = _env(tmp_path, "ops", redis_url, f"{NEW},{OLD}", sender=False)
         cmd = [*GENWORKER, "webhooks", "reseal"]
         done = subprocess.run(cmd, env=reseal_env, capture_output=True, timeout=120, check=False)
-        assert done.returncode == 0 and "resealed 1 endpoint" in done.stderr.decode(), done.stderr.decode()
+        assert done.returncode == 0 and "resealed 1 secret(s)" in done.stderr.decode(), done.stderr.decode()
         start("a3", NEW, sender=True)
         start("b3", NEW, sender=True)
         run_job(queue, catalog, "alpha")

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from api.webhooks.models import Delivery, DeliveryState, Endpoint, EventType, delivery_id
+from api.webhooks.models import (
+    Delivery,
+    DeliveryState,
+    Endpoint,
+    EventType,
+    ProjectSecret,
+    RequestWebhook,
+    delivery_id,
+)
 from api.webhooks.redis_store import RedisWebhookStore
 from api.webhooks.store import SqliteWebhookStore, WebhookStore
 
@@ -106,3 +114,27 @@ def test_cursor(store: WebhookStore) -> None:
     store.set_cursor("17")
     store.set_cursor("18")
     assert store.cursor() == "18"
+
+
+def test_request_webhooks_origins_and_project_secrets(store: WebhookStore) -> None:
+    hook = RequestWebhook(
+        generation_id="gen_1", project="alpha", url="https://example.com/h", events=list(EventType), created_at=T0
+    )
+    assert store.get_request_webhook("gen_1") is None
+    store.add_request_webhook(hook)
+    assert store.get_request_webhook("gen_1") == hook
+
+    origin = endpoint("rq_1").model_copy(update={"consecutive_failures": 2, "failing_since": T0})
+    assert store.get_origin("rq_1") is None
+    store.save_origin(origin)
+    assert store.get_origin("rq_1") == origin
+    assert store.get_endpoint("rq_1") is None and store.list_endpoints() == []  # not a registered endpoint
+
+    first = ProjectSecret(project="alpha", sealed_secret="s1", created_at=T0)
+    assert store.add_project_secret(first)
+    assert not store.add_project_secret(first.model_copy(update={"sealed_secret": "s2"}))  # the first one stays
+    assert store.get_project_secret("alpha") == first
+    rotated = first.model_copy(update={"sealed_secret": "s3", "previous_sealed": "s1", "previous_until": T0})
+    store.save_project_secret(rotated)
+    store.add_project_secret(ProjectSecret(project="beta", sealed_secret="b", created_at=T0))
+    assert [(s.project, s.sealed_secret) for s in store.list_project_secrets()] == [("alpha", "s3"), ("beta", "b")]

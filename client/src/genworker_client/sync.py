@@ -99,6 +99,8 @@ class Client:
         seed: int | None = None,
         negative_prompt: str | None = None,
         image: str | os.PathLike[str] | None = None,
+        webhook_url: str | None = None,
+        webhook_events: list[str] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
         on_created: Callable[[Generation], None] | None = None,
@@ -111,11 +113,14 @@ class Client:
 
         ``image`` (``image_to_video``): a URL the service fetches, or a local file sent inline as a data URI
         (``genworker_client.images``). ``mode`` defaults to ``image_to_video`` with an image, else ``text_to_video``.
+        ``webhook_url``: the service POSTs this generation's events there, signed with the project's secret
+        (``webhook_events``: which; default all).
         """
         body = wire.create_body(
             model, prompt, mode=mode_for(mode, image), variant=variant, resolution=resolution,
             duration_seconds=duration_seconds, ratio=ratio, audio=audio, prompt_extend=prompt_extend, seed=seed,
             negative_prompt=negative_prompt, image=image_input(image) if image is not None else None,
+            webhook_url=webhook_url, webhook_events=webhook_events,
         )  # fmt: skip
         entry = choose_idempotency_key(body, idempotency_key=idempotency_key, name=name, ledger=self._ledger)
         if entry.id is not None:

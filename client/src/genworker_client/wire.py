@@ -85,9 +85,12 @@ def create_body(
     seed: int | None = None,
     negative_prompt: str | None = None,
     image: dict[str, str] | None = None,
+    webhook_url: str | None = None,
+    webhook_events: list[str] | None = None,
 ) -> dict[str, Any]:
     """``POST /v1/generations`` body. Parameters left ``None`` are omitted: the catalog's defaults apply.
-    ``image``: the input image fields (``genworker_client.images.image_input``)."""
+    ``image``: the input image fields (``genworker_client.images.image_input``). ``webhook_url``: the
+    generation's own webhook, ``webhook_events`` the event types it gets (default: all)."""
     given = {
         "resolution": resolution,
         "duration_seconds": duration_seconds,
@@ -97,13 +100,18 @@ def create_body(
         "seed": seed,
         "negative_prompt": negative_prompt,
     }
-    return {
+    body: dict[str, Any] = {
         "model": model,
         "mode": mode,
         "variant": variant,
         "parameters": {k: v for k, v in given.items() if v is not None},
         "input": {"prompt": prompt, **(image or {})},
     }
+    if webhook_url is not None:
+        body["webhook_url"] = webhook_url
+    if webhook_events is not None:
+        body["webhook_events"] = webhook_events
+    return body
 
 
 def error_from_response(response: httpx.Response) -> ApiError:
