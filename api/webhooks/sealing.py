@@ -41,14 +41,19 @@ def server_keys(configured: list[str], data_dir: str | Path) -> list[bytes]:
         return [k.encode("ascii") for k in configured]
     path = Path(data_dir) / KEY_FILE
     if not path.exists():
+        # Written whole under a name of its own, then linked into place: the key file appears complete or not
+        # at all, so a process starting beside this one never reads it empty (an empty key is not a Fernet key).
         path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process made it first: use theirs
-            pass
-        else:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(Fernet.generate_key())
+            os.link(draft, path)
+        except FileExistsError:  # another process made it first: use theirs
+            pass
+        finally:
+            draft.unlink()
     return [path.read_bytes().strip()]
 
 
