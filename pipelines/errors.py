@@ -9,7 +9,8 @@ Exception tree (the classes of this module, under their bases from ``foundation.
     ├── ParallelSetupError       the job's process group cannot be formed as configured (also ``RuntimeError``)
     ├── FollowerStopped          rank 0 stopped the job at this step: a follower rank leaves its denoise
     ├── CheckpointCorrupt        bytes that are no denoising checkpoint this version reads (also ``ValueError``)
-    └── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+    ├── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+    └── WarmupDone               a compile warm-up denoise ran what it had to: it leaves the loop early
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "ParallelSetupError",
     "PromptExtendError",
     "UnsupportedState",
+    "WarmupDone",
 ]
 
 
@@ -52,3 +54,9 @@ class CheckpointCorrupt(GenworkerError, ValueError):
 
 class UnsupportedState(GenworkerError, TypeError):
     """A scheduler holds state a checkpoint cannot carry (the job runs on, without checkpoints)."""
+
+
+class WarmupDone(GenworkerError):
+    """A compile warm-up denoise ran every denoiser it had to (``pipelines.runtime.compile``): raised from its step
+    callback to leave the denoising loop before the schedule ends, and caught by the warm-up. Control flow, not a
+    failure: no job sees it."""
