@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
+.PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0.
 # Everything in one resolve: the client distribution (client/, editable) satisfies the server's
@@ -22,6 +22,17 @@ $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The security scanner of deploy/ and Dockerfile.gpu (checkov; tests/deploy/test_security_scan.py) lives in a venv of
+# its own: its exact pins (boto3, packaging) conflict with the production lock. Made once, from requirements/scan.txt;
+# the scan itself runs offline.
+SCAN_VENV := var/scan-venv
+$(SCAN_VENV)/.installed: requirements/scan.txt
+	test -x $(SCAN_VENV)/bin/python || python3 -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/pip install --quiet -r requirements/scan.txt
+	touch $@
+
+scan-venv: $(SCAN_VENV)/.installed
 
 # Recompile the production lock after a dependency changes in a pyproject.toml: exact versions of the closure
 # of requirements/worker.in (the client with its CLI, the server with its `worker` extra) for the interpreter
@@ -63,7 +74,7 @@ deps:
 tiny-models: venv
 	$(PY) scripts/make_tiny_models.py --out var/models
 
-test: venv deps
+test: venv deps scan-venv
 	$(PY) -m pytest
 
 # The inner loop: the unit tests and the queue contract suite on SQLite, in under two minutes. make test stays
@@ -98,10 +109,10 @@ test-long: venv deps
 gpu-smoke: venv
 	$(PY) scripts/gpu_smoke.py $(GPU_SMOKE_ARGS)
 
-# The memory plan for a GPU_GB device (docs/gpu.md): make plan GPU_GB=80
-GPU_GB ?= 80
+# The memory plan for a GPU class, with the memory it reports (docs/gpu.md): make plan GPU=h200-141gb
+GPU ?= h100-80gb
 plan: venv
-	$(VENV)/bin/genworker plan --gpu-memory-gb $(GPU_GB)
+	$(VENV)/bin/genworker plan --gpu $(GPU)
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000

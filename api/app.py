@@ -23,6 +23,7 @@ from api.auth import Authenticator, KeyCache
 from api.context import ApiContext
 from api.error_handlers import install_error_handlers
 from api.fast_path import FastPath
+from api.input_image import ImageSlots
 from api.keys import KeyStore
 from api.limits import (
     AsyncRateLimiter,
@@ -33,7 +34,7 @@ from api.limits import (
 )
 from api.metrics import install_metrics
 from api.playground import install_playground
-from api.routes import events, generations, models
+from api.routes import events, generations, models, videos
 from api.webhooks import routes as webhook_routes
 from api.webhooks.service import Webhooks
 from foundation.core.catalog import Catalog
@@ -108,12 +109,17 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    ctx = ApiContext(settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth)
+    images = ImageSlots(api.inputs)
+    ctx = ApiContext(
+        settings=settings, queue=queue, aqueue=aqueue, store=store, catalog=catalog, keys=keys, auth=auth, images=images
+    )
     install_error_handlers(app)
     app.include_router(health.build_router(queue, store))
     app.include_router(generations.build_router(ctx))
     app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
-    app.include_router(models.build_router(ctx))
+    catalog_json = models.catalog_body(ctx)  # one per process: the route and the fast path share it
+    app.include_router(models.build_router(catalog_json))
+    app.include_router(videos.build_router(ctx))  # /v1/videos: the openai SDK's Videos API over the same records
     if webhooks is not None:
         app.include_router(webhook_routes.build_router(auth, webhooks))
     install_playground(app, ctx)  # only where api.playground is on
@@ -122,8 +128,10 @@ def create_app(
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
     metrics = install_metrics(app)
+    if webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
+        metrics.registry.register(webhooks.metrics.registry)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
-    if fast_path:  # polls and creates answered before the framework's stack, as it would (api/fast_path.py)
+    if fast_path:  # polls, creates and the catalog answered before the framework's stack (api/fast_path.py)
         build_stack = app.build_middleware_stack
 
         def build_with_fast_path() -> ASGIApp:
@@ -131,6 +139,7 @@ def create_app(
                 build_stack(),
                 poll=functools.partial(generations.answer_poll, ctx),
                 create=functools.partial(generations.answer_create, ctx),
+                models=functools.partial(models.answer_models, catalog_json),
                 metrics=metrics,
                 max_body_bytes=api.max_body_bytes,
             )

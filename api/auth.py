@@ -199,6 +199,15 @@ class Authenticator:
         principal = await self.authorize(key, scope)
         return principal, await queue.poll(job_id)
 
+    async def still_valid(self, key: str) -> bool:
+        """Whether ``key`` is still an active key (no rate limit spent): what a long-lived answer, an event
+        stream, asks now and then, so a revocation ends it within the cache's bound and its own cadence."""
+        try:
+            await self._principal(key)
+        except ApiError:
+            return False
+        return True
+
     async def _principal(self, key: str) -> Principal:
         principal = self.cache.get(hash_key(key))
         if principal is None:

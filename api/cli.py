@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.errors import InvalidProject
+from api.errors import InvalidProject, WebhookKeyMissing
 from api.keys import ApiKey, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
 from genworker_client.typer_app import App
 
@@ -149,7 +149,12 @@ def api_command(
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
     configure_logging(settings.log_level)  # before build_app: what it logs is JSON too
-    server = make_server(build_app(settings), api.host, api.port, log_level=settings.log_level)
+    try:
+        app = build_app(settings)
+    except WebhookKeyMissing as e:  # a setting to fix, not a crash: say which, without a traceback
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    server = make_server(app, api.host, api.port, log_level=settings.log_level)
     log.info("state", extra={**state_paths(settings), "keys": keys_location(settings)})
     serve(server)
 

@@ -26,7 +26,7 @@ from foundation.core.contract import (
 )
 from foundation.core.errors import ErrorCode
 from foundation.core.images import CheckedImage, check_image
-from foundation.core.resolve import check_inputs, resolve
+from foundation.core.resolve import check_inputs, image_cover_size, resolve
 
 if TYPE_CHECKING:
     from foundation.queue.base import WorkerHeartbeat
@@ -92,11 +92,20 @@ def takes_image(request: CreateRequest, catalog: Catalog) -> bool:
     return check_inputs(request, catalog)
 
 
-def prepare_image(request: CreateRequest, inputs: InputSettings) -> CheckedImage:
+def prepare_image(request: CreateRequest, catalog: Catalog, inputs: InputSettings) -> CheckedImage:
     """The checked input image of a request that ``takes_image``; raises a coded ``RequestRejected`` for an
-    unreachable, refused or bad image. Blocking (fetch, decode): routes run it in a thread."""
+    unreachable, refused or bad image. Decoded no larger than the generation size it will be fitted to
+    (``foundation.core.images``). Blocking (fetch, decode): routes run it in a thread, under the API's
+    bound on images at once (``api.input_image.ImageSlots``)."""
+    image_cover_size(request, catalog, 1, 1)  # a choice the model does not offer is refused before any fetch
     data, param = read_image_source(request.input, inputs)
-    return check_image(data, max_bytes=inputs.max_image_bytes, max_pixels=inputs.max_image_pixels, param=param)
+    return check_image(
+        data,
+        max_bytes=inputs.max_image_bytes,
+        max_pixels=inputs.max_image_pixels,
+        param=param,
+        cover=lambda width, height: image_cover_size(request, catalog, width, height),
+    )
 
 
 def new_generation_id() -> str:

@@ -13,6 +13,7 @@ Exception tree (the classes of this module, under ``foundation.core.errors.Genwo
     ├── FetchTooLarge         an input image URL's answer over the byte limit
     ├── UrlRefused            a webhook URL the outbound rules refuse (also ``ValueError``)
     ├── SealingError          an endpoint secret this server key cannot open
+    ├── WebhookKeyMissing     no ``webhooks.secret_key`` where replicas must share one (the queue on Redis)
     ├── UnknownEndpoint       no webhook endpoint with this id in the project (also ``KeyError``)
     ├── UnknownDelivery       no webhook delivery with this id in the project (also ``KeyError``)
     └── ServerStopped         SIGTERM after uvicorn's graceful shutdown unwinds ``serve``
@@ -35,6 +36,7 @@ __all__ = [
     "UnknownEndpoint",
     "UrlNotAllowed",
     "UrlRefused",
+    "WebhookKeyMissing",
 ]
 
 
@@ -67,6 +69,11 @@ class RangeNotSatisfiable(GenworkerError, ValueError):
 
 class SealingError(GenworkerError):
     """A sealed secret that this server key cannot open (the key changed, or the value was altered)."""
+
+
+class WebhookKeyMissing(GenworkerError, ValueError):
+    """The queue is on Redis and ``webhooks.secret_key`` is not set: each process would seal endpoint
+    secrets with a key of its own that no other replica can open, so the API and the sender refuse to start."""
 
 
 class UnknownEndpoint(GenworkerError, KeyError):

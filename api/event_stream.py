@@ -33,9 +33,15 @@ __all__ = [
     "status_message",
 ]
 
-# One half of a cursor as the backends write ids: SQLite row ids ("42"), Redis stream ids ("1700-0"),
-# Redis event ids with their model ("1700-0/tiny-wan"; model names per queue-protocol.md).
-_ID_PART = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?(/[A-Za-z0-9._:/@+=-]{1,200})?$")
+# The halves of a cursor as each backend writes its ids: SQLite row ids ("42", a signed 64-bit integer);
+# Redis stream ids ("1700-0", two unsigned 64-bit integers), event ids with their model ("1700-0/tiny-wan";
+# model names per queue-protocol.md). A cursor in another backend's shape, or past these bounds, is one
+# this stream never sent, and reading after it would fail inside the backend once the stream had begun.
+_SQLITE_ID = re.compile(r"[0-9]{1,19}")
+_REDIS_NOTE_ID = re.compile(r"(?P<ms>[0-9]{1,20})(-(?P<seq>[0-9]{1,20}))?")
+_REDIS_EVENT_ID = re.compile(r"(?P<ms>[0-9]{1,20})(-(?P<seq>[0-9]{1,20}))?(/[A-Za-z0-9._:/@+=-]{1,200})?")
+_SQLITE_MAX = 2**63 - 1
+_REDIS_MAX = 2**64 - 1
 _TERMINAL = frozenset({Status.succeeded, Status.failed, Status.canceled})
 
 
@@ -51,12 +57,22 @@ class Cursor:
         return f"{self.event},{self.note}"
 
     @classmethod
-    def parse(cls, value: str) -> Cursor:
-        """A ``Last-Event-ID`` back into a cursor; ``ValueError`` for anything this API never sent."""
+    def parse(cls, value: str, backend: str) -> Cursor:
+        """A ``Last-Event-ID`` back into a cursor of the queue ``backend`` ("sqlite" or "redis");
+        ``ValueError`` for anything this API on that backend never sent."""
         event, sep, note = value.strip().partition(",")
-        if not sep or any(part and not _ID_PART.match(part) for part in (event, note)):
+        if not sep or not all(_id_part_ok(part, backend, note=i == 1) for i, part in enumerate((event, note))):
             raise ValueError(f"not an event stream id: {value!r}")
         return cls(event, note)
+
+
+def _id_part_ok(part: str, backend: str, *, note: bool) -> bool:
+    if not part:
+        return True
+    if backend == "sqlite":
+        return _SQLITE_ID.fullmatch(part) is not None and int(part) <= _SQLITE_MAX
+    match = (_REDIS_NOTE_ID if note else _REDIS_EVENT_ID).fullmatch(part)
+    return match is not None and all(int(match[n] or 0) <= _REDIS_MAX for n in ("ms", "seq"))
 
 
 def _order(item: Event | ProgressNote) -> tuple[int, int]:
@@ -95,7 +111,9 @@ def status_message(event: Event, cursor: Cursor, generation_id: str) -> bytes:
 
 
 def note_message(note: ProgressNote, cursor: Cursor, generation_id: str) -> bytes:
-    """``event: progress``: the running attempt's stage and its progress in 0..1."""
+    """``event: progress``: the running attempt's stage and its progress in 0..1; then, when the write
+    carried a live preview, ``event: preview`` with ``{"step", "total", "image"}`` (a JPEG data URL). Both
+    carry the cursor past the note: a client resuming from either gets what follows the note."""
     data: dict[str, object] = {
         "generation_id": generation_id,
         "status": Status.running.value,
@@ -104,7 +122,10 @@ def note_message(note: ProgressNote, cursor: Cursor, generation_id: str) -> byte
         "progress": round(note.progress, 4),
         "at": note.at.isoformat(),
     }
-    return _message("progress", cursor, data)
+    message = _message("progress", cursor, data)
+    if note.preview is not None:
+        message += _message("preview", cursor, note.preview.model_dump())
+    return message
 
 
 def comment(text: str) -> bytes:

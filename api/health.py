@@ -4,7 +4,10 @@
   makes an orchestrator restart every replica at once.
 - ``/readyz`` answers 200 when the queue and the artifact store both answer a cheap read (a lookup of
   an id that never exists, a HEAD of a key that never exists), else 503 with a body naming the check
-  that failed and why. Both checks run concurrently, each bounded by ``CHECK_TIMEOUT_S``.
+  that failed and the kind of failure (``timeout``, ``unavailable`` or ``error``). Both checks run
+  concurrently, each bounded by ``CHECK_TIMEOUT_S``. The failure's own words (a backend's address, its
+  endpoint, a driver's message) go to the log only: the probe needs no key, and whoever can reach it
+  must not learn the cluster's layout from it.
 
 Neither needs a key nor counts against a rate limit, and neither is in the public OpenAPI document:
 like ``/metrics``, they are for probes inside the cluster, not for API users.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -37,7 +41,7 @@ _PROBE_KEY = "readyz/probe"
 
 class Check(BaseModel):
     ok: bool
-    error: str | None = None
+    reason: Literal["timeout", "unavailable", "error"] | None = None  # a closed vocabulary, never the error
 
 
 class Readiness(BaseModel):
@@ -46,18 +50,19 @@ class Readiness(BaseModel):
 
 
 async def _run_check(name: str, probe: Callable[[], object], timeout_s: float) -> Check:
+    reason: Literal["timeout", "unavailable", "error"]
     try:
         await asyncio.wait_for(asyncio.to_thread(probe), timeout_s)
     except TimeoutError:
-        error = f"no answer within {timeout_s:g} s"
+        reason, error = "timeout", f"no answer within {timeout_s:g} s"
     except GenworkerError as e:
-        error = f"{getattr(getattr(e, 'code', None), 'value', type(e).__name__)}: {e}"
+        reason, error = "unavailable", f"{getattr(getattr(e, 'code', None), 'value', type(e).__name__)}: {e}"
     except Exception as e:  # a probe must answer 503, never 500, whatever the backend raised
-        error = f"{type(e).__name__}: {e}"
+        reason, error = "error", f"{type(e).__name__}: {e}"
     else:
         return Check(ok=True)
-    log.warning("readiness check %s failed: %s", name, error, extra={"check": name})
-    return Check(ok=False, error=error)
+    log.warning("readiness check %s failed: %s", name, error, extra={"check": name, "reason": reason})
+    return Check(ok=False, reason=reason)
 
 
 async def check_readiness(queue: ApiQueue, store: ArtifactStore, timeout_s: float = CHECK_TIMEOUT_S) -> Readiness:

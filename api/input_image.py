@@ -8,17 +8,28 @@ is stored in the artifact store under the generation's prefix (``input_image_key
 
 Every refusal is a ``RequestRejected`` with the image's own codes: ``invalid_image``, ``image_too_large``,
 ``image_fetch_failed``, ``image_url_not_allowed``.
+
+Bounded per API process (``ImageSlots``): at most ``api.inputs.max_concurrent_images`` images are read
+and decoded at once, each holding at most ``max_image_bytes`` of bytes and one decode under the pixel cap;
+a create that finds every slot taken waits up to ``api.inputs.image_wait_s`` for one, then is answered 503
+``service_unavailable`` with ``Retry-After``. So a burst of large images costs the process a bounded
+amount of memory and CPU, whoever sends it, instead of one decode per request at once.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from api.errors import FetchFailed, FetchTooLarge, UrlNotAllowed
+import anyio
+
+from api.errors import ApiError, FetchFailed, FetchTooLarge, UrlNotAllowed
 from api.outbound import OutboundPolicy, fetch
 from foundation.core.contract import InputSpec, StoredImage
 from foundation.core.errors import ErrorCode, RequestRejected
@@ -27,6 +38,7 @@ from foundation.settings import InputSettings
 from foundation.stores.base import ArtifactStore, artifact_prefix
 
 __all__ = [
+    "ImageSlots",
     "input_image_key",
     "outbound_policy",
     "read_image_source",
@@ -34,11 +46,40 @@ __all__ = [
     "stored_image",
 ]
 
+T = TypeVar("T")
+
 _DATA_URI = re.compile(r"data:image/(?:jpeg|png|webp);base64,(?P<data>.*)", re.DOTALL | re.IGNORECASE)
 
 
 def _reject(code: ErrorCode, message: str, param: str) -> RequestRejected:
     return RequestRejected(code, message, param)
+
+
+class ImageSlots:
+    """The API process's bound on input images read and decoded at once (module docstring)."""
+
+    def __init__(self, settings: InputSettings) -> None:
+        self.limit = settings.max_concurrent_images
+        self.wait_s = settings.image_wait_s
+        self._slots = anyio.CapacityLimiter(self.limit)
+
+    async def run(self, prepare: Callable[[], T]) -> T:
+        """``prepare`` (blocking: a fetch and a decode) on a worker thread once a slot is free; 503 when
+        none frees within ``wait_s``. The slot is held until the thread is done, even if the client left."""
+        with anyio.move_on_after(self.wait_s) as waited:
+            await self._slots.acquire()
+        if waited.cancelled_caught:
+            raise ApiError(
+                503,
+                ErrorCode.service_unavailable,
+                f"this API process is already checking {self.limit} input images; retry shortly",
+                None,
+                {"Retry-After": str(max(1, math.ceil(self.wait_s)))},
+            )
+        try:
+            return await anyio.to_thread.run_sync(prepare)
+        finally:
+            self._slots.release()
 
 
 def outbound_policy(settings: InputSettings) -> OutboundPolicy:

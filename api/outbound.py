@@ -3,28 +3,44 @@
 The API fetches input images (``input.image_url``) with it; any other sender of requests to client-given
 URLs (webhooks) can use the same checks (``check_url``, ``resolve_checked``). The rules:
 
-- **Scheme**: https; plain http only to hosts in ``allow_http_hosts``. No credentials in the URL.
+- **Scheme**: https; plain http only to the ``host:port`` pairs in ``allow_http_hosts``. No credentials in
+  the URL.
 - **Addresses**: every address the host resolves to must be public: not private, loopback, link-local
   (the cloud metadata address 169.254.169.254 among them), CGNAT (100.64.0.0/10), multicast, reserved,
   unspecified, an IPv6 unique-local one (fd00:ec2::254, AWS's IPv6 metadata address, among them) or an
-  IPv4 one hidden in IPv6 (mapped, 6to4, Teredo, NAT64). Hosts in ``allow_private_hosts`` skip this check.
+  IPv4 one hidden in IPv6 (mapped, 6to4, Teredo, NAT64). The ``host:port`` pairs in
+  ``allow_private_hosts`` skip this check.
+- **Allow-lists name host and port** (``images.internal:8080``, ``[::1]:8443``; ``host:*`` for every port,
+  an operator's explicit choice): an allowed image server does not open every other service on its host.
+- **Refusals name the rule** (loopback, private, cloud metadata, ...), never an address the host
+  resolved to: the message goes back to whoever sent the URL, and an internal name's address is not theirs
+  to learn.
 - **No rebinding gap**: the connection goes to the very address that was checked (the URL is rewritten to
   the address literal; the ``Host`` header and TLS, SNI and certificate check, keep the name), so a DNS
   answer that changes between the check and the connect cannot move it.
 - **Redirects** are not followed unless ``max_redirects`` > 0; each hop then goes through every check above.
-- **Time**: one deadline covers resolving, connecting, the answer and the whole body, so a server that
-  drips one byte a second cannot hold the fetch open past ``timeout_s``.
+- **Time**: one deadline covers connecting, the answer and the whole body. Every socket wait is given
+  what is left of it, and a watchdog shuts the socket at the deadline, so a server that drips one byte
+  just inside each read's wait cannot hold the fetch open past ``timeout_s`` (it would otherwise start
+  a last full-length read just before the deadline). Name resolution is the system resolver's, bounded
+  by its own timeouts.
+- **Bytes on the wire**: the request asks for ``Accept-Encoding: identity`` and the body is read raw;
+  an answer with any other ``Content-Encoding`` is refused unread. A 500 KB gzip body would otherwise be
+  inflated in memory before any cap could count it (a compression bomb): every cap here counts bytes
+  received, and the image's own pixel cap is the checker's (``foundation.core.images``).
 - **Size**: a ``Content-Length`` above ``max_bytes`` is refused unread; a body is counted while streaming
   and the fetch stops at ``max_bytes`` + 1.
 
 Errors: ``UrlNotAllowed`` (the rules refuse the URL, a hop or an address), ``FetchFailed`` (no good answer:
-unreachable, timed out, not 2xx, a redirect not followed), ``FetchTooLarge``.
+unreachable, timed out, not 2xx, a redirect not followed, an encoding not asked for), ``FetchTooLarge``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -41,6 +57,7 @@ __all__ = [
     "Target",
     "UrlNotAllowed",
     "address_refusal",
+    "allows",
     "check_url",
     "fetch",
     "resolve_checked",
@@ -56,7 +73,9 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 @dataclass(frozen=True)
 class OutboundPolicy:
-    allow_http_hosts: frozenset[str] = frozenset()  # lower-case names or address literals
+    # Lower-case ``host:port`` pairs (``[v6]:port`` for an IPv6 literal; ``host:*``: every port), as the
+    # settings' validator writes them (``foundation.settings.host_port_entries``).
+    allow_http_hosts: frozenset[str] = frozenset()
     allow_private_hosts: frozenset[str] = frozenset()
     timeout_s: float = 10.0
     max_bytes: int = 20_000_000
@@ -101,14 +120,21 @@ def address_refusal(address: Address) -> str | None:
     return None
 
 
+def allows(entries: frozenset[str], host: str, port: int) -> bool:
+    """Whether an allow-list of ``host:port`` pairs names this host on this port (or on every port)."""
+    authority = f"[{host}]" if ":" in host else host
+    return f"{authority}:{port}" in entries or f"{authority}:*" in entries
+
+
 def resolve_checked(host: str, port: int, *, allow_private: bool) -> tuple[str, ...]:
     """Every address ``host`` resolves to, each checked (unless ``allow_private``); ``UrlNotAllowed`` if any
     is not public or the name does not resolve. All must pass: a name with one public and one private
-    address would otherwise let the connection land on the private one."""
+    address would otherwise let the connection land on the private one. The refusal names the rule that
+    refused, never the address (module docstring)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as e:
-        raise UrlNotAllowed(f"the host {host!r} does not resolve: {e}") from None
+    except (socket.gaierror, UnicodeError):
+        raise UrlNotAllowed(f"the host {host!r} does not resolve") from None
     addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
         raise UrlNotAllowed(f"the host {host!r} does not resolve")
@@ -116,7 +142,7 @@ def resolve_checked(host: str, port: int, *, allow_private: bool) -> tuple[str, 
         for address in addresses:
             reason = address_refusal(address)
             if reason is not None:
-                raise UrlNotAllowed(f"the host {host!r} resolves to {address}, a {reason} address")
+                raise UrlNotAllowed(f"the host {host!r} resolves to a {reason} address, which is not allowed")
     return tuple(str(a) for a in addresses)
 
 
@@ -131,12 +157,14 @@ def check_url(url: str, policy: OutboundPolicy) -> Target:
     host = (parts.hostname or "").lower()
     if scheme not in ("https", "http") or not host:
         raise UrlNotAllowed("the URL must be https://host/...")
-    if scheme == "http" and host not in policy.allow_http_hosts:
-        raise UrlNotAllowed(f"the URL must be https (plain http only to allowed hosts; {host!r} is not one)")
+    port = port or (443 if scheme == "https" else 80)
+    if scheme == "http" and not allows(policy.allow_http_hosts, host, port):
+        raise UrlNotAllowed(
+            f"the URL must be https (plain http only to allowed hosts and ports; {host!r} on port {port} is not one)"
+        )
     if parts.username is not None or parts.password is not None:
         raise UrlNotAllowed("the URL must not carry credentials")
-    port = port or (443 if scheme == "https" else 80)
-    addresses = resolve_checked(host, port, allow_private=host in policy.allow_private_hosts)
+    addresses = resolve_checked(host, port, allow_private=allows(policy.allow_private_hosts, host, port))
     return Target(url=url, scheme=scheme, host=host, port=port, addresses=addresses)
 
 
@@ -153,6 +181,9 @@ def fetch(url: str, policy: OutboundPolicy) -> Fetched:
                     continue
                 if not 200 <= response.status_code < 300:
                     raise FetchFailed(f"the server answered HTTP {response.status_code}")
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise FetchFailed(f"the answer is encoded ({encoding[:40]}), and the fetch asks for identity")
                 body = _read_capped(response, policy.max_bytes, deadline)
                 return Fetched(url=target.url, body=body, content_type=response.headers.get("content-type"))
             finally:
@@ -180,7 +211,7 @@ def _open(client: httpx.Client, target: Target, deadline: float) -> httpx.Respon
         request = client.build_request(
             "GET",
             pinned,
-            headers={"host": host_header},
+            headers={"host": host_header, "accept-encoding": "identity"},
             extensions={"sni_hostname": target.host},
             timeout=_remaining(deadline),
         )
@@ -192,7 +223,8 @@ def _open(client: httpx.Client, target: Target, deadline: float) -> httpx.Respon
             raise FetchFailed("the fetch timed out") from None
         except httpx.HTTPError as e:
             raise FetchFailed(f"the fetch failed: {type(e).__name__}") from None
-    raise FetchFailed(f"cannot connect to {target.host}: {last}")
+    # The connect error's text can carry the address that refused: not named (module docstring).
+    raise FetchFailed(f"cannot connect to {target.host!r} on port {target.port} ({type(last).__name__})")
 
 
 def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> bytes:
@@ -201,15 +233,46 @@ def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> b
         raise FetchTooLarge(f"the answer declares {declared} bytes; the limit is {max_bytes}")
     chunks: list[bytes] = []
     size = 0
+    watchdog = _Watchdog(response, deadline)
     try:
-        for chunk in response.iter_bytes():
+        for chunk in response.iter_raw():  # raw: what the wire carried, never inflated here
             size += len(chunk)
             if size > max_bytes:
                 raise FetchTooLarge(f"the answer is larger than {max_bytes} bytes")
             chunks.append(chunk)
             _remaining(deadline)
+        if watchdog.fired:  # a body that ends with the connection reads the shut socket as its end
+            raise FetchFailed("the fetch timed out")
     except httpx.TimeoutException:
         raise FetchFailed("the fetch timed out") from None
     except httpx.HTTPError as e:
+        if watchdog.fired:
+            raise FetchFailed("the fetch timed out") from None
         raise FetchFailed(f"the answer broke off: {type(e).__name__}") from None
+    finally:
+        watchdog.cancel()
     return b"".join(chunks)
+
+
+class _Watchdog:
+    """Shuts the answer's socket at ``deadline``. A read's own time limit was fixed when the request was
+    sent, so without this a read begun just before the deadline could wait a whole ``timeout_s`` more;
+    the shut socket ends that read at once (as an end of stream, which ``fired`` tells from a real one)."""
+
+    def __init__(self, response: httpx.Response, deadline: float) -> None:
+        self.fired = False
+        stream = response.extensions.get("network_stream")
+        self._socket: socket.socket | None = stream.get_extra_info("socket") if stream is not None else None
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        if self._socket is not None:
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        assert self._socket is not None
+        with contextlib.suppress(OSError):  # already closed: the read is over anyway
+            self._socket.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()

@@ -23,6 +23,7 @@ import typer
 
 from api.keys import KeyStore, Scope, SqliteKeyStore
 from foundation.settings import Settings, load_settings, settings_env
+from foundation.settings.hosts import is_loopback
 
 __all__ = [
     "EmbeddedPaths",
@@ -71,8 +72,11 @@ def _write_private(path: Path, text: str) -> None:
 def embedded_settings(
     paths: EmbeddedPaths, *, host: str, port: int, models_dir: Path, playground_key: str | None = None
 ) -> Settings:
-    """``playground_key`` (the dev key) turns the browser playground on at ``/`` for the dev project."""
-    playground = {"playground": True, "playground_api_key": playground_key} if playground_key else {}
+    """``playground_key`` (the dev key) turns the browser playground on at ``/`` for the dev project: on a
+    loopback ``host``, or on any other where ``api.playground_remote`` is set (the page then asks for the
+    key); otherwise the playground stays off, and the banner says why."""
+    remote_ok = is_loopback(host) or load_settings().api.playground_remote
+    playground = {"playground": True, "playground_api_key": playground_key} if playground_key and remote_ok else {}
     return load_settings(
         worker={"hosted_models": embedded_hosted_models()},
         data_dir=str(paths.root),
@@ -153,7 +157,7 @@ genworker is starting at {base}  (data: {paths.root}, worker log: {paths.worker_
 
   {key}
 
-Playground (in your browser): {base}/
+{_playground_line(settings, base)}
 
 Try it:
 
@@ -167,6 +171,17 @@ Try it:
 
 Models: curl -s {base}/v1/models    API schema: {base}/v1/openapi.json    Stop: Ctrl-C
 """
+
+
+def _playground_line(settings: Settings, base: str) -> str:
+    if not settings.api.playground:
+        return (
+            f"Playground: off on {settings.api.host} (not loopback: anyone reaching the port could act for the "
+            "dev project). GENWORKER_API__PLAYGROUND_REMOTE=true serves it there, behind the dev key."
+        )
+    if settings.api.playground_remote:
+        return f"Playground (in your browser): {base}/  (sign in with the dev key above)"
+    return f"Playground (in your browser): {base}/"
 
 
 def _start_worker(settings: Settings, paths: EmbeddedPaths) -> subprocess.Popen[bytes]:

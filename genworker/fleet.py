@@ -19,6 +19,7 @@ env file with a fresh S3 secret.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import secrets
@@ -69,6 +70,8 @@ GENWORKER_STORE__S3_ENDPOINT_URL=http://127.0.0.1:{s3_port}
 GENWORKER_STORE__S3_BUCKET=genworker
 GENWORKER_STORE__S3_ACCESS_KEY_ID=genworker-fleet
 GENWORKER_STORE__S3_SECRET_ACCESS_KEY={secrets.token_hex(20)}
+# Seals webhook endpoint secrets; every API process and webhook sender needs the same one.
+GENWORKER_WEBHOOKS__SECRET_KEY={base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii")}
 GENWORKER_API__PORT={api_port}
 GENWORKER_WORKER__HOSTED_MODELS='["tiny-wan", "tiny-ltx2"]'
 HF_HUB_OFFLINE=1
@@ -91,6 +94,11 @@ def fleet_settings(env: Mapping[str, str]) -> Settings:
         raise FleetError("the fleet runs SeaweedFS: set GENWORKER_STORE__BACKEND=s3 and S3_ENDPOINT_URL")
     if store.s3_access_key_id is None or store.s3_secret_access_key is None:
         raise FleetError("set GENWORKER_STORE__S3_ACCESS_KEY_ID and _SECRET_ACCESS_KEY: SeaweedFS checks them")
+    if settings.webhooks.secret_key is None:
+        raise FleetError(
+            "set GENWORKER_WEBHOOKS__SECRET_KEY (`genworker webhooks keygen`): the API refuses to start on Redis "
+            "without the webhook key"
+        )
     for name, url in (("GENWORKER_QUEUE__REDIS_URL", queue.redis_url), ("S3_ENDPOINT_URL", store.s3_endpoint_url)):
         parts = urlsplit(url)
         if parts.hostname not in _LOOPBACK or parts.port is None:

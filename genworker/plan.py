@@ -34,16 +34,14 @@ def _profile_label(plan: ModelPlan, spec: ModelSpec) -> str:
     return ", ".join(parts)
 
 
-def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> str:
+def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float, gpu: str | None = None) -> str:
     """The plans as Markdown: a heading and table per model, skipped models and unpinned weights listed."""
     from pipelines.planning.memory_plan import OFFLOAD_MODES, reserve_gb
     from pipelines.runtime.weights import needed
 
     reserve = reserve_gb(device_gb)
-    lines = [
-        f"### {device_gb:g} GB device (usable {device_gb - reserve:.1f} GB after a {reserve:.1f} GB reserve)",
-        "",
-    ]
+    device = f"{gpu} ({device_gb:.1f} GB as it reports it" if gpu else f"{device_gb:g} GB device ("
+    lines = [f"### {device}; usable {device_gb - reserve:.1f} GB after a {reserve:.1f} GB reserve)", ""]
     for spec, plan in plans:
         if plan.skipped:
             lines += [f"- `{spec.id}`: {plan.skipped}", ""]
@@ -80,16 +78,65 @@ def format_plan(plans: list[tuple[ModelSpec, ModelPlan]], device_gb: float) -> s
     return "\n".join(lines) + "\n"
 
 
-def plan_command(
-    gpu_memory_gb: Annotated[float, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB.")],
+def format_summary(plans: dict[str, list[tuple[ModelSpec, ModelPlan]]]) -> str:
+    """One Markdown table, a row per model and a column per GPU class: the offload mode to run the model with on
+    that class, the least that fits every size at its longest duration (offloading less is faster); "override"
+    where it differs from the shipped profile (a ``profile_overrides`` entry). Where no mode fits every size,
+    the longest duration that fits per resolution under the shipped profile."""
+    from pipelines.planning.memory_plan import GPU_CLASSES, reserve_gb
+
+    classes = list(plans)
+    head = " | ".join(f"{gpu} ({GPU_CLASSES[gpu] - reserve_gb(GPU_CLASSES[gpu]):.1f} GB usable)" for gpu in classes)
+    lines = [f"| model | profile | {head} |", "|---|---|" + "---|" * len(classes)]
+    rows: dict[str, list[str]] = {}
+    for gpu in classes:
+        usable = GPU_CLASSES[gpu] - reserve_gb(GPU_CLASSES[gpu])
+        for spec, plan in plans[gpu]:
+            if plan.skipped:
+                continue
+            rows.setdefault(spec.id, [f"`{spec.id}`", _profile_label(plan, spec)]).append(_cell(plan, usable))
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows.values()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(plan: ModelPlan, usable: float) -> str:
+    from pipelines.planning.memory_plan import OFFLOAD_MODES
+
+    for mode in OFFLOAD_MODES:
+        if all(row.peak_gb[mode] <= usable for row in plan.rows):
+            return mode if mode == plan.profile.offload else f"{mode} (override)"
+    return ", ".join(f"{row.resolution} ≤ {row.max_seconds} s" for row in plan.rows)
+
+
+def plan_command(  # noqa: PLR0917  # typer reads each option from a parameter
+    gpu_memory_gb: Annotated[
+        float | None, typer.Option("--gpu-memory-gb", min=1.0, help="Device memory in GB, as the device reports it.")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", help="A GPU class: its reported memory (rtx4090-24gb, l40s-48gb, h100-80gb, h200-141gb)."
+        ),
+    ] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="One table: every model against every GPU class (docs/gpu.md).")
+    ] = False,
     model: Annotated[list[str] | None, typer.Option("--model", help="Only these model ids (repeatable).")] = None,
     catalog_path: Annotated[str | None, typer.Option("--catalog", help="Catalog file.")] = None,
     config: Annotated[str | None, typer.Option("--config", help="Worker settings (for profile_overrides).")] = None,
 ) -> None:
-    """Print the memory plan: per model, profile and size, whether it fits an N GB device."""
+    """Print the memory plan: per model, profile and size, whether it fits a device (--gpu or --gpu-memory-gb)."""
     from foundation.core.errors import CatalogError
     from foundation.settings import load_settings
-    from pipelines.planning.memory_plan import plan_model
+    from pipelines.planning.memory_plan import GPU_CLASSES, plan_model
+
+    if summary == (gpu is not None or gpu_memory_gb is not None) or (gpu is not None and gpu_memory_gb is not None):
+        typer.echo("give one of --gpu CLASS, --gpu-memory-gb N or --summary", err=True)
+        raise typer.Exit(2)
+    if gpu is not None and gpu not in GPU_CLASSES:
+        typer.echo(f"unknown GPU class {gpu!r}; known: {', '.join(GPU_CLASSES)}", err=True)
+        raise typer.Exit(2)
+    device_gb = GPU_CLASSES[gpu] if gpu is not None else float(gpu_memory_gb or 0.0)  # unused by --summary
     from pipelines.runtime.options import load_model_catalog
     from pipelines.runtime.profile import runtime_profile
 
@@ -104,5 +151,12 @@ def plan_command(
         typer.echo(f"unknown model ids {unknown}; the catalog has {sorted(cat.models)}", err=True)
         raise typer.Exit(2)
     specs = [cat.models[m] for m in model] if model else list(cat.models.values())
-    plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), gpu_memory_gb)) for spec in specs]
-    typer.echo(format_plan(plans, gpu_memory_gb), nl=False)
+    if summary:
+        by_class = {
+            name: [(spec, plan_model(spec, runtime_profile(spec, settings.models), gb)) for spec in specs]
+            for name, gb in GPU_CLASSES.items()
+        }
+        typer.echo(format_summary(by_class), nl=False)
+        return
+    plans = [(spec, plan_model(spec, runtime_profile(spec, settings.models), device_gb)) for spec in specs]
+    typer.echo(format_plan(plans, device_gb, gpu), nl=False)

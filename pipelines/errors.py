@@ -9,6 +9,7 @@ Exception tree (the classes of this module, under their bases from ``foundation.
     ├── ParallelSetupError       the job's process group cannot be formed as configured (also ``RuntimeError``)
     ├── FollowerStopped          rank 0 stopped the job at this step: a follower rank leaves its denoise
     ├── CheckpointCorrupt        bytes that are no denoising checkpoint this version reads (also ``ValueError``)
+    │   └── CheckpointMismatch   a checkpoint of this job that does not fit its loop (shapes, dtypes, counts)
     ├── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
     └── WarmupDone               a compile warm-up denoise ran what it had to: it leaves the loop early
 """
@@ -19,6 +20,7 @@ from foundation.core.errors import ErrorCode, GenworkerError, JobError
 
 __all__ = [
     "CheckpointCorrupt",
+    "CheckpointMismatch",
     "FollowerStopped",
     "ModelLoadError",
     "ParallelSetupError",
@@ -50,6 +52,12 @@ class FollowerStopped(GenworkerError):
 
 class CheckpointCorrupt(GenworkerError, ValueError):
     """The bytes are not a checkpoint this version can read."""
+
+
+class CheckpointMismatch(CheckpointCorrupt):
+    """A checkpoint that parses and carries this job's fingerprint, but whose contents do not fit the loop
+    it is restored into: another count of scheduler steps or outputs, a tensor of another shape or dtype, a
+    scheduler state laid out otherwise, or a restore that failed. The job starts over from step 0."""
 
 
 class UnsupportedState(GenworkerError, TypeError):

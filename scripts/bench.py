@@ -140,6 +140,10 @@ def summarize(sections: dict[str, Any]) -> list[dict[str, Any]]:
         met = None if get is None or empty is None else get >= 4000 and get >= 0.5 * empty
         rows.append(_row(figure, get, empty, "≥ 4,000; ratio ≥ 0.5", met))
         rows.append(_row(f"API req/s, POST /v1/generations, {backend}", post, None, "≥ 1,500", _at_least(post, 1500)))
+        # Issue 40: the public catalog (no key) is at least as cheap as a poll, in the same run.
+        catalog = _get(api, f"models{suffix}.rps")
+        figure = f"API req/s, GET /v1/models (no key), {backend}, vs GET /v1/generations/{{id}}"
+        rows.append(_row(figure, catalog, get, "≥ 1.0x", None if catalog is None or get is None else catalog >= get))
         for name, label in (("get", "GET /v1/generations/{id}"), ("post", "POST /v1/generations")):
             p99 = _get(api, f"{name}{suffix}.half_rate.p99_ms")
             figure = f"API p99 ms at half the max rate, {label}, {backend}"

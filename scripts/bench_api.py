@@ -1,6 +1,7 @@
-"""API benchmark: requests/s and latency of ``GET /v1/generations/{id}`` and ``POST /v1/generations`` (a
-unique ``Idempotency-Key`` per request) per API process, on both queue backends, next to two baselines
-measured in the same run: a bare ASGI app returning a constant JSON, and FastAPI's empty async route.
+"""API benchmark: requests/s and latency of ``GET /v1/generations/{id}``, ``POST /v1/generations`` (a
+unique ``Idempotency-Key`` per request) and ``GET /v1/models`` (the public catalog, no key) per API
+process, on both queue backends, next to two baselines measured in the same run: a bare ASGI app returning
+a constant JSON, and FastAPI's empty async route.
 
 Every server is a real ``uvicorn`` process (uvloop + httptools) on loopback, one process each (one core
 at most): the API is ``genworker api`` over the embedded backends (SQLite queue, local store, SQLite
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import functools
 import json
 import os
@@ -292,8 +294,10 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
     from foundation.settings import settings_env
 
     queue: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(data / "queue.db")}
-    if redis_url:
+    webhooks: dict[str, Any] = {}
+    if redis_url:  # an API on Redis needs the deployment's webhook key
         queue = {"backend": "redis", "redis_url": redis_url}
+        webhooks = {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")}
     settings = {
         "data_dir": str(data),
         "queue": queue,
@@ -305,6 +309,7 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
         # The per-key limiter would answer 429 long before the server saturates: lifted for the benchmark
         # (it still runs on every request: the in-process bucket, or the Redis counter).
         "api": {"rate_limit_per_s": 1000000000, "rate_limit_burst": 1000000000},
+        "webhooks": webhooks,
         "log_level": "WARNING",
     }
     return {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings)}
@@ -429,7 +434,10 @@ def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
             path = f"/v1/generations/{api.gen_id}"
             targets[f"get{name}"] = _target(api.proc, api.port, "GET", path, api.token)
             targets[f"post{name}"] = _target(api.proc, api.port, "POST", "/v1/generations", api.token)
-            targets[f"get{name}"]["redis"] = targets[f"post{name}"]["redis"] = bool(name)
+            # The public catalog, no key: at least the poll's rate (issue 40), measured beside it.
+            targets[f"models{name}"] = _target(api.proc, api.port, "GET", "/v1/models")
+            for kind in ("get", "post", "models"):
+                targets[f"{kind}{name}"]["redis"] = bool(name)
         if only:
             targets = {k: v for k, v in targets.items() if k in only or k in ("bare", "fastapi_async")}
         extra = {name: [redis.pid] if t.get("redis") else [] for name, t in targets.items()}
@@ -439,7 +447,7 @@ def run(quick: bool = False, only: list[str] | None = None) -> dict[str, Any]:
         for _ in range(rounds):  # interleaved, so machine noise hits every side alike
             for name, target in targets.items():
                 runs[name].append(_measure(target, seconds, None, extra[name]))
-        half: dict[str, list[dict[str, Any]]] = {n: [] for n in targets if n.startswith(("get", "post"))}
+        half: dict[str, list[dict[str, Any]]] = {n: [] for n in targets if n.startswith(("get", "post", "models"))}
         for _ in range(rounds):  # interleaved too: one stall of a shared machine sits in one round
             for name, done in half.items():
                 rate = _med(runs[name], "rps") / 2
@@ -507,8 +515,9 @@ def _report(
         "medians over rounds (rounds_p99_ms: each round's p99; max_ms: the largest of any round). "
         "POST is a create with a unique Idempotency-Key (SQLite: one durable insert, synchronous=FULL; "
         "Redis: idempotency SET NX, index writes, commit.lua), GET a record read, a queue position and "
-        "the view. fastapi_async (an empty async FastAPI route) is the framework alone; fastapi_constant "
-        "the same from a sync route (one threadpool hop)."
+        "the view; models is the public catalog (GET /v1/models, no key, no If-None-Match: the whole body). "
+        "fastapi_async (an empty async FastAPI route) is the framework alone; fastapi_constant the same from "
+        "a sync route (one threadpool hop)."
     )
     return result
 

@@ -2,8 +2,8 @@
 
 On this machine (a 2-vCPU VM) a core with nothing to run halts, and waking it for the next process
 costs far more than the work that follows: a bare Streams wake-up (``XADD`` → ``XREADGROUP``) takes
-~0.5 ms with the machine idle and ~0.13 ms while every core has something to run (the issue's machine
-measured 0.18 ms). The pick-up benchmarks therefore report each figure twice: on an idle machine,
+several times longer with the machine idle than while every core has something to run (the figures are in
+docs/benchmarks.md). The pick-up benchmarks therefore report each figure twice: on an idle machine,
 and under this load, which stands for a node whose cores are never all idle (other workers, data
 loaders, the API). The load runs at the lowest priority (nice 19), so a woken process preempts it at
 once; it only keeps the cores from halting.

@@ -5,7 +5,7 @@ It imports nothing from the project: SAQ's ``redis`` extra pins redis<8 while th
 so the peers get their own venv, where the project's modules (pydantic, redis 8, ...) are not installed.
 ``drive`` is ``bench_queue.interleaved_pickups``' protocol, with the peers' libraries as producer and
 consumer: a consumer process waits in the library's blocking dequeue; the producer builds the job before
-the clock starts, sleeps 10 ms (the consumer is idle in its blocking read again), takes
+the clock starts, sleeps 10 milliseconds (the consumer is idle in its blocking read again), takes
 t0 = ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process of the machine), enqueues,
 and reads from the consumer's stdout the time taken on the job function's first line; the first 5 jobs
 are warm-up. Besides that ``PICK`` line the consumer prints ``BLK`` just before the library's dequeue

@@ -1,9 +1,9 @@
 """Idle pick-up of peer Python job queues (SAQ, RQ's ``SimpleWorker``) next to ours and the bare Redis
-Streams floor, on this machine and in one run: is our ~1 ms pick-up the queue's cost or the machine's?
+Streams floor, on this machine and in one run: is our pick-up time the queue's cost or the machine's?
 (issue 17).
 
 Every figure has ``bench_queue.interleaved_pickups``' protocol: a consumer process waits in its blocking
-read, the job is built before the clock starts, the producer sleeps 10 ms (the consumer is idle again),
+read, the job is built before the clock starts, the producer sleeps 10 milliseconds (the consumer is idle again),
 takes t0 and enqueues; the consumer reports ``time.perf_counter`` (CLOCK_MONOTONIC, one clock for every
 process of the machine) at its pick-up; the first 5 jobs are warm-up. Where the pick-up is read differs:
 

@@ -55,6 +55,9 @@ class _Recorder:
     def refused(self, reason: str) -> None:
         raise AssertionError(reason)
 
+    def discard(self, detail: str) -> None:
+        raise AssertionError(detail)
+
     def resumed(self, step: int, total: int) -> None:
         raise AssertionError("no resume in the bench")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import resource
@@ -48,6 +49,8 @@ def _api(tmp: Path, redis_url: str, streams: int) -> tuple[subprocess.Popen[byte
     settings = {
         "data_dir": str(tmp),
         "queue": {"backend": "redis", "redis_url": redis_url},
+        # An API on Redis needs the deployment's webhook key.
+        "webhooks": {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")},
         "store": {
             "backend": "local",
             "local_root": str(tmp / "artifacts"),

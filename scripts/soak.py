@@ -32,6 +32,7 @@ objects in the bucket no record points at after the sweep (``orphaned_objects``)
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -116,6 +117,8 @@ def base_env(plan: Plan, weed: SeaweedServer, models_dir: Path, data_dir: Path, 
         "worker": {"hosted_models": plan.models, "preload": plan.models, "heartbeat_s": 1},
         "encoder": {"preset": "ultrafast", "threads": 1},
         "api": {"rate_limit_per_s": 100000, "rate_limit_burst": 100000},
+        # One webhook server key for every API replica (the API refuses to start on Redis without it).
+        "webhooks": {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")},
     }
     if catalog is not None:
         settings["catalog_path"] = str(catalog)

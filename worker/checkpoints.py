@@ -14,7 +14,10 @@ it is deleted when the generation ends, and the sweeper removes one a killed wor
   attempt); another worker resumes it from that step. Past the grace (``stop_now``) the step in flight is
   checkpointed the same way before the job is released.
 - **Resume**: ``load`` reads the stored checkpoint; one that does not parse, or that the adapter refuses
-  (another recipe, catalog entry, prompt, seed, library version), is counted by reason and ignored.
+  (another recipe, catalog entry, prompt, seed, library or loop version), is counted by reason and ignored.
+  One that parses and matches but cannot be restored (``CheckpointMismatch``: its contents do not fit the
+  loop) is ``discard``ed: deleted, logged and counted (``mismatch``), and the run starts again from step 0
+  in this attempt (``worker.pipeline_run``), so it uses no attempt of the job.
 - A failed write is a warning, never a failure of the job: a checkpoint only saves time.
 """
 
@@ -131,11 +134,14 @@ class JobCheckpoints:
         self._mean_step_s: float | None = None
         self.resumed_from_step: int | None = None
         self.stop_requested = False  # a drain decided this job cannot finish in time: stop at this step
+        self._discarded = False  # the stored checkpoint failed its restore: not read again until a save
 
     # ------------------------------------------------------------------------------ Checkpoints protocol
 
     def load(self) -> DenoiseCheckpoint | None:
         self._writer.flush(timeout_s=60.0)  # a retry in this attempt (after OOM) reads the latest write
+        if self._discarded:
+            return None  # its delete may have failed: never restore it twice
         try:
             data = self._store.read_bytes(self._key, max_bytes=MAX_CHECKPOINT_BYTES)
         except (BackendUnavailable, GenworkerError) as e:
@@ -154,6 +160,22 @@ class JobCheckpoints:
         self._log.warning(
             "stored checkpoint not used (%s): starting from step 0", reason, extra={"reason": reason, "detail": detail}
         )
+
+    def discard(self, detail: str) -> None:
+        """The checkpoint ``load`` handed out did not fit the loop: delete it and start this attempt's run
+        over. The job keeps its attempt; only the replay up to the checkpoint was wasted."""
+        self._discarded = True
+        self.resumed_from_step = None
+        self._last_saved_step, self._first_live, self._mean_step_s = 0, None, None
+        self._metrics.checkpoints_refused.labels(self._model, "mismatch").inc()
+        self._log.warning(
+            "stored checkpoint does not fit the loop: deleted, starting from step 0",
+            extra={"reason": "mismatch", "detail": detail[:500]},
+        )
+        try:
+            self._store.delete(self._key)
+        except Exception as e:  # kept broad: a store error must not fail the job; load() skips it anyway
+            self._log.warning("could not delete the unusable checkpoint: %s", e)
 
     def resumed(self, step: int, total: int) -> None:
         self.resumed_from_step = step
@@ -175,6 +197,7 @@ class JobCheckpoints:
         return policy.every_s is not None and now - self._last_saved_at >= policy.every_s
 
     def save(self, checkpoint: DenoiseCheckpoint) -> None:
+        self._discarded = False  # the next load reads this one (the writer is flushed first)
         self._last_saved_step = checkpoint.step
         self._last_saved_at = time.monotonic()
         self._writer.submit(checkpoint)

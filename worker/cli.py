@@ -90,6 +90,10 @@ def generate_command(
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (default: random).")] = None,
     negative_prompt: Annotated[str | None, typer.Option(help="Negative prompt (default: the model's).")] = None,
+    preview: Annotated[
+        Path | None,
+        typer.Option(help="Write the live preview here while it denoises (a JPEG, replaced by each newer one)."),
+    ] = None,
     jobs: Annotated[Path | None, typer.Option("--jobs", help=_JOBS_HELP)] = None,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the videos of --jobs go.")] = Path("."),
     config: _ConfigOption = None,
@@ -104,8 +108,8 @@ def generate_command(
     given |= {"resolution": resolution, "ratio": ratio, "duration": duration, "audio": audio}
     given |= {"prompt_extend": prompt_extend, "seed": seed, "negative_prompt": negative_prompt}
     given = {k: v for k, v in given.items() if v is not None}
-    if jobs is not None and (given or output is not None):  # refused, not ignored: the file holds every job
-        typer.echo(f"--jobs takes every job from its file; drop --{next(iter(given), 'output')}", err=True)
+    if jobs is not None and (given or output is not None or preview is not None):  # refused, not ignored
+        typer.echo(f"--jobs takes every job from its file; drop --{next(iter(given), 'output or --preview')}", err=True)
         raise typer.Exit(2)
     if jobs is None and (model is None or prompt is None):
         typer.echo("missing option: --model and --prompt (or --jobs FILE)", err=True)
@@ -120,7 +124,13 @@ def generate_command(
         typer.echo(f"state in {settings.data_dir} (models: {settings.models.tiny_models_dir})", err=True)
         with _ProgressBar() as bar:
             result = generate_once(
-                settings, job, output or Path("out.mp4"), on_stage=bar.stage, on_step=bar.step, image=fitted
+                settings,
+                job,
+                output or Path("out.mp4"),
+                on_stage=bar.stage,
+                on_step=bar.step,
+                image=fitted,
+                preview=preview,
             )
     except RequestRejected as e:
         _say_rejected(e)
@@ -138,6 +148,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     from foundation.core.errors import ErrorCode, RequestRejected
     from pipelines.runtime.cache import ModelCache
     from worker.generate import generate_once
+    from worker.memory import planned_peak
     from worker.verdict import classify
 
     try:
@@ -145,7 +156,7 @@ def _run_jobs(settings: Settings, path: Path, out_dir: Path) -> int:
     except RequestRejected as e:
         _say_rejected(e)
         return 2
-    cache = ModelCache(settings.models)
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
     failed = 0
     for n, job, fitted in prepared:
         try:

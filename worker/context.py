@@ -21,13 +21,14 @@ from foundation.queue.base import WorkerHeartbeat, WorkerQueue
 from foundation.settings import Settings
 from foundation.stores.base import ArtifactStore
 from pipelines.runtime.options import load_model_catalog
+from pipelines.runtime.previews import PreviewCadence
 from worker.attempt import Settler
 from worker.checkpoints import CheckpointSetup, DrainClock
 from worker.faults import LocalFaults
 from worker.health import HealthState, StatusServer
 from worker.lease import Heartbeat, LeaseKeeper
 from worker.lifecycle import Shutdown
-from worker.memory import advertisable_models
+from worker.memory import advertisable_models, planned_peak
 from worker.metrics import WorkerMetrics
 from worker.postprocess import PostProcessingLane, PostProcessor
 from worker.runner import JobRunner
@@ -63,9 +64,13 @@ class WorkerContext:
     unserved_variants: dict[str, list[str]] = field(default_factory=dict)  # model -> mode/variant it lacks
 
     def beat(self) -> WorkerHeartbeat:
+        # A model a local fault keeps this worker off is not offered while the fault lasts: GET /v1/models
+        # reports it unavailable when no other worker takes it, and its jobs wait (``worker.faults``).
+        ready = self.faults.ready_models()
         return WorkerHeartbeat(
             worker_id=self.worker_id,
-            hosted_models=self.hosted_models,
+            hosted_models=ready,
+            faulted_models=[m for m in self.hosted_models if m not in ready],
             unserved_variants=self.unserved_variants,
             loaded_models=list(self.cache.loaded()),
             current_job=self.current_job,
@@ -193,7 +198,7 @@ def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContex
     store = open_store(settings.store, data_dir=settings.data_dir)
     store.ensure_bucket()  # S3: create the bucket once at start, not on the first upload
     leases = LeaseKeeper(queue, settings.queue.lease_ttl_s, ws.hang_margin_s, on_hang=health.mark_unhealthy)
-    cache = ModelCache(settings.models)
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
     runner, post = _job_path(
         settings=settings,
         catalog=catalog,
@@ -289,6 +294,7 @@ def _job_path(
         faults=faults,
         stop_now=shutdown.stop_now,
         progress_interval_s=ws.progress_interval_s,
+        previews=PreviewCadence(ws.preview_every_steps, ws.preview_interval_s) if ws.previews else None,
         work_root=work_root(settings),
         store=store,  # input images of image_to_video jobs
         checkpointing=checkpointing,

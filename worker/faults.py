@@ -9,10 +9,15 @@ up) and ``LocalFaults`` keeps the worker away from what is broken, so the fleet'
   ``genworker_model_ready`` is 0, ``genworker_worker_fault{kind,model}`` is 1 (``model`` is empty for
   a worker-wide fault) and ``/readyz`` names the model, the kind and the reason; it answers 503 once
   no hosted model is left.
+- **Offered again only when it works.** While a fault is recorded, the worker's heartbeat leaves the
+  model out of ``hosted_models`` (it names it in ``faulted_models``), so ``GET /v1/models`` reports the
+  model unavailable when no other worker takes it; its jobs stay queued meanwhile.
 - **No endless loop.** A model that does not load on several workers is the model's fault, not
   theirs: ``judge`` turns the release into ``failed: model_load_failed`` once ``load_failure_workers``
-  distinct workers (or every live host of the model, if fewer) gave the job back, read from the
-  job's events through ``FleetView``.
+  distinct workers (or every live host of the model, if fewer, but at least two) gave the job back,
+  read from the job's events through ``FleetView``. A model's only live host never fails a job for
+  its own load failure: one worker cannot tell its own fault from the model's, so it backs off and the
+  jobs wait for it to recover or for another host (unless ``load_failure_workers`` is 1).
 """
 
 from __future__ import annotations
@@ -207,9 +212,15 @@ class LocalFaults:
             return None
         try:
             workers = releasers(self._fleet.events(claim.job_id)) | {self._worker_id}
-            hosts = sum(1 for beat in self._fleet.live_workers() if claim.model in beat.hosted_models)
+            hosts = sum(
+                1
+                for beat in self._fleet.live_workers()
+                if claim.model in beat.hosted_models or claim.model in beat.faulted_models
+            )
         except BackendUnavailable as e:  # cannot tell now: release, and judge again at the next failure
             log.warning("cannot read the fleet to judge a load failure: %s", e, extra={"job_id": claim.job_id})
             return None
-        limit = max(1, min(self._load_failure_workers, max(hosts, 1)))
+        limit = self._load_failure_workers
+        if limit > 1:  # every live host, if fewer, but never one alone: it may be that worker's fault only
+            limit = max(2, min(limit, hosts))
         return len(workers) if len(workers) >= limit else None

@@ -8,6 +8,7 @@ here is the clip a worker would upload for the same request and seed.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -24,13 +25,14 @@ from foundation.core.errors import ErrorCode, JobError
 from foundation.core.resolve import ResolvedJob, resolve
 from foundation.settings import Settings
 from pipelines.runtime.options import load_model_catalog
+from pipelines.runtime.previews import PreviewCadence, Previews
 from worker.context import ensure_tiny_models
 from worker.pipeline_run import RunHooks, run_pipeline
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from foundation.core.media import StepCallback
+    from foundation.core.media import Preview, StepCallback
     from pipelines.runtime.cache import ModelCache
 
 __all__ = ["GenerateOptions", "GenerateResult", "generate_once", "prepare_job"]
@@ -105,9 +107,19 @@ class _LocalHooks(RunHooks):
     """The one-shot side of a run: stages and steps to the caller's callbacks, timed, under the model's
     time limit (``max_job_seconds``, as on a worker)."""
 
-    def __init__(self, on_stage: StageCallback, on_step: StepCallback, *, limit_s: float) -> None:
+    def __init__(
+        self,
+        on_stage: StageCallback,
+        on_step: StepCallback,
+        *,
+        limit_s: float,
+        preview: Path | None = None,
+        cadence: PreviewCadence | None = None,
+    ) -> None:
         self._on_stage = on_stage
         self._on_step = on_step
+        self._preview = preview
+        self._cadence = cadence or PreviewCadence()
         self._deadline = time.monotonic() + limit_s
         self._limit_s = limit_s
         self.log = logging.getLogger("genworker.generate")
@@ -124,6 +136,17 @@ class _LocalHooks(RunHooks):
     def on_step(self, done: int, total: int) -> None:
         self._check_time()
         self._on_step(done, total)
+
+    def previews(self) -> Previews | None:
+        return Previews(self._write_preview, self._cadence) if self._preview is not None else None
+
+    def _write_preview(self, preview: Preview) -> None:
+        """Replace the preview file whole (a viewer never reads half a JPEG): it always holds the latest."""
+        assert self._preview is not None
+        self._preview.parent.mkdir(parents=True, exist_ok=True)
+        partial = self._preview.with_name(self._preview.name + ".partial")
+        partial.write_bytes(preview.jpeg())
+        os.replace(partial, self._preview)
 
     def _check_time(self) -> None:
         if time.monotonic() > self._deadline:
@@ -145,6 +168,7 @@ def generate_once(
     on_step: StepCallback = _noop_step,
     image: Image | None = None,
     cache: ModelCache | None = None,
+    preview: Path | None = None,
 ) -> GenerateResult:
     """Run ``job`` and write ``out`` (MP4) plus ``out`` with ``.jpg`` (poster); raises what the pipeline raises.
 
@@ -152,15 +176,20 @@ def generate_once(
     (``worker.input_image.fit_image(decode_image(data), job.gen_width, job.gen_height)``).
     ``cache``: the models already loaded by earlier jobs of this process (``genworker generate --jobs``);
     by default a fresh one, so the model loads for this job.
+    ``preview``: where the live previews go while it denoises (a JPEG, replaced by each newer one, at the
+    worker settings' cadence), so the file ends holding the last one.
     """
     from foundation.media.encoder import encode_video
     from pipelines.runtime.cache import ModelCache
+    from worker.memory import planned_peak
 
     catalog = load_model_catalog(settings.catalog_path)
     spec = catalog.models[job.model]
     ensure_tiny_models(settings, catalog, [spec.id])
-    hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds)
-    cache = cache if cache is not None else ModelCache(settings.models)
+    ws = settings.worker
+    cadence = PreviewCadence(ws.preview_every_steps, ws.preview_interval_s)
+    hooks = _LocalHooks(on_stage, on_step, limit_s=spec.max_job_seconds, preview=preview, cadence=cadence)
+    cache = cache if cache is not None else ModelCache(settings.models, planned_peak=planned_peak(settings))
     rendered = run_pipeline(cache, spec, job, hooks, image=image)
     with hooks.stage(Stage.encoding), tempfile.TemporaryDirectory(prefix="genworker-generate-") as tmp:
         encoded = encode_video(

@@ -9,7 +9,9 @@
   lapses, and marks the worker unhealthy so its orchestrator restarts the process.
 - ``Heartbeat`` reports the worker (hosted and loaded models, current job, ready) every
   ``heartbeat_s`` with a TTL of three beats, re-queues other workers' lapsed leases (counted in
-  ``genworker_leases_reclaimed_total``), and samples queue depth and GPU memory for the metrics.
+  ``genworker_leases_reclaimed_total``), says which jobs of a newer version the queue left to that
+  version's workers or failed (``genworker_newer_records_total``, a log line each), and samples queue
+  depth and GPU memory for the metrics.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Heartbeat(_Ticker):
     def tick(self) -> None:
         beat = self._beat()
         self._queue.heartbeat(beat.model_copy(update={"at": utcnow()}), ttl_s=3 * self.interval_s)
-        for model in beat.hosted_models:
+        for model in [*beat.hosted_models, *beat.faulted_models]:  # a faulted model's jobs wait: count them
             self._metrics.queue_depth.labels(model).set(self._queue.depth(model))
         self._metrics.sample_gpu_memory()
         if time.monotonic() - self._last_reclaim >= self._reclaim_interval_s:
@@ -150,3 +152,18 @@ class Heartbeat(_Ticker):
             if count:
                 self._metrics.leases_reclaimed.inc(count)
                 log.info("re-queued lapsed leases", extra={"count": count})
+        self._report_newer()
+
+    def _report_newer(self) -> None:
+        """Jobs a newer version wrote that this worker's queue met (a rolling upgrade): said once each."""
+        for met in self._queue.newer_records():
+            outcome = "failed" if met.failed else "left"
+            self._metrics.newer_records.labels(met.model, outcome).inc()
+            extra = {"job_id": met.job_id, "model": met.model, "record_format": met.record_format}
+            extra["waited_s"] = met.waited_s
+            if met.failed:
+                log.warning(
+                    "a newer version's job waited in vain for its workers: failed version_unavailable", extra=extra
+                )
+            else:
+                log.info("a newer version's job left to its workers (no attempt used)", extra=extra)

@@ -70,7 +70,7 @@ class _Handoff(logging.Handler):
         super().__init__()
         self._handlers = handlers
         self._records: deque[logging.LogRecord] = deque()  # append and popleft are atomic
-        self._closed = threading.Event()
+        self._stopped = threading.Event()
         self._wake = threading.Event()
         self._writer = threading.Thread(target=self._write_until_closed, name="log-writer", daemon=True)
         self._writer.start()
@@ -92,7 +92,7 @@ class _Handoff(logging.Handler):
             self._wake.set()  # an operator (or an alert) waits for these: written now, with what came before
 
     def _write_until_closed(self) -> None:
-        while not self._closed.is_set():
+        while not self._stopped.is_set():
             self._wake.wait(WRITE_EVERY_S)
             self._wake.clear()  # a wake-up set after this finds its line in the pass below
             self._write()
@@ -107,8 +107,8 @@ class _Handoff(logging.Handler):
                     handler.handle(record)
 
     def close(self) -> None:
-        if not self._closed.is_set():
-            self._closed.set()
+        if not self._stopped.is_set():
+            self._stopped.set()
             self._wake.set()
             if self._writer is not threading.current_thread():
                 self._writer.join()  # its last pass writes what is queued, in order

@@ -8,7 +8,20 @@ Threads and who owns what:
   here and the process exits.
 - **gpu** — ``process()``: claim → run on the GPU → hand over to post-processing, until draining.
 - **postprocess** — encode → upload → finish, one job behind the GPU (``worker.postprocess``).
-- **lease-keeper**, **heartbeat**, **status-http** — ``worker.lease`` and ``worker.health``.
+- **progress** — the progress writes of the running job, sent while the GPU runs on (``worker.runner``).
+- **checkpoint-writer** — serializes and uploads the running job's denoising checkpoints, the newest one
+  only (``worker.checkpoints``); started by a job's first checkpoint.
+- **lease-keeper** — renews the leases of claimed jobs (``worker.lease``).
+- **heartbeat** — the fleet heartbeat and the queue's reclaim pass (``worker.lease``).
+- **status-http** — ``/healthz``, ``/readyz`` and ``/metrics`` (``worker.health``).
+- **sweeper** — retention, and what killed attempts and expired records left behind (``worker.sweeper``).
+- **log-writer** — writes the log lines in the order they were logged (``worker.logs``), started by
+  ``genworker worker`` before ``run_worker``.
+
+Each has that name (an executor's adds ``_0``); tests/integration/test_worker_threads.py compares this
+list with the threads a running worker starts. Libraries start none that lasts: diffusers and transformers
+load weights on a pool of threads that ends with the load, and tqdm's monitor thread is switched off
+(``pipelines.runtime.profile.quiet_progress_bars``).
 
 A job is never left ``running``: it ends with a status, is retried or released, or — if this
 process dies — its lease lapses and the queue re-delivers it (or dead-letters it at the attempt
@@ -137,9 +150,10 @@ class Worker:
         os._exit(self.exit_code)
 
 
-def run_worker(settings: Settings, *, install_signals: bool = True) -> int:
-    """Set up, run until drained, tear down. Returns the process exit code."""
-    shutdown = Shutdown()
+def run_worker(settings: Settings, *, install_signals: bool = True, shutdown: Shutdown | None = None) -> int:
+    """Set up, run until drained, tear down. Returns the process exit code. ``shutdown``: the drain and stop
+    events to obey (a worker run inside another program, which drains it); by default its own."""
+    shutdown = shutdown or Shutdown()
     if install_signals:
         shutdown.install()
     try:

@@ -12,8 +12,9 @@ Off CUDA, for tiny models, and for models that ship no architecture config, noth
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from foundation.core.catalog import Catalog
+from foundation.core.catalog import Catalog, ModelSpec
 from foundation.core.errors import FatalWorkerError
 from foundation.settings import Settings
 from pipelines.errors import ModelLoadError
@@ -21,7 +22,7 @@ from pipelines.planning.memory_plan import device_memory_gb, plan_model
 from pipelines.runtime.profile import runtime_profile
 from pipelines.runtime.registry import resolve_device
 
-__all__ = ["advertisable_models", "fitting_models"]
+__all__ = ["advertisable_models", "fitting_models", "planned_peak"]
 
 log = logging.getLogger("genworker.worker")
 
@@ -64,3 +65,20 @@ def _unfit(catalog: Catalog, model: str, settings: Settings, device_gb: float) -
         f"{profile.offload} ({row.verdict})"
         for row in short
     )
+
+
+def planned_peak(settings: Settings) -> Callable[[ModelSpec], int | None]:
+    """What the model cache counts a model as on a CUDA device: the most memory one of its jobs uses under the
+    profile this worker runs it with (``profile_overrides`` included), from the memory plan; None for a model
+    without a plan (tiny, no arch config), which the cache then sizes by its catalog figure or measures."""
+
+    def peak(spec: ModelSpec) -> int | None:
+        if spec.tiny:
+            return None
+        try:
+            profile = runtime_profile(spec, settings.models)
+        except ModelLoadError:
+            return None  # the load refuses it with the reason
+        return plan_model(spec, profile, device_gb=0.0).peak_bytes()
+
+    return peak

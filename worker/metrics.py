@@ -60,6 +60,15 @@ class WorkerMetrics:
             "Jobs this worker re-queued or dead-lettered because their holder's lease lapsed.",
             registry=r,
         )
+        # Rolling upgrades (foundation/queue/newer.py): jobs whose record a newer version wrote, met here.
+        self.newer_records = Counter(
+            "genworker_newer_records",
+            "Jobs whose record a newer version wrote that this worker met: left to workers of that version "
+            "(outcome=left, no attempt used), or failed version_unavailable once they waited past "
+            "queue.newer_record_wait_s with none of them there (outcome=failed).",
+            ["model", "outcome"],
+            registry=r,
+        )
         self.queue_depth = Gauge("genworker_queue_depth", "Jobs waiting, per hosted model.", ["model"], registry=r)
         self.in_flight = Gauge("genworker_jobs_in_flight", "Jobs claimed and not yet ended.", registry=r)
         self.ready = Gauge("genworker_ready", "1 when the worker takes jobs.", registry=r)
@@ -99,7 +108,8 @@ class WorkerMetrics:
         )
         self.checkpoints_refused = Counter(
             "genworker_checkpoints_refused",
-            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable); the job restarted.",
+            "Stored checkpoints not used (fingerprint or steps mismatch, corrupt, unreadable, or a mismatch of their "
+            "contents found while restoring them: deleted); the job restarted from step 0.",
             ["model", "reason"],
             registry=r,
         )
@@ -174,11 +184,20 @@ class WorkerMetrics:
 
     def sample_gpu_memory(self) -> None:
         """Record allocated/reserved CUDA memory and the card's total (headroom alerts need the total);
-        nothing on CPU-only machines (torch imported lazily)."""
+        nothing on CPU-only machines, nor before the worker itself imports torch (never imported here).
+
+        Called from the heartbeat thread, which starts while the worker is still starting up: torch may
+        be in ``sys.modules`` half imported by the main thread (a partially initialized module, no
+        ``cuda`` yet), which made the first beats of every start log an ERROR. The ``import`` statement
+        waits for an import in progress on another thread to finish (the module's import lock), so the
+        first sample waits for the worker's own import; the beat itself was sent before this."""
         import sys
 
-        torch = sys.modules.get("torch")
-        if torch is None or not torch.cuda.is_available():
+        if "torch" not in sys.modules:
+            return
+        import torch
+
+        if not torch.cuda.is_available():
             return
         for index in range(torch.cuda.device_count()):
             self.gpu_memory.labels(str(index), "allocated").set(torch.cuda.memory_allocated(index))

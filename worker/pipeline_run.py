@@ -1,5 +1,6 @@
 """One job through a model, shared by the daemon and ``genworker generate``: load → extend the prompt →
-denoise → decode, each a stage, each retried once after running out of memory.
+denoise → decode, each a stage, each retried once after running out of memory. A denoise that resumed
+from a checkpoint which turned out not to fit its loop runs once more from step 0 (``_Run.denoise``).
 
 What differs between the two callers is behind ``RunHooks``: how a stage is entered and measured (the
 daemon writes it to the record, checks cancel, lease and time limit, logs and observes a metric; the
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundation.core.contract import PromptExtension, PromptTokens, Stage
 from foundation.core.errors import is_out_of_memory
+from pipelines.errors import CheckpointMismatch
 from pipelines.planning.flops import DenoiseFlops
 from pipelines.runtime.compile import compiled_graphs
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
     from pipelines.runtime.adapter import Adapter, Latents
     from pipelines.runtime.cache import ModelCache
+    from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
     from worker.logs import JobLogger
 
@@ -58,6 +61,10 @@ class RunHooks:
 
     def checkpoints(self) -> Checkpoints | None:
         """Where a resumable adapter keeps denoising checkpoints and finds one to resume; None: no checkpoints."""
+        return None
+
+    def previews(self) -> Previews | None:
+        """Where a ``previewable`` adapter sends live previews of its latents; None: this run shows none."""
         return None
 
     def denoised(self) -> None:
@@ -95,7 +102,8 @@ def run_pipeline(
     ``image`` is the job's input image, checked and fitted (``worker.input_image``); it reaches the
     adapter's ``denoise`` (and ``extend_prompt``, for a rewrite that sees it) as ``image=`` and only when there
     is one, so text-only adapters never see it.
-    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``.
+    Likewise ``checkpoints=`` (``hooks.checkpoints()``) reaches only adapters that declare ``resumable``, and
+    ``previews=`` (``hooks.previews()``) only those that declare ``previewable``.
     """
     run = _Run(cache, spec, hooks)
     with hooks.stage(Stage.loading):
@@ -111,11 +119,11 @@ def run_pipeline(
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
         if adapter.resumable and (checkpoints := hooks.checkpoints()) is not None:
             conditioning["checkpoints"] = checkpoints  # an OOM retry resumes from the latest one too
+        if adapter.previewable and (previews := hooks.previews()) is not None:
+            conditioning["previews"] = previews
         try:
             with flops.recording(pipe) if flops is not None else nullcontext():
-                latents: Latents = run.with_oom_retry(
-                    Stage.denoising, lambda: run.adapter().denoise(job, hooks.on_step, **conditioning)
-                )
+                latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.denoise(job, conditioning))
         finally:
             hooks.denoised()
     denoise_seconds = time.perf_counter() - started
@@ -165,6 +173,21 @@ class _Run:
         if self._cache.load_count() != loads_before:
             self._hooks.model_loaded(self._spec.id, time.perf_counter() - started)
         return adapter
+
+    def denoise(self, job: ResolvedJob, conditioning: dict[str, Any]) -> Latents:
+        """The adapter's ``denoise``; once more from step 0 when the checkpoint it resumed from does not fit
+        its loop (``CheckpointMismatch``): that checkpoint is discarded first, so the second run finds none.
+
+        Here, in the attempt, rather than through the queue: the job is not at fault, so it keeps its
+        attempt, and the worker that found the checkpoint unusable is the one that already has the model."""
+        try:
+            return self.adapter().denoise(job, self._hooks.on_step, **conditioning)
+        except CheckpointMismatch as e:
+            checkpoints: Checkpoints | None = conditioning.get("checkpoints")
+            if checkpoints is None:
+                raise
+            checkpoints.discard(str(e))
+        return self.adapter().denoise(job, self._hooks.on_step, **conditioning)
 
     def extend_prompt(
         self, adapter: Adapter, job: ResolvedJob, image: Image | None

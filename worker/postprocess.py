@@ -104,11 +104,19 @@ class PostProcessor:
         return encoded.artifacts()
 
     def upload(self, handoff: HandOff, files: list[tuple[Artifact, Path]]) -> list[Artifact]:
-        """Upload under this claim's own keys (``artifact_key``): nobody else ever writes or deletes them."""
+        """Upload under this claim's own keys (``artifact_key``): nobody else ever writes or deletes them.
+
+        A cancel that arrived while the files went up is honoured: the cancel flag is read once more
+        after the upload, right before the finish, and the objects just stored are deleted before the
+        attempt ends ``canceled`` (a canceled job points at no artifact)."""
         with stage(handoff.attempt, self._metrics, Stage.uploading):
             stored = upload_artifacts(self._store, handoff.attempt.claim, files)
         self._faults.clear(handoff.rendered.job.model, FaultKind.backend)  # the store answered again
-        handoff.attempt.progress.check()
+        try:
+            handoff.attempt.progress.check(poll_cancel=True)
+        except Exception:  # kept broad: whatever ends the attempt here, no record will name these objects
+            discard_objects(self._store, stored)
+            raise
         return stored
 
     def succeed(self, handoff: HandOff, artifacts: list[Artifact]) -> None:

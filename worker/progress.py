@@ -2,7 +2,10 @@
 
 ``on_step`` is the pipeline's step callback (``callback_on_step_end`` underneath): it polls the
 durable cancel flag at every step, so a cancel ends the job within one step, and writes progress at
-most once per ``interval_s`` (the record is read by pollers, not a log of steps). A write answers
+most once per ``interval_s`` (the record is read by pollers, not a log of steps). A live preview
+(``offer_preview``, from the model's step callback just before ``on_step``) rides on that step's write,
+which it forces: a preview costs the queue no write of its own, and previews come at most once per
+preview interval (``pipelines.runtime.previews``), so neither do the writes they force. A write answers
 the cancel flag as it found it (``WorkerQueue.write_progress``), so a step or a stage that writes
 needs no poll of its own: one queue call each. A stage entered and left at once (``instant``: loading
 a model already resident) is noted with the next write instead of a write of its own.
@@ -28,6 +31,7 @@ from concurrent.futures import Executor, Future
 
 from foundation.core.contract import Stage
 from foundation.core.errors import ErrorCode, JobCanceled, JobError
+from foundation.core.media import Preview
 from foundation.queue.base import ProgressWrite, WorkerQueue
 from worker.errors import JobInterrupted, StaleClaim
 from worker.lease import Lease
@@ -54,6 +58,7 @@ class JobProgress:
         self._passed: list[Stage] = []  # instant stages entered since the last write
         self._last_write = 0.0
         self._in_flight: Future[ProgressWrite] | None = None
+        self._preview: Preview | None = None  # offered by this step, sent with its write
 
     @property
     def stage(self) -> Stage:
@@ -74,11 +79,16 @@ class JobProgress:
     def on_step(self, step: int, total: int) -> None:
         """Step callback: ``step`` steps of ``total`` are done (1-based, as ``pipelines.runtime.profile`` reports)."""
         done = min(1.0, step / max(1, total))
-        if done >= 1.0 or time.monotonic() - self._last_write >= self._interval_s:
+        due = done >= 1.0 or time.monotonic() - self._last_write >= self._interval_s
+        if due or self._preview is not None:
             self.check()
             self._write(done)
         else:
             self.check(poll_cancel=True)
+
+    def offer_preview(self, preview: Preview) -> None:
+        """A live preview of the step about to be reported: sent with that step's progress write."""
+        self._preview = preview
 
     def check(self, *, poll_cancel: bool = False) -> None:
         """Raise if this attempt must stop: what the write in flight found, stale claim, worker stopping,
@@ -118,10 +128,13 @@ class JobProgress:
         passed = [s for s in self._passed if s is not self._stage]
         self._passed = []
         claim, stage = self._lease.claim, self._stage
+        preview, self._preview = self._preview, None
         if overlap and self._writer is not None:
-            self._in_flight = self._writer.submit(self._queue.write_progress, claim, stage, progress, passed=passed)
+            self._in_flight = self._writer.submit(
+                self._queue.write_progress, claim, stage, progress, passed=passed, preview=preview
+            )
         else:
-            self._answer(self._queue.write_progress(claim, stage, progress, passed=passed))
+            self._answer(self._queue.write_progress(claim, stage, progress, passed=passed, preview=preview))
 
     def _answer(self, written: ProgressWrite) -> None:
         if not written.accepted:

@@ -6,9 +6,10 @@ the API's. Of what that yields, only the prompt and the seed differ between reco
 variant and parameter set, and the prompt's length against the model's limit is the only check that
 reads either. So the first record of a parameter set is resolved in full, and later ones take its
 resolved job with their own prompt and seed, after that check: on an idle worker, the two
-validations it skips are cold code right after the wake-up (0.15 ms of the daemon's pick-up, paired
-A/B, ``scripts/bench_worker.py``'s protocol). Image jobs are resolved in full each time (an ``auto``
-ratio reads the image); a record the catalog refuses is never kept, so its next twin is refused alike.
+validations it skips are cold code right after the wake-up (what that buys the daemon's pick-up is
+measured in docs/benchmarks.md with ``scripts/bench_worker.py``'s paired A/B). Image jobs are resolved
+in full each time (an ``auto`` ratio reads the image); a record the catalog refuses is never kept, so
+its next twin is refused alike.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from foundation.core.contract import Stage, utcnow
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.resolve import ResolvedJob
 from foundation.queue.base import Claim, WorkerQueue
+from pipelines.runtime.previews import PreviewCadence, Previews
 from worker.attempt import Attempt, HandOff, Settler
 from worker.checkpoints import CheckpointSetup, JobCheckpoints
 from worker.errors import JobInterrupted
@@ -77,6 +78,7 @@ class JobRunner:
         store: ArtifactStore | None = None,
         checkpointing: CheckpointSetup | None = None,
         overlap_writes: bool = False,
+        previews: PreviewCadence | None = None,
     ) -> None:
         self._catalog = catalog
         self._resolutions = Resolutions(catalog)
@@ -91,6 +93,7 @@ class JobRunner:
         self._work_root = work_root
         self._store = store
         self._checkpointing = checkpointing  # None: no denoising checkpoints (settings, or no store)
+        self._previews = previews  # None: no live previews (settings)
         # Sends the denoising stage's write while the model starts (``JobProgress.enter``); its thread
         # is started here, not on the first job's pick-up.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress") if overlap_writes else None
@@ -121,7 +124,15 @@ class JobRunner:
             job, spec = self.validate(attempt)
             image = self._input_image(job)
             resident = spec.id in self._cache.loaded()  # then its loading stage ends at once
-            hooks = _AttemptHooks(attempt, self._metrics, spec, self._checkpointing, self._stop_now, resident=resident)
+            hooks = _AttemptHooks(
+                attempt,
+                self._metrics,
+                spec,
+                self._checkpointing,
+                self._stop_now,
+                resident=resident,
+                previews=self._previews,
+            )
             rendered = run_pipeline(self._cache, spec, job, hooks, image=image)
             # The model loaded and the device ran it: faults of either are over.
             self._faults.clear(spec.id, FaultKind.model_load, FaultKind.device)
@@ -168,8 +179,10 @@ class _AttemptHooks(RunHooks):
         stop_now: threading.Event,
         *,
         resident: bool = False,
+        previews: PreviewCadence | None = None,
     ) -> None:
         self._attempt = attempt
+        self._previews = previews
         self._resident = resident  # the model was in the cache when the attempt began
         self._metrics = metrics
         self._spec = spec
@@ -200,6 +213,12 @@ class _AttemptHooks(RunHooks):
                 claim.job_id, claim.model, self._spec.checkpoints, self._metrics, self._attempt.log
             )
         return self._checkpoints
+
+    def previews(self) -> Previews | None:
+        """Previews to the attempt's progress writes, unless the worker's setting or the request turned them off."""
+        if self._previews is None or self._attempt.claim.record.parameters.preview is False:
+            return None
+        return Previews(self._attempt.progress.offer_preview, self._previews)
 
     def denoised(self) -> None:
         if self._checkpoints is not None:

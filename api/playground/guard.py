@@ -11,7 +11,10 @@ the 401 of a key):
 4. The session cookie is valid (signed, not expired).
 5. ``X-CSRF-Token`` matches the session's token.
 
-The page itself (``GET /``) passes only the first check: a link from anywhere may open it.
+The page itself (``GET /``) passes only the first check: a link from anywhere may open it. Where the
+playground serves a non-loopback bind (``api.playground_remote``), the page issues no session until the
+browser signs in with the playground's key (``POST /playground/sign-in``, checks 1 to 3, the key compared
+in constant time): reaching the port is then not enough to act for the project.
 """
 
 from __future__ import annotations
@@ -68,6 +71,16 @@ class RequestGuard:
 
     def check_api_call(self, method: str, headers: Mapping[str, str], cookies: Mapping[str, str]) -> Session:
         """The caller's session, when the request passes every check; else ``ApiError`` 403."""
+        self.check_same_origin(method, headers)
+        session = self.signer.read(cookies.get(COOKIE_NAME))
+        if session is None:
+            raise _refused("no valid playground session: reload the page", "Cookie")
+        if not self.signer.token_matches(session, headers.get(CSRF_HEADER.lower())):
+            raise _refused("missing or wrong CSRF token: reload the page", CSRF_HEADER)
+        return session
+
+    def check_same_origin(self, method: str, headers: Mapping[str, str]) -> None:
+        """Checks 1 to 3 (host, fetch metadata, origin): a call from this page, or ``ApiError`` 403."""
         self.check_host(headers)
         site = headers.get("sec-fetch-site")
         if site is not None and site != "same-origin":
@@ -77,9 +90,3 @@ class RequestGuard:
             raise _refused("a playground call that changes state must send Origin", "Origin")
         if origin is not None and origin.lower() not in self._origins_for(headers.get("host", "")):
             raise _refused(f"cross-origin request refused (Origin: {origin})", "Origin")
-        session = self.signer.read(cookies.get(COOKIE_NAME))
-        if session is None:
-            raise _refused("no valid playground session: reload the page", "Cookie")
-        if not self.signer.token_matches(session, headers.get(CSRF_HEADER.lower())):
-            raise _refused("missing or wrong CSRF token: reload the page", CSRF_HEADER)
-        return session

@@ -2,11 +2,18 @@
 
 A compatible v1 addition on top of the polling contract (which stays the source of truth): the same
 read scope and project isolation as ``GET /v1/generations/{id}`` (another project's id is the same
-404), then ``event: status`` and ``event: progress`` messages replayed from the queue's durable
+404), then ``event: status`` and ``event: progress`` messages (and ``event: preview``, a live picture of
+the latents, with the progress write that carried it) replayed from the queue's durable
 per-job logs (``api/event_stream.py``) from the start of the job, or from ``Last-Event-ID`` on a
 reconnect, until the terminal status event, after which the server closes the stream. A comment line
 every ``api.events_heartbeat_s`` while nothing happens. One API key holds at most
 ``api.events_max_streams_per_key`` streams per process (429 ``too_many_streams`` past it).
+
+Checked before the 200, so a stream never starts only to break: a ``Last-Event-ID`` this backend never
+sent is a 400 ``invalid_parameter``, and the first read from the queue is made before the answer's
+status line (a failure there is the answer's own error: 503 for a queue that cannot answer). While open,
+the stream asks every ``KEY_RECHECK_S`` whether its key is still active (the key cache's bound on top):
+a revoked key's stream ends within a few seconds, as its polls would.
 
 The queue's reads are sync calls; each tick runs them on a worker thread (``anyio.to_thread``, at
 most ``_READ_THREADS`` at once), never on the event loop that serves every stream and poll.
@@ -37,13 +44,16 @@ from foundation.core.contract import Status, utcnow
 from foundation.core.errors import ErrorCode
 from foundation.queue.base import ApiQueue, Event, ProgressNote
 
-__all__ = ["build_router"]
+__all__ = ["KEY_RECHECK_S", "build_router"]
 
 # Queue reads of all streams of this process on threads at once: enough to overlap Redis round trips,
 # few enough that a thousand streams do not become a thousand threads.
 _READ_THREADS = 8
 _BATCH = 1000  # items per log and read; a full batch is followed by the next read at once
 _TERMINAL = frozenset({Status.succeeded, Status.failed, Status.canceled})
+# How often an open stream asks whether its key is still active; with the key cache's own bound
+# (``api.auth.KEY_CACHE_TTL_S``) this is how long a revoked key's stream may outlive the revocation.
+KEY_RECHECK_S = 2.0
 
 _STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
@@ -103,17 +113,25 @@ class _SlotResponse(StreamingResponse):
             self._release()
 
 
+def _bad_last_event_id() -> ApiError:
+    return ApiError(400, ErrorCode.invalid_parameter, "Last-Event-ID is not an id of this stream", "Last-Event-ID")
+
+
 def build_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(prefix="/v1/generations", tags=["generations"])
     api = ctx.settings.api
     slots = StreamSlots(api.events_max_streams_per_key)
     readers = CapacityLimiter(_READ_THREADS)
 
-    async def stream(reader: _Reader, record_ended: bool) -> AsyncIterator[bytes]:
+    async def stream(
+        reader: _Reader, record_ended: bool, first: list[Event | ProgressNote], api_key: str
+    ) -> AsyncIterator[bytes]:
         yield comment("stream open")
-        quiet_since = check_at = time.monotonic()
+        quiet_since = check_at = key_at = time.monotonic()
+        batch: list[Event | ProgressNote] | None = first  # read before the answer started
         while True:
-            batch = await anyio.to_thread.run_sync(reader.read, limiter=readers)
+            if batch is None:
+                batch = await anyio.to_thread.run_sync(reader.read, limiter=readers)
             for item in batch:
                 if isinstance(item, ProgressNote):
                     reader.cursor = dataclasses.replace(reader.cursor, note=item.id)
@@ -125,9 +143,15 @@ def build_router(ctx: ApiContext) -> APIRouter:
                 if is_terminal(item):
                     return
             now = time.monotonic()
-            if batch:
+            if now - key_at >= KEY_RECHECK_S:
+                key_at = now
+                if not await ctx.auth.still_valid(api_key):
+                    yield comment("the API key was revoked")
+                    return
+            read, batch = batch, None
+            if read:
                 quiet_since = now
-                if len(batch) >= _BATCH:
+                if len(read) >= _BATCH:
                     continue
             elif record_ended:
                 # The record is terminal and nothing follows the cursor: either the client already
@@ -140,7 +164,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
             if now - quiet_since >= api.events_heartbeat_s:
                 yield comment("heartbeat")
                 quiet_since = now
-            if not batch and now - check_at >= api.events_heartbeat_s:
+            if not read and now - check_at >= api.events_heartbeat_s:
                 # A quiet job: is it still there, and did it end without an event we can read?
                 check_at = now
                 polled = await ctx.aqueue.poll(reader.job_id)
@@ -171,11 +195,9 @@ def build_router(ctx: ApiContext) -> APIRouter:
         if polled is None or polled.record.project != principal.project:
             raise ApiError(404, ErrorCode.not_found, f"no generation {generation_id!r}", "id")
         try:
-            cursor = Cursor.parse(last_event_id) if last_event_id else Cursor()
+            cursor = Cursor.parse(last_event_id, ctx.settings.queue.backend) if last_event_id else Cursor()
         except ValueError:
-            raise ApiError(
-                400, ErrorCode.invalid_parameter, "Last-Event-ID is not an id of this stream", "Last-Event-ID"
-            ) from None
+            raise _bad_last_event_id() from None
         if not slots.take(principal.key_id):
             raise ApiError(
                 429,
@@ -185,9 +207,17 @@ def build_router(ctx: ApiContext) -> APIRouter:
                 {"Retry-After": str(max(1, round(api.events_heartbeat_s)))},
             )
         reader = _Reader(ctx.queue, generation_id, cursor)
+        try:
+            first = await anyio.to_thread.run_sync(reader.read, limiter=readers)  # fails here, not mid-stream
+        except ValueError:  # the backend's word for a cursor it cannot read after
+            slots.give_back(principal.key_id)
+            raise _bad_last_event_id() from None
+        except BaseException:
+            slots.give_back(principal.key_id)
+            raise
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return _SlotResponse(
-            stream(reader, polled.record.terminal),
+            stream(reader, polled.record.terminal, first, api_key),
             media_type="text/event-stream",
             headers=headers,
             release=lambda: slots.give_back(principal.key_id),

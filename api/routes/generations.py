@@ -37,11 +37,13 @@ from api.input_image import store_image
 from api.keys import Scope
 from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
-from foundation.core.contract import GenerationRecord, Status, StoredImage, utcnow
+from foundation.core.contract import CreateRequest, GenerationRecord, Status, StoredImage, utcnow
 from foundation.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
+from foundation.core.images import CheckedImage
+from foundation.queue.base import Polled
 from foundation.settings import ApiSettings
 
-__all__ = ["CREATE_ROUTE", "POLL_ROUTE", "answer_create", "answer_poll", "build_router", "retry_after_s"]
+__all__ = ["CREATE_ROUTE", "POLL_ROUTE", "answer_create", "answer_poll", "build_router", "retry_after_s", "submit"]
 
 log = logging.getLogger("genworker.api")
 
@@ -171,11 +173,32 @@ async def answer_create(ctx: ApiContext, request: Request) -> Response:
     idempotency_key = _header(request, IDEMPOTENCY_HEADER, _IDEMPOTENCY_KEY)
     principal = await ctx.auth.authorize(api_key, Scope.generations_write)
     idem_key = check_idempotency_key(idempotency_key)
-    create = parse_body(body)
-    # An input image is fetched, decoded and checked off the event loop, before anything is stored.
-    image = None
-    if takes_image(create, ctx.catalog):
-        image = await anyio.to_thread.run_sync(prepare_image, create, ctx.settings.api.inputs)
+    created = await submit(ctx, principal, parse_body(body), idem_key)
+    headers = {"Location": f"/v1/generations/{created.record.id}"}
+    if created.replayed:
+        headers = {"Idempotent-Replayed": "true", **headers}
+    view = generation_view(created.record, ctx.store, queue_position=created.position)
+    return _rendered(ctx, view, 202, headers, created.record)
+
+
+async def submit(
+    ctx: ApiContext,
+    principal: Principal,
+    create: CreateRequest,
+    idempotency_key: str | None,
+    *,
+    image: CheckedImage | None = None,
+) -> Polled:
+    """A parsed create, from its input image to the queue: the one create path of ``/v1/generations`` and
+    ``/v1/videos``. The stored record and its place in the queue; ``replayed`` when an earlier create with
+    the same Idempotency-Key made it. A coded ``RequestRejected`` or ``ApiError`` (409 for a key used with
+    another request) when it is refused; nothing is left stored then.
+
+    ``image``: the input image, already read and checked by the caller (an upload); the request then names
+    no image source. Else the request's own source (``input.image_url`` or ``input.image``) is read, fetched,
+    decoded and checked off the event loop, before anything is stored."""
+    if image is None and takes_image(create, ctx.catalog):
+        image = await ctx.images.run(lambda: prepare_image(create, ctx.catalog, ctx.settings.api.inputs))
     record = build_record(
         create, ctx.catalog, project=principal.project, max_attempts=ctx.settings.queue.max_attempts, image=image
     )
@@ -185,7 +208,7 @@ async def answer_create(ctx: ApiContext, request: Request) -> Response:
         await anyio.to_thread.run_sync(store_image, ctx.store, stored, image.data)
     fingerprint = request_hash(create, image_sha256=stored.sha256 if stored else None)
     try:
-        created = await ctx.aqueue.enqueue(record, idempotency_key=idem_key, request_hash=fingerprint)
+        created = await ctx.aqueue.enqueue(record, idempotency_key=idempotency_key, request_hash=fingerprint)
     except IdempotencyConflict as e:
         await _discard_image(ctx, stored)
         raise ApiError(
@@ -194,12 +217,9 @@ async def answer_create(ctx: ApiContext, request: Request) -> Response:
             f"Idempotency-Key was already used with a different request body (generation {e.job_id})",
             IDEMPOTENCY_HEADER,
         ) from None
-    headers = {"Location": f"/v1/generations/{created.record.id}"}
     if created.replayed:
         await _discard_image(ctx, stored)  # the replayed generation has its own copy
-        headers = {"Idempotent-Replayed": "true", **headers}
-    view = generation_view(created.record, ctx.store, queue_position=created.position)
-    return _rendered(ctx, view, 202, headers, created.record)
+    return created
 
 
 def build_router(ctx: ApiContext) -> APIRouter:

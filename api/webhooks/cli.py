@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.errors import InvalidProject
+from api.errors import InvalidProject, WebhookKeyMissing
 from api.webhooks.models import EventType
 from genworker_client.typer_app import App
 
@@ -44,9 +44,18 @@ def _settings(data_dir: Path | None, config: Path | None) -> Settings:
 
 
 def _open(data_dir: Path | None, config: Path | None) -> Webhooks:
+    return _open_webhooks(_settings(data_dir, config))
+
+
+def _open_webhooks(settings: Settings) -> Webhooks:
+    """The service, or exit 2 with the message naming the missing setting."""
     from api.webhooks.service import open_webhooks
 
-    return open_webhooks(_settings(data_dir, config))
+    try:
+        return open_webhooks(settings)
+    except WebhookKeyMissing as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
 
 
 def _events(value: str | None) -> list[EventType] | None:
@@ -160,11 +169,31 @@ def keygen() -> None:
     typer.echo(Fernet.generate_key().decode("ascii"))
 
 
+@webhooks_app.command("reseal")
+def reseal(data_dir: _DataDir = None, config: _Config = None) -> None:
+    """Seal every endpoint secret under the first key of webhooks.secret_key (after a key rotation)."""
+    from api.errors import SealingError
+
+    with closing(_open(data_dir, config)) as hooks:
+        try:
+            count = hooks.reseal()
+        except SealingError as e:
+            typer.echo(f"{e}: keep the old key in webhooks.secret_key until every secret is resealed", err=True)
+            raise typer.Exit(1) from None
+    typer.echo(f"resealed {count} endpoint secret(s) under the first key", err=True)
+
+
 @webhooks_app.command("serve")
-def serve(data_dir: _DataDir = None, config: _Config = None) -> None:
+def serve(
+    data_dir: _DataDir = None,
+    config: _Config = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=1, max=65535, help="Serve /metrics on this port.")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option("--metrics-host", help="Bind address of /metrics.")] = "127.0.0.1",
+) -> None:
     """Run a sender until SIGTERM/SIGINT: fan queue events out to deliveries and send them."""
     from api.webhooks.sender import Sender
-    from api.webhooks.service import open_webhooks
     from foundation.core.logs import configure_logging
     from foundation.queue.factory import open_queue
 
@@ -177,8 +206,12 @@ def serve(data_dir: _DataDir = None, config: _Config = None) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    with closing(open_queue(settings.queue)) as queue, closing(open_webhooks(settings)) as hooks:
-        sender = Sender(queue, hooks.store, hooks.sealer, hooks.transport, settings.webhooks)
+    with closing(_open_webhooks(settings)) as hooks, closing(open_queue(settings.queue)) as queue:
+        sender = Sender(queue, hooks.store, hooks.sealer, hooks.transport, settings.webhooks, metrics=hooks.metrics)
+        if metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr=metrics_host, registry=hooks.metrics.registry)
         log.info("webhook sender started", extra={"data_dir": settings.data_dir, "backend": settings.queue.backend})
         try:
             sender.run(stop)

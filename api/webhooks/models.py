@@ -50,6 +50,7 @@ class Endpoint(BaseModel):
     disabled_reason: str | None = None
     failing_since: datetime | None = None  # first failed attempt of the current run of failures
     consecutive_failures: int = 0
+    circuit_open_until: datetime | None = None  # set by the breaker (api/webhooks/breaker.py): no attempt before
 
     @property
     def active(self) -> bool:
@@ -89,6 +90,7 @@ class Delivery(BaseModel):
     attempt_count: int = 0
     delivered_at: datetime | None = None
     failure_reason: str | None = None
+    held_reason: str | None = None  # why a pending delivery waits with no attempt (its endpoint's open circuit)
 
 
 def delivery_id(endpoint_id: str, generation_id: str, event_type: EventType) -> str:

@@ -7,8 +7,12 @@ unspecified, or an IPv4 one hidden in IPv6), except for those same allowed hosts
 an address that was checked (the URL rewritten to the address literal; ``Host``, SNI and the
 certificate check keep the name), so a DNS answer that changes in between cannot move it. Redirects
 are not followed (a 3xx is a failed attempt: there is no second hop). One deadline,
-``webhooks.timeout_s``, covers connecting and the answer; at most ``webhooks.max_response_bytes`` of
-the answer are read, then dropped.
+``webhooks.timeout_s``, covers connecting and the answer.
+
+The answer is read raw and never decoded: the POST asks for ``Accept-Encoding: identity``, the body is
+read with ``iter_raw`` (a gzip or brotli answer stays compressed bytes nobody inflates), and reading stops
+once ``webhooks.max_response_bytes`` were received, counted as they came off the wire (one network read,
+64 KiB at most, may pass the cap). Nobody needs the answer's body: only its status is kept.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class GuardedTransport:
                 self._drain(response, deadline)
             finally:
                 response.close()
+        except httpx.TimeoutException as e:
+            return PostResult(None, f"{type(e).__name__}: {e}"[:300], duration_ms=_ms(started), timed_out=True)
         except httpx.HTTPError as e:
             return PostResult(None, f"{type(e).__name__}: {e}"[:300], duration_ms=_ms(started))
         error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
@@ -84,7 +90,8 @@ class GuardedTransport:
                 "POST",
                 pinned,
                 content=body,
-                headers={**headers, "host": parts.netloc.rpartition("@")[2]},
+                # identity: an answer we would have to inflate is one we refuse to ask for.
+                headers={**headers, "host": parts.netloc.rpartition("@")[2], "accept-encoding": "identity"},
                 extensions={"sni_hostname": target.host},
                 timeout=max(0.001, deadline - time.monotonic()),
             )
@@ -95,13 +102,17 @@ class GuardedTransport:
         assert last is not None  # check_url returns at least one address
         raise last
 
-    def _drain(self, response: httpx.Response, deadline: float) -> None:
-        """Read at most ``max_response_bytes`` of the answer (nobody needs it) within the deadline."""
-        read = 0
+    def _drain(self, response: httpx.Response, deadline: float) -> int:
+        """Receive at most ``max_response_bytes`` of the answer, raw, within the deadline; the count."""
+        received = 0
+        if self.settings.max_response_bytes == 0:
+            return received
+        # iter_raw, not iter_bytes: the bytes as they came off the wire, whatever Content-Encoding says.
         for chunk in response.iter_raw():
-            read += len(chunk)
-            if read >= self.settings.max_response_bytes or time.monotonic() > deadline:
+            received += len(chunk)
+            if received >= self.settings.max_response_bytes or time.monotonic() > deadline:
                 break
+        return received
 
     def close(self) -> None:
         self._client.close()

@@ -1,10 +1,15 @@
 """``RedisWebhookStore``: the webhook store on the queue's Redis, shared by every API replica and sender.
 
-Every command touches one key, so the layout holds on Redis Cluster; the claim is one script on one key.
+Every command touches one key, or keys of one hash slot, so the layout holds on Redis Cluster: the claim
+is one script on one key; registering and removing an endpoint are scripts on the endpoints hash and the
+project's index, whose names carry the hash's own name as their hash tag (the slot of a name without
+braces is that of the whole name).
 
 | key | type | content |
 |---|---|---|
 | `gw:webhooks:endpoints` | hash | endpoint id → `Endpoint` JSON |
+| `{gw:webhooks:endpoints}:project:<project>` | set | the project's endpoint ids (the cap counts them) |
+| `{gw:webhooks:endpoints}:indexed:<project>` | string | set once that index holds every endpoint stored before it |
 | `gw:webhooks:delivery:<id>` | string; TTL 7 days once finished | `Delivery` JSON |
 | `gw:webhooks:log:<endpoint id>` | zset, newest 1000 kept | delivery ids, score = created (ms) |
 | `gw:webhooks:due` | zset | pending delivery ids, score = next attempt (ms); a claim moves it a lease ahead |
@@ -30,6 +35,14 @@ DUE = "gw:webhooks:due"
 CURSOR = "gw:webhooks:cursor"
 
 
+def project_index_key(project: str) -> str:
+    return f"{{{ENDPOINTS}}}:project:{project}"
+
+
+def indexed_key(project: str) -> str:
+    return f"{{{ENDPOINTS}}}:indexed:{project}"
+
+
 def delivery_key(delivery_id: str) -> str:
     return f"gw:webhooks:delivery:{delivery_id}"
 
@@ -48,10 +61,36 @@ return due
 """
 
 
+# KEYS = endpoints hash, project index, its marker; ARGV = id, JSON, project, cap. The count and the insert
+# are one step, so concurrent registrations cannot all pass the cap. The index is built here the first time
+# a project registers after it was introduced (endpoints stored before it are counted too).
+_ADD_ENDPOINT = """
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if cjson.decode(all[i + 1])['project'] == ARGV[3] then redis.call('SADD', KEYS[2], all[i]) end
+  end
+  redis.call('SET', KEYS[3], '1')
+end
+if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS = endpoints hash, project index; ARGV = id.
+_REMOVE_ENDPOINT = """
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+
 class RedisWebhookStore:
     def __init__(self, client: RedisClient) -> None:
         self.client = client
         self._claim: Any = client.register_script(_CLAIM)
+        self._add_endpoint: Any = client.register_script(_ADD_ENDPOINT)
+        self._remove_endpoint: Any = client.register_script(_REMOVE_ENDPOINT)
 
     @classmethod
     def from_url(cls, url: str) -> RedisWebhookStore:
@@ -61,8 +100,10 @@ class RedisWebhookStore:
 
     # ------------------------------------------------------------------------------------ endpoints
     @redis_unavailable
-    def add_endpoint(self, endpoint: Endpoint) -> None:
-        self.client.hset(ENDPOINTS, endpoint.id, endpoint.model_dump_json())
+    def add_endpoint(self, endpoint: Endpoint, *, max_per_project: int) -> bool:
+        keys = [ENDPOINTS, project_index_key(endpoint.project), indexed_key(endpoint.project)]
+        args = [endpoint.id, endpoint.model_dump_json(), endpoint.project, max_per_project]
+        return bool(self._add_endpoint(keys=keys, args=args))
 
     @redis_unavailable
     def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
@@ -82,7 +123,10 @@ class RedisWebhookStore:
 
     @redis_unavailable
     def remove_endpoint(self, endpoint_id: str) -> bool:
-        removed = bool(self.client.hdel(ENDPOINTS, endpoint_id))
+        endpoint = self.get_endpoint(endpoint_id)
+        removed = endpoint is not None and bool(
+            self._remove_endpoint(keys=[ENDPOINTS, project_index_key(endpoint.project)], args=[endpoint_id])
+        )
         ids: list[str] = list(self.client.zrange(log_key(endpoint_id), 0, -1))  # type: ignore[arg-type]
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
@@ -159,6 +203,11 @@ class RedisWebhookStore:
         ttl = None if delivery.state is DeliveryState.pending else int(RETENTION.total_seconds())
         self.client.set(delivery_key(delivery.id), delivery.model_dump_json(), ex=ttl)
         self._schedule(delivery)
+
+    @redis_unavailable
+    def defer(self, delivery_ids: list[str], until: datetime) -> None:
+        if delivery_ids:  # XX: a delivery finished meanwhile (left the schedule) stays out of it
+            self.client.zadd(DUE, dict.fromkeys(delivery_ids, epoch_ms(until)), xx=True)
 
     # --------------------------------------------------------------------------------------- cursor
     @redis_unavailable

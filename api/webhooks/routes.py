@@ -43,6 +43,9 @@ class EndpointView(BaseModel):
     disabled_at: datetime | None
     disabled_reason: str | None
     consecutive_failures: int
+    circuit_open_until: datetime | None = Field(
+        default=None, description="While set and in the future, the endpoint's deliveries wait (its circuit is open)."
+    )
 
 
 class EndpointCreated(EndpointView):
@@ -66,6 +69,7 @@ class DeliveryView(BaseModel):
     attempts: list[Attempt]
     delivered_at: datetime | None
     failure_reason: str | None
+    held_reason: str | None = Field(default=None, description="Why a pending delivery waits without an attempt.")
 
 
 class DeliveryList(BaseModel):

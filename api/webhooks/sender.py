@@ -9,12 +9,18 @@ with the same ``webhook-id``; a delivery waiting for a retry keeps its stored du
 Where it runs: a thread of every API process (``webhooks.sender_in_api``, the default; ``genworker
 up`` gets one this way) and/or ``genworker webhooks serve`` processes. Any number may share a store.
 
+Deliveries run as a continuous pool: each attempt holds one of ``concurrency`` slots only while it is in
+flight, and a freed slot is filled at once with the next due delivery, so one slow receiver never makes
+the others wait for it (no batch waits for its slowest member). The slots are shared fairly
+(``api.webhooks.slots``): one endpoint and one project may hold only a few, and a delivery whose endpoint
+or project has its share in flight is due again a poll later without using an attempt. An endpoint whose
+attempts keep failing is held by its circuit breaker, then disabled (``api.webhooks.breaker``).
+
 Retry rule: attempt n (1-based) failed → the next one after ``backoff_s(n - 1)``, uniform in
 ``[c/2, c]`` with ``c = min(cap, base * 2**(n-1))`` (the client's own rule, ``genworker_client.retry``),
-until ``max_age_s`` after the event: then the delivery is ``failed``. An endpoint with
-``disable_after_failures`` failed attempts in a row spanning ``disable_after_s`` is disabled with the
-reason; its pending deliveries fail when their turn comes (``genworker webhooks enable`` and
-``redeliver`` bring it back).
+until ``max_age_s`` after the event: then the delivery is ``failed``. A disabled endpoint's pending
+deliveries fail when their turn comes, with the reason (``genworker webhooks enable`` and ``redeliver``
+bring it back).
 """
 
 from __future__ import annotations
@@ -25,14 +31,18 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from standardwebhooks.webhooks import Webhook
 
 from api.errors import SealingError
+from api.webhooks.breaker import after_attempt, held_until, in_flight_limit
 from api.webhooks.events import deliveries_for, event_type
+from api.webhooks.metrics import WebhookMetrics
 from api.webhooks.models import ATTEMPTS_KEPT, Attempt, Delivery, DeliveryState, Endpoint
 from api.webhooks.sealing import Sealer
+from api.webhooks.slots import Slots
 from api.webhooks.store import WebhookStore
 from api.webhooks.transport import PostResult, Transport
 from foundation.core.contract import GenerationRecord
@@ -65,6 +75,13 @@ def signed_headers(secret: str, delivery_id: str, body: str, at: datetime) -> di
     }
 
 
+@dataclass(frozen=True)
+class Waiting:
+    delivery: Delivery
+    endpoint: Endpoint
+    since: float  # time.monotonic() when it began to wait
+
+
 class Sender:
     def __init__(
         self,
@@ -76,6 +93,7 @@ class Sender:
         *,
         clock: Callable[[], datetime] = _utcnow,
         rng: random.Random | None = None,
+        metrics: WebhookMetrics | None = None,
     ) -> None:
         self.queue = queue
         self.store = store
@@ -84,8 +102,16 @@ class Sender:
         self.settings = settings
         self.clock = clock
         self.rng = rng or random.Random()
+        self.metrics = metrics or WebhookMetrics()
+        self.slots = Slots(settings)
+        self.metrics.slots.set(settings.concurrency)
         self._pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="genworker-webhook")
         self._endpoint_lock = threading.Lock()  # one failure-run update at a time in this process
+        self._wake = threading.Event()  # set when an attempt ends (a slot is free) or to stop
+        # Claimed deliveries whose endpoint or project had its share in flight, started as slots free
+        # (a burst to one healthy endpoint goes out as fast as it answers). Bounded: past it, deferred.
+        self._waiting: list[Waiting] = []
+        self._waiting_limit = 4 * settings.concurrency
 
     # ------------------------------------------------------------------------------------- fan-out
     def fan_out(self) -> int:
@@ -116,37 +142,114 @@ class Sender:
         return len(events)
 
     # ------------------------------------------------------------------------------------ delivery
-    def deliver_due(self) -> int:
-        """Send the deliveries due now (at most ``concurrency`` at once); how many were sent."""
-        claimed = self.store.claim_due(self.clock(), lease_s=self.settings.lease_s, limit=self.settings.concurrency)
-        list(self._pool.map(self.deliver, claimed))
-        return len(claimed)
+    def dispatch(self) -> int:
+        """Start an attempt for each waiting or due delivery a free slot can take, without waiting for
+        any; how many were started or claimed (0: nothing to do until a slot frees or time passes)."""
+        now = self.clock()
+        started = self._start_waiting(now)
+        free = self.slots.free()
+        if free <= 0:
+            return started
+        claimed = self.store.claim_due(now, lease_s=self.settings.lease_s, limit=free)
+        endpoints: dict[str, Endpoint | None] = {}
+        busy: list[str] = []
+        for delivery in claimed:
+            if delivery.endpoint_id not in endpoints:
+                endpoints[delivery.endpoint_id] = self.store.get_endpoint(delivery.endpoint_id)
+            endpoint = endpoints[delivery.endpoint_id]
+            if not self._start(delivery, endpoint, now):
+                if endpoint is not None and self._may_wait(endpoint.project):
+                    self._waiting.append(Waiting(delivery, endpoint, time.monotonic()))
+                else:
+                    busy.append(delivery.id)
+        if busy:
+            # More than this sender keeps waiting: due again a poll later, no attempt used; one write
+            # for all of them, since a tenant whose receivers hang makes many.
+            self.store.defer(busy, now + timedelta(seconds=self.settings.poll_interval_s))
+        return started + len(claimed)
 
-    def deliver(self, delivery: Delivery) -> Delivery:
-        """One attempt at a claimed delivery, written back with its outcome."""
-        endpoint = self.store.get_endpoint(delivery.endpoint_id)
+    def _may_wait(self, project: str) -> bool:
+        """Room to wait here: a project keeps twice its in-flight share waiting at most, so a tenant whose
+        receivers hang cannot fill the waiting room of the others."""
+        mine = sum(1 for w in self._waiting if w.endpoint.project == project)
+        return mine < 2 * self.settings.max_in_flight_per_project and len(self._waiting) < self._waiting_limit
+
+    def _start_waiting(self, now: datetime) -> int:
+        """Start the claimed deliveries that waited for their endpoint's or project's share, oldest first;
+        hand back those held about half their lease (another sender may take them then)."""
+        if not self._waiting:
+            return 0
+        started, kept, expired = 0, [], []
+        stale = time.monotonic() - self.settings.lease_s / 2
+        for item in self._waiting:
+            if item.since < stale:
+                expired.append(item.delivery.id)
+            elif self.slots.free() > 0 and self._start(item.delivery, item.endpoint, now):
+                started += 1
+            else:
+                kept.append(item)
+        self._waiting = kept
+        if expired:
+            self.store.defer(expired, now)
+        return started
+
+    def _start(self, delivery: Delivery, endpoint: Endpoint | None, now: datetime) -> bool:
+        """Start an attempt in a slot, or settle the delivery otherwise; False if no slot could take it."""
         if endpoint is None or not endpoint.active:
             reason = "endpoint removed" if endpoint is None else f"endpoint disabled: {endpoint.disabled_reason}"
-            return self._finish(delivery, DeliveryState.failed, reason)
-        now = self.clock()
+            self._finish(delivery, DeliveryState.failed, reason)
+            return True
+        until = held_until(endpoint, now)
+        if until is not None:
+            failures = endpoint.consecutive_failures
+            self._hold(delivery, until, f"endpoint circuit open until {until.isoformat()}: {failures} failed in a row")
+            return True
+        if not self.slots.take(endpoint.id, endpoint.project, in_flight_limit(endpoint, self.settings)):
+            return False
         try:
             secret = self.sealer.open(endpoint.sealed_secret)
         except SealingError:
-            # This process has another server key than the one that sealed the secret (replicas
-            # without a shared webhooks.secret_key): leave the delivery for its lease to lapse, so a
-            # sender with the right key can take it, and say so loudly.
+            # This process has another server key than the one that sealed the secret: leave the
+            # delivery for its lease to lapse, so a sender with the right key can take it.
+            self.slots.give_back(endpoint.id, endpoint.project)
             log.error(
                 "webhook secret cannot be opened: set one webhooks.secret_key on every sender",
                 extra={"delivery": delivery.id, "endpoint": endpoint.id},
             )
-            return delivery
+            return True
+        self.metrics.in_flight.inc()
+        due = delivery.next_attempt_at or delivery.created_at
+        self.metrics.wait_seconds.observe(max(0.0, (now - due).total_seconds()))
+        future = self._pool.submit(self.attempt, delivery, endpoint, secret)
+        future.add_done_callback(lambda _: self._slot_freed(endpoint))
+        return True
+
+    def _slot_freed(self, endpoint: Endpoint) -> None:
+        self.slots.give_back(endpoint.id, endpoint.project)
+        self.metrics.in_flight.dec()
+        self._wake.set()  # a slot is free: claim at once, not at the next poll
+
+    def _hold(self, delivery: Delivery, until: datetime, reason: str | None) -> None:
+        """Due again at ``until`` with no attempt used, unless that is past the delivery's age limit."""
+        if until - delivery.created_at > timedelta(seconds=self.settings.max_age_s):
+            why = f"no 2xx answer in {delivery.attempt_count} attempts over {self.settings.max_age_s:g} s"
+            self._finish(delivery, DeliveryState.failed, f"{why}; {reason}" if reason else why)
+            return
+        self.store.save_delivery(delivery.model_copy(update={"next_attempt_at": until, "held_reason": reason}))
+
+    def attempt(self, delivery: Delivery, endpoint: Endpoint, secret: str) -> Delivery:
+        """One attempt at a claimed delivery (in a slot), written back with its outcome."""
+        now = self.clock()
         headers = signed_headers(secret, delivery.id, delivery.body, now)
         result = self.transport.post(endpoint.url, delivery.body.encode("utf-8"), headers)
+        self.metrics.attempts.labels(result.result).inc()
+        self.metrics.attempt_seconds.observe(result.duration_ms / 1000)
         attempt = Attempt(at=now, status_code=result.status_code, error=result.error, duration_ms=result.duration_ms)
         delivery = delivery.model_copy(
             update={
                 "attempts": [*delivery.attempts, attempt][-ATTEMPTS_KEPT:],
                 "attempt_count": delivery.attempt_count + 1,
+                "held_reason": None,
             }
         )
         self._note_endpoint(endpoint.id, result, now)
@@ -159,6 +262,7 @@ class Sender:
         }
         if result.ok:
             log.info("webhook delivered", extra=extra)
+            self.metrics.delivery_seconds.observe(max(0.0, (self.clock() - delivery.created_at).total_seconds()))
             return self._finish(delivery, DeliveryState.delivered, None, delivered_at=now)
         if result.refused:
             log.warning("webhook refused by the outbound rules", extra=extra)
@@ -183,46 +287,40 @@ class Sender:
         self, delivery: Delivery, state: DeliveryState, reason: str | None, *, delivered_at: datetime | None = None
     ) -> Delivery:
         delivery = delivery.model_copy(
-            update={"state": state, "failure_reason": reason, "delivered_at": delivered_at, "next_attempt_at": None}
+            update={
+                "state": state,
+                "failure_reason": reason,
+                "delivered_at": delivered_at,
+                "next_attempt_at": None,
+                "held_reason": None,
+            }
         )
         self.store.save_delivery(delivery)
+        self.metrics.deliveries.labels(state.value).inc()
         return delivery
 
     def _note_endpoint(self, endpoint_id: str, result: PostResult, now: datetime) -> None:
-        """Extend or end the endpoint's run of failures; disable it when the run is long enough."""
+        """Extend or end the endpoint's run of failures: the breaker's step (``api.webhooks.breaker``)."""
         with self._endpoint_lock:
             endpoint = self.store.get_endpoint(endpoint_id)
             if endpoint is None:
                 return
-            updated = self._after_attempt(endpoint, result, now)
-            if updated != endpoint:
-                self.store.save_endpoint(updated)
-
-    def _after_attempt(self, endpoint: Endpoint, result: PostResult, now: datetime) -> Endpoint:
-        if result.ok:
-            return endpoint.model_copy(update={"failing_since": None, "consecutive_failures": 0})
-        since = endpoint.failing_since or now
-        failures = endpoint.consecutive_failures + 1
-        update: dict[str, object] = {"failing_since": since, "consecutive_failures": failures}
-        s = self.settings
-        if (
-            endpoint.active
-            and failures >= s.disable_after_failures
-            and now - since >= timedelta(seconds=s.disable_after_s)
-        ):
-            reason = f"{failures} failed attempts in a row since {since.isoformat(timespec='seconds')}; last: "
-            reason += result.error or f"HTTP {result.status_code}"
-            update |= {"disabled_at": now, "disabled_reason": reason}
-            log.warning("webhook endpoint disabled", extra={"endpoint": endpoint.id, "reason": reason})
-        return endpoint.model_copy(update=update)
+            step = after_attempt(endpoint, result, now, self.settings)
+            if step.endpoint != endpoint:
+                self.store.save_endpoint(step.endpoint)
+        if step.opened:
+            self.metrics.circuit_opened.inc()
+        if step.disabled:
+            self.metrics.endpoints_disabled.inc()
 
     # --------------------------------------------------------------------------------------- loop
     def run_once(self) -> int:
-        return self.fan_out() + self.deliver_due()
+        return self.fan_out() + self.dispatch()
 
     def run(self, stop: threading.Event) -> None:
-        """Until ``stop`` is set: fan out and deliver, sleeping ``poll_interval_s`` when idle. A backend
-        that does not answer is logged and tried again; nothing is lost meanwhile."""
+        """Until ``stop`` is set: fan out and start attempts; when idle, wait until a slot frees or
+        ``poll_interval_s`` passes. A backend that does not answer is logged and tried again; nothing
+        is lost meanwhile."""
         while not stop.is_set():
             try:
                 busy = self.run_once()
@@ -233,9 +331,22 @@ class Sender:
                 log.exception("webhook sender round failed")
                 busy = 0
             if not busy:
-                stop.wait(self.settings.poll_interval_s)
+                self._wake.wait(self.settings.poll_interval_s)
+                self._wake.clear()
+
+    def wake(self) -> None:
+        """End the idle wait now (a stop, a test)."""
+        self._wake.set()
 
     def close(self) -> None:
+        """Hand back the claimed deliveries still waiting (due now, for any sender), then let the
+        attempts in flight end."""
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            try:
+                self.store.defer([w.delivery.id for w in waiting], self.clock())
+            except BackendUnavailable:  # their leases lapse instead
+                log.warning("webhook sender: waiting deliveries left to their leases", extra={"count": len(waiting)})
         self._pool.shutdown(wait=True)
 
 
@@ -252,6 +363,7 @@ class SenderThread:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         self._stop.set()
+        self.sender.wake()
         deadline = time.monotonic() + timeout_s
         self._thread.join(max(0.0, deadline - time.monotonic()))
         self.sender.close()

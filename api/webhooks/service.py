@@ -2,7 +2,8 @@
 settings once and shared by the routes, the CLI and ``genworker webhooks serve``.
 
 Storage follows the queue: Redis when the queue is on Redis (shared by every replica), else
-``<data_dir>/webhooks.db`` beside the embedded queue.
+``<data_dir>/webhooks.db`` beside the embedded queue. On Redis the server key must be configured
+(``webhooks.secret_key``): a key file of one replica's own would seal secrets no other replica can open.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from api.errors import UnknownDelivery, UnknownEndpoint, UrlRefused
+from api.errors import UnknownDelivery, UnknownEndpoint, UrlRefused, WebhookKeyMissing
 from api.keys import check_project
+from api.webhooks.metrics import WebhookMetrics
 from api.webhooks.models import Delivery, DeliveryState, Endpoint, EventType
-from api.webhooks.sealing import Sealer, new_secret, server_key
+from api.webhooks.sealing import Sealer, new_secret, server_keys
 from api.webhooks.sender import Sender, SenderThread
 from api.webhooks.store import SqliteWebhookStore, WebhookStore
 from api.webhooks.transport import Transport
 from foundation.queue.base import ApiQueue
 from foundation.settings import Settings, WebhookSettings
+from foundation.settings.webhooks import secret_keys
 
 __all__ = ["ALL_EVENTS", "UnknownDelivery", "UnknownEndpoint", "Webhooks", "open_webhook_store", "open_webhooks"]
 
@@ -38,6 +41,7 @@ class Webhooks:
     sealer: Sealer
     transport: Transport
     settings: WebhookSettings
+    metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
     sender_thread: SenderThread | None = field(default=None)
 
     def add_endpoint(self, project: str, url: str, events: list[EventType] | None = None) -> tuple[Endpoint, str]:
@@ -46,8 +50,6 @@ class Webhooks:
         check_project(project)
         check_url_shape(url)
         self.transport.check_url(url)
-        if len(self.store.list_endpoints(project)) >= MAX_ENDPOINTS_PER_PROJECT:
-            raise UrlRefused(f"project {project!r} already has {MAX_ENDPOINTS_PER_PROJECT} webhook endpoints")
         secret = new_secret()
         endpoint = Endpoint(
             id="wh_" + secrets.token_hex(8),
@@ -57,7 +59,10 @@ class Webhooks:
             sealed_secret=self.sealer.seal(secret),
             created_at=datetime.now(UTC),
         )
-        self.store.add_endpoint(endpoint)
+        # The cap is checked where the endpoint is stored, in one step: concurrent registrations cannot
+        # all read "19" and all insert.
+        if not self.store.add_endpoint(endpoint, max_per_project=MAX_ENDPOINTS_PER_PROJECT):
+            raise UrlRefused(f"project {project!r} already has {MAX_ENDPOINTS_PER_PROJECT} webhook endpoints")
         return endpoint, secret
 
     def endpoint(self, endpoint_id: str, project: str | None = None) -> Endpoint:
@@ -69,7 +74,13 @@ class Webhooks:
 
     def enable(self, endpoint_id: str) -> Endpoint:
         endpoint = self.endpoint(endpoint_id).model_copy(
-            update={"disabled_at": None, "disabled_reason": None, "failing_since": None, "consecutive_failures": 0}
+            update={
+                "disabled_at": None,
+                "disabled_reason": None,
+                "failing_since": None,
+                "consecutive_failures": 0,
+                "circuit_open_until": None,
+            }
         )
         self.store.save_endpoint(endpoint)
         return endpoint
@@ -86,6 +97,17 @@ class Webhooks:
         )
         self.store.save_delivery(delivery)
         return delivery
+
+    def reseal(self) -> int:
+        """Seal every endpoint's secret under the first server key; how many were stored again. After
+        it, keys after the first may be dropped from ``webhooks.secret_key``."""
+        count = 0
+        for endpoint in self.store.list_endpoints():
+            resealed = self.sealer.reseal(endpoint.sealed_secret)
+            if resealed != endpoint.sealed_secret:
+                self.store.save_endpoint(endpoint.model_copy(update={"sealed_secret": resealed}))
+                count += 1
+        return count
 
     def start(self) -> None:
         if self.sender_thread is not None:
@@ -121,16 +143,17 @@ def open_webhooks(settings: Settings, *, queue: ApiQueue | None = None, transpor
     from api.webhooks.outbound_transport import open_transport
 
     hooks = settings.webhooks
-    secret_key = hooks.secret_key.get_secret_value() if hooks.secret_key else None
-    if secret_key is None and settings.queue.backend == "redis":
-        log.warning(
-            "webhooks.secret_key is not set: endpoint secrets are sealed with <data_dir>/webhooks-key, "
-            "which every API replica and sender must share (or set GENWORKER_WEBHOOKS__SECRET_KEY)"
+    keys = secret_keys(hooks.secret_key)
+    if not keys and settings.queue.backend == "redis":
+        raise WebhookKeyMissing(
+            "webhooks.secret_key (GENWORKER_WEBHOOKS__SECRET_KEY) is not set and the queue is on Redis: every "
+            "API replica and webhook sender must seal endpoint secrets with the same key. Make one with "
+            "`genworker webhooks keygen` and give it to every replica (Kubernetes: the genworker-webhooks Secret)."
         )
-    sealer = Sealer(lambda: server_key(secret_key, settings.data_dir))
+    sealer = Sealer(lambda: server_keys(keys, settings.data_dir))
     store = open_webhook_store(settings)
     transport = transport or open_transport(settings)
     service = Webhooks(store=store, sealer=sealer, transport=transport, settings=hooks)
     if queue is not None:
-        service.sender_thread = SenderThread(Sender(queue, store, sealer, transport, hooks))
+        service.sender_thread = SenderThread(Sender(queue, store, sealer, transport, hooks, metrics=service.metrics))
     return service

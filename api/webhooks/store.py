@@ -34,7 +34,9 @@ def epoch_ms(at: datetime) -> int:
 
 
 class WebhookStore(Protocol):
-    def add_endpoint(self, endpoint: Endpoint) -> None: ...
+    def add_endpoint(self, endpoint: Endpoint, *, max_per_project: int) -> bool:
+        """Store a new endpoint unless its project has ``max_per_project`` already (False), in one step."""
+        ...
 
     def get_endpoint(self, endpoint_id: str) -> Endpoint | None: ...
 
@@ -65,6 +67,11 @@ class WebhookStore(Protocol):
     def save_delivery(self, delivery: Delivery) -> None:
         """Write a delivery after an attempt (or a redelivery): pending ones are due at
         ``next_attempt_at``, finished ones leave the schedule."""
+        ...
+
+    def defer(self, delivery_ids: list[str], until: datetime) -> None:
+        """Make claimed pending deliveries due again at ``until``, in one step, their records untouched
+        (a sender whose slots for their endpoint or project are taken hands them back)."""
         ...
 
     def cursor(self) -> str | None:
@@ -108,12 +115,19 @@ class SqliteWebhookStore:
 
     # ------------------------------------------------------------------------------------ endpoints
     @sqlite_unavailable
-    def add_endpoint(self, endpoint: Endpoint) -> None:
+    def add_endpoint(self, endpoint: Endpoint, *, max_per_project: int) -> bool:
+        # BEGIN IMMEDIATE (tx) holds the write lock from the count to the insert: no other writer between.
         with self._db.tx() as conn:
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM webhook_endpoints WHERE project = ?", (endpoint.project,)
+            ).fetchone()
+            if count >= max_per_project:
+                return False
             conn.execute(
                 "INSERT INTO webhook_endpoints VALUES (?, ?, ?)",
                 (endpoint.id, endpoint.project, endpoint.model_dump_json()),
             )
+        return True
 
     @sqlite_unavailable
     def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
@@ -212,6 +226,14 @@ class SqliteWebhookStore:
             conn.execute(
                 "UPDATE webhook_deliveries SET state = ?, due_ms = ?, record = ? WHERE id = ?",
                 (delivery.state.value, _due_ms(delivery), delivery.model_dump_json(), delivery.id),
+            )
+
+    @sqlite_unavailable
+    def defer(self, delivery_ids: list[str], until: datetime) -> None:
+        with self._db.tx() as conn:
+            conn.executemany(
+                "UPDATE webhook_deliveries SET due_ms = ? WHERE id = ? AND due_ms IS NOT NULL",
+                [(epoch_ms(until), i) for i in delivery_ids],
             )
 
     # --------------------------------------------------------------------------------------- cursor

@@ -21,10 +21,22 @@ class PostResult:
     error: str | None = None  # why it failed, for the attempt log (never the body we sent)
     refused: bool = False  # the outbound guard refused the URL or an address it resolved to
     duration_ms: int = 0
+    timed_out: bool = False  # no answer within webhooks.timeout_s (what the circuit breaker watches most)
 
     @property
     def ok(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
+
+    @property
+    def result(self) -> str:
+        """The attempt's result label (``api.webhooks.metrics.ATTEMPT_RESULTS``)."""
+        if self.ok:
+            return "delivered"
+        if self.refused:
+            return "refused"
+        if self.timed_out:
+            return "timeout"
+        return "error" if self.status_code is None else "http_error"
 
 
 class Transport(Protocol):

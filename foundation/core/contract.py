@@ -111,6 +111,9 @@ class Parameters(BaseModel):
     prompt_extend: bool | None = None
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
     negative_prompt: Annotated[str, Field(max_length=10_000)] | None = None
+    # Live previews on the event stream while denoising (``event: preview``); false: none for this job.
+    # Omitted: the worker's setting (on by default).
+    preview: bool | None = None
 
 
 class _PromptInput(BaseModel):
@@ -289,6 +292,11 @@ class GenerationRecord(BaseModel):
     usage: Usage | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     error: ErrorInfo | None = None
+    # The Idempotency-Key that made it (stamped by the queue at enqueue; never in a public view): deleting the
+    # job frees that key, so a create repeated with it makes a new job rather than finding a deleted one.
+    # Declared before `attempt`: claim.lua rewrites the record's tail (attempt on) by pattern, so no field
+    # may be added from `attempt` on without changing that script (tests/integration/test_claim_start.py).
+    idempotency_key: str | None = None
     attempt: int = 0
     max_attempts: int = 3
     cancel_requested: bool = False

@@ -83,6 +83,7 @@ class ErrorCode(StrEnum):
     method_not_allowed = "method_not_allowed"  # 405
     idempotency_conflict = "idempotency_conflict"  # 409: same key, different body
     not_cancelable = "not_cancelable"  # 409: generation already terminal
+    not_deletable = "not_deletable"  # 409: generation not terminal yet (DELETE /v1/videos/{id})
     payload_too_large = "payload_too_large"  # 413
     rate_limited = "rate_limited"  # 429
     too_many_streams = "too_many_streams"  # 429: the key holds api.events_max_streams_per_key event streams
@@ -98,6 +99,10 @@ class ErrorCode(StrEnum):
     upload_failed = "upload_failed"  # the artifact store refused or stayed unreachable
     worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
     input_image_corrupt = "input_image_corrupt"  # the stored input image is gone or fails its sha256
+    version_unavailable = "version_unavailable"  # a newer version wrote the job; no worker of it took it in time
+    # A canceled generation as the Videos API shows it: that API has no canceled status, so it reads
+    # ``failed`` with this code (api/video_views.py). Records of canceled jobs carry no error.
+    canceled = "canceled"
     internal_error = "internal_error"
 
 
@@ -123,6 +128,7 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.method_not_allowed: "method not allowed",
         ErrorCode.idempotency_conflict: "the idempotency key was used with a different request body",
         ErrorCode.not_cancelable: "the generation has already ended",
+        ErrorCode.not_deletable: "the generation has not ended yet; cancel it first",
         ErrorCode.payload_too_large: "the request body is too large",
         ErrorCode.rate_limited: "rate limit exceeded; retry later",
         ErrorCode.too_many_streams: "this API key has too many open event streams; close one or poll",
@@ -136,6 +142,8 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.upload_failed: "the video could not be stored; retry later",
         ErrorCode.input_image_corrupt: "the stored input image is missing or does not match its checksum",
         ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
+        ErrorCode.version_unavailable: "no worker of the service version that accepted the generation took it; retry",
+        ErrorCode.canceled: "the generation was canceled",
         ErrorCode.internal_error: "internal error",
     }
 )

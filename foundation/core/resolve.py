@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import secrets
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,18 +26,36 @@ from foundation.core.errors import ErrorCode, RequestRejected
 from foundation.core.sizes import best_output_size, max_area_size, target_size
 
 __all__ = [
+    "ImageSize",
     "ResolvedJob",
     "check_inputs",
     "check_prompt",
     "compute_price",
     "frames_for",
     "generation_size",
+    "image_cover_size",
     "nearest_ratio",
     "resolve",
     "round_up",
 ]
 
 _CENT = Decimal("0.01")
+
+
+class ImageSize(Protocol):
+    """What ``generation_size`` reads of an input image (a ``StoredImage``, or a size from its header)."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class _ImageSize:
+    width: int
+    height: int
 
 
 class ResolvedJob(BaseModel):
@@ -83,7 +102,7 @@ def round_up(value: int, stride: int) -> int:
     return math.ceil(value / stride) * stride
 
 
-def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: StoredImage | None = None) -> tuple[int, int]:
+def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: ImageSize | None = None) -> tuple[int, int]:
     """(width, height) the pipeline generates: the size upstream lists for this resolution and ratio, else the
     target rounded up to the stride; for an input image under ``image_fit`` max_area or best_output_size, the
     image's aspect with that size's area."""
@@ -208,6 +227,20 @@ def nearest_ratio(offered: list[str], width: int, height: int) -> str:
         return abs(math.log((w / h) / (width / height)))
 
     return min(offered, key=distance)
+
+
+def image_cover_size(request: CreateRequest, catalog: Catalog, image_width: int, image_height: int) -> tuple[int, int]:
+    """The generation size an input image of ``image_width`` x ``image_height`` (upright) is fitted to for
+    this request, as ``resolve`` will find it: what the API's decode of the image must still cover. A coded
+    ``RequestRejected`` for a choice the model does not offer, as ``resolve``."""
+    spec, _variant = _lookup(request, catalog)
+    params = request.parameters
+    resolution: str = _pick(params, spec, "resolution")
+    ratio: str = _pick(params, spec, "ratio")
+    if ratio == AUTO_RATIO:
+        ratio = nearest_ratio(spec.ratios, image_width, image_height)
+    _check_choices(spec, resolution, ratio, _pick(params, spec, "duration_seconds"))
+    return generation_size(spec, resolution, ratio, _ImageSize(image_width, image_height))
 
 
 def resolve(request: CreateRequest, catalog: Catalog, *, image: StoredImage | None = None) -> tuple[ResolvedJob, Money]:

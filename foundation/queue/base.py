@@ -38,6 +38,7 @@ from foundation.core.contract import (
     Status,
     Usage,
 )
+from foundation.core.media import Preview
 
 __all__ = [
     "ApiQueue",
@@ -47,12 +48,14 @@ __all__ = [
     "EnqueueResult",
     "Event",
     "JobQueue",
+    "NewerRecordMet",
     "Outcome",
     "Polled",
     "ProgressNote",
     "ProgressWrite",
     "WorkerHeartbeat",
     "WorkerQueue",
+    "list_cursor",
 ]
 
 
@@ -126,6 +129,8 @@ class ProgressNote(BaseModel):
     Status changes are ``Event``s; progress writes are not (they would flood the events feed that
     other readers page through), so each backend keeps them per job, in write order, for as long as
     the job's events: what the live event stream (``GET /v1/generations/{id}/events``) replays.
+    A write may carry a live preview (at most about 20 KB, at most one per preview interval of the worker):
+    it stays in the note, never on the record.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -136,6 +141,7 @@ class ProgressNote(BaseModel):
     progress: float
     at: datetime
     id: str = ""  # backend position (stream id / row id), for resuming a read
+    preview: Preview | None = None  # a live preview sent with this write (``event: preview`` on the stream)
 
 
 class WorkerHeartbeat(BaseModel):
@@ -144,7 +150,11 @@ class WorkerHeartbeat(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     worker_id: str
+    # The models it takes jobs of now: what ``GET /v1/models`` reports as available. A hosted model that a
+    # fault of this worker's own keeps it off (``worker.faults``: its weights do not load here, no ffmpeg, a
+    # full disk...) is left out while the fault lasts, and listed in ``faulted_models`` instead.
     hosted_models: list[str]
+    faulted_models: list[str] = Field(default_factory=list)
     # Per hosted model, the ``mode/variant``s it cannot run here: their weights (a variant LoRA) are missing.
     unserved_variants: dict[str, list[str]] = Field(default_factory=dict)
     loaded_models: list[str] = Field(default_factory=list)
@@ -155,6 +165,17 @@ class WorkerHeartbeat(BaseModel):
     def serves(self, model: str, mode: str, variant: str) -> bool:
         """Whether this worker hosts ``model`` and can run its ``mode``/``variant``."""
         return model in self.hosted_models and f"{mode}/{variant}" not in self.unserved_variants.get(model, ())
+
+
+@dataclass(frozen=True)
+class NewerRecordMet:
+    """A record written by a newer version that a worker's queue met (``WorkerQueue.newer_records``)."""
+
+    job_id: str
+    model: str
+    record_format: int
+    failed: bool  # True: past ``queue.newer_record_wait_s``, failed and dead-lettered; False: left to newer workers
+    waited_s: float  # how long it had waited for a worker of its version when met
 
 
 class DeadLetter(BaseModel):
@@ -171,6 +192,13 @@ class DeadLetter(BaseModel):
     message: str | None = None
     entry: str | None = None  # Redis, unreadable entry: its stream entry id
     raw: str | None = None  # unreadable entry or record: what was stored (cut to 2000 characters)
+
+
+def list_cursor(record: GenerationRecord) -> str:
+    """The cursor ``ApiQueue.list_jobs`` hands out after ``record`` (in either order): ``<created ms>:<job id>``.
+    Both backends write it with this function, so a caller may resume a listing from a record it has (the
+    Videos API's ``after=<id>``)."""
+    return f"{record.created_at.timestamp() * 1000!r}:{record.id}"
 
 
 class ApiQueue(Protocol):
@@ -190,14 +218,26 @@ class ApiQueue(Protocol):
     def get(self, job_id: str) -> GenerationRecord | None: ...
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """The project's records, newest first, and a cursor for the next page (None at the end)."""
+        """The project's records, newest first (``oldest_first``: by creation, oldest first), and a cursor for
+        the next page in the same order (None at the end; ``list_cursor``). ``ValueError`` for a cursor that is
+        not one."""
         ...
 
     def cancel(self, job_id: str) -> GenerationRecord:
         """Queued: ends ``canceled`` now. Running: sets the durable cancel flag the worker polls.
         Terminal: returns the record unchanged (the caller decides on 409). Raises ``UnknownJob``."""
+        ...
+
+    def delete(self, job_id: str) -> GenerationRecord:
+        """Remove a terminal job for good and return its record as it was: the record, its own events and
+        progress notes, its place in the project's listing, the id → model index, and its idempotency key
+        while the key still names it (a create repeated with that key then makes a new job). Afterwards
+        ``get`` answers None, ``list_jobs`` skips it and ``cancel`` raises ``UnknownJob``. The model's events
+        feed and dead letters keep their entries until their caps or TTL drop them. Artifact objects are the
+        caller's to delete (the sweeper removes what is left once the record is gone). A job that is not
+        terminal is left as it is and returned unchanged (the caller decides on 409). Raises ``UnknownJob``."""
         ...
 
     def depth(self, model: str) -> int:
@@ -267,14 +307,20 @@ class WorkerQueue(Protocol):
         ...
 
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         """``progress``, answering also the job's cancel flag as the write found it: a worker that
         writes a stage learns in the same call whether to stop (no separate ``cancel_requested``).
 
         ``passed``: stages entered and left at once since the last write (a resident model's
         ``loading``); each gets its progress note (at 0) before this write's, in the same write, and
-        is never the record's stage."""
+        is never the record's stage. ``preview``: kept in this write's note (not on the record)."""
         ...
 
     def cancel_requested(self, job_id: str) -> bool: ...
@@ -300,6 +346,13 @@ class WorkerQueue(Protocol):
         """Re-queue (or dead-letter, when attempts are used up) jobs whose lease lapsed; count them,
         with those this queue object's claims re-queued since the last call (the claim path reclaims
         too), so a caller that counts these returns counts every reclaim of its process."""
+        ...
+
+    def newer_records(self) -> list[NewerRecordMet]:
+        """Records written by a newer version that this queue object met since the last call (claims, the
+        reaper, the sweep), each once while it waits: left to newer workers (its entry or row untouched, no
+        attempt used), or failed once it waited past ``queue.newer_record_wait_s``. What the worker logs
+        and counts (``genworker_newer_records_total``)."""
         ...
 
     def purge_expired(self) -> int:

@@ -55,11 +55,12 @@ class QueueSettings(BaseModel):
     tls_check_hostname: bool = Field(
         default=True, description="With `rediss://`: check that the server certificate names the host."
     )
-    wait_replicas: int = Field(
-        default=0,
+    wait_replicas: int | None = Field(
+        default=None,
         ge=0,
         description="Redis: replicas that must acknowledge every queue commit (`WAIT`) before it counts: an "
         "acknowledged enqueue, claim or finish then survives a failover. 0: off (asynchronous replication). "
+        "Unset: 1 when the deployment has a replica at start (every primary of a Cluster has one), else 0. "
         "Not confirmed within `wait_timeout_ms`: the API answers 503 and the worker backs off.",
     )
     wait_aof: bool = Field(
@@ -95,6 +96,13 @@ class QueueSettings(BaseModel):
         description="Retention: a finished job (succeeded, failed or canceled) is kept this long after it ended, "
         "record and events, then deleted (Redis: a TTL set by the commit that ends it; SQLite: purged by the "
         "worker's sweeper), and its artifact objects with it (the sweeper). Idempotency keys always last 24 h.",
+    )
+    newer_record_wait_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Rolling upgrades: a job whose record a newer version wrote is left to workers of that "
+        "version (no attempt used) this long; if none took it by then (the upgrade stalled or was rolled back), "
+        "it fails with version_unavailable and is dead-lettered. Set it above the time a rollout takes.",
     )
     consumer_idle_s: float = Field(
         default=3600.0,

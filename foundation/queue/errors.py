@@ -4,6 +4,7 @@ Exception tree (the classes of this module, under their bases from ``foundation.
 
     GenworkerError
     ├── UnreadableRecord     a stored record this version cannot read (also ``ValueError``)
+    │   └── NewerRecord      one a newer version wrote (its record format is above this version's)
     ├── UnreadableEntry      a stream entry that is no job pointer (also ``ValueError``)
     └── TransientError
         └── BackendUnavailable
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from foundation.core.errors import BackendUnavailable, GenworkerError
 
-__all__ = ["NotDurable", "UnreadableEntry", "UnreadableRecord"]
+__all__ = ["NewerRecord", "NotDurable", "UnreadableEntry", "UnreadableRecord"]
 
 
 class UnreadableRecord(GenworkerError, ValueError):
@@ -25,6 +26,17 @@ class UnreadableRecord(GenworkerError, ValueError):
         super().__init__(detail)
         self.raw = raw
         self.detail = detail
+
+
+class NewerRecord(UnreadableRecord):
+    """A record written in a newer record format than this version's (``records.RECORD_FORMAT``), during a
+    rolling upgrade or after a rollback: not this version's to read or run, whether its text parses or not.
+    Workers leave it to newer ones without using an attempt (``queue.newer_record_wait_s``); one that no
+    newer worker takes in that time fails ``version_unavailable``."""
+
+    def __init__(self, raw: str, record_format: int, readable: int) -> None:
+        super().__init__(raw, f"record format {record_format}, newer than the {readable} this version reads")
+        self.record_format = record_format
 
 
 class UnreadableEntry(GenworkerError, ValueError):

@@ -21,10 +21,12 @@ def open_queue(settings: QueueSettings) -> JobQueue:
         "lease_ttl_s": settings.lease_ttl_s,
         "max_attempts": settings.max_attempts,
         "retry_backoff_s": settings.retry_backoff_s,
+        "newer_record_wait_s": settings.newer_record_wait_s,
     }
     record_ttl_s = settings.record_ttl_days * 86400
     if settings.backend == "redis":
         client = redis_client(settings)
+        # An unset wait_replicas is settled by the first commit (``Durability.settled``), not here.
         durability = Durability(settings.wait_replicas, settings.wait_aof, settings.wait_timeout_ms)
         with redis_unavailable:
             probe(client, durability)

@@ -81,6 +81,7 @@ class DeadReason(StrEnum):
     out_of_attempts = "out of attempts"  # a retry after the last attempt
     worker_lost = "worker_lost"  # the last attempt's lease lapsed
     invalid_record = "record is not a valid GenerationRecord"
+    newer_record = "record written by a newer version, which no worker of it took in time"
     no_record = "no record for this job"
 
 

@@ -3,26 +3,37 @@
 Each returns a new ``GenerationRecord`` (never mutates) after ``check_transition`` accepted the
 status change, and stamps ``updated_at``; ``started_at`` is set by the first claim only and
 ``finished_at`` by a terminal status. The backends add the atomic storage around them.
+
+Every record is stored with the record format of the version that wrote it (``RECORD_FORMAT``; the job
+hash's ``format``, ``jobs.record_format``). A version reads the formats up to its own; a record in a newer
+one is ``NewerRecord`` whatever its text, left to newer workers, and if none takes it in time ended with
+``failed_unread`` without ever being parsed.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, check_transition, utcnow
-from foundation.core.errors import ErrorCode
+from foundation.core.errors import ErrorCode, public_message
 from foundation.queue.base import Outcome
-from foundation.queue.errors import UnreadableRecord
+from foundation.queue.errors import NewerRecord, UnreadableRecord
 
 __all__ = [
+    "RECORD_FORMAT",
+    "NewerRecord",
     "UnreadableRecord",
     "canceled",
     "dead_lettered",
     "enqueued",
+    "failed_unread",
     "finished",
+    "last_written",
     "parse",
+    "record_format",
     "requeued",
     "started",
     "with_cancel_flag",
@@ -31,8 +42,30 @@ __all__ = [
 ]
 
 
-def parse(raw: str) -> GenerationRecord:
-    """A stored record; ``UnreadableRecord`` with the first problem when it does not validate."""
+# The record layout this version writes and reads. Bump it with any change that an older version would
+# misread: a status, stage or error code it does not know, a field whose meaning changes, a field it would
+# drop when it rewrites the record. Workers of the older version then leave such records to the newer ones
+# (docs/queue-protocol.md, "Rolling upgrades") instead of failing them, running them wrongly or losing data.
+RECORD_FORMAT = 1
+
+_TIME = TypeAdapter(datetime)
+
+
+def record_format(stored: object) -> int:
+    """The format stored beside a record; 1 when absent (records from before formats were stored) or not
+    a whole number."""
+    try:
+        return int(str(stored)) if stored not in (None, "") else 1
+    except ValueError:
+        return 1
+
+
+def parse(raw: str, stored_format: int = 1, *, readable: int = RECORD_FORMAT) -> GenerationRecord:
+    """A stored record; ``NewerRecord`` when its format is above ``readable`` (this version's: whatever
+    the text, a newer version's record is not ours to run), ``UnreadableRecord`` with the first problem
+    when it does not validate."""
+    if stored_format > readable:
+        raise NewerRecord(raw, stored_format, readable)
     try:
         return GenerationRecord.model_validate_json(raw)
     except ValidationError as e:
@@ -49,14 +82,20 @@ def _moved(record: GenerationRecord, status: Status, now: datetime, **changes: o
     return record.model_copy(update=update)
 
 
-def enqueued(record: GenerationRecord, *, max_attempts: int, now: datetime | None = None) -> GenerationRecord:
-    """The record as first stored: ``queued``, no attempt yet, the queue's attempt limit."""
+def enqueued(
+    record: GenerationRecord,
+    *,
+    max_attempts: int,
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> GenerationRecord:
+    """The record as first stored: ``queued``, no attempt yet, the queue's attempt limit, and the idempotency
+    key it is created under (``ApiQueue.delete`` frees that key with the job)."""
     if record.status is not Status.queued:
         raise ValueError(f"a new job must be queued, not {record.status.value}")
     now = now or utcnow()
-    return record.model_copy(
-        update={"attempt": 0, "max_attempts": max_attempts, "updated_at": now, "stage": Stage.queued, "progress": 0.0}
-    )
+    update = {"attempt": 0, "max_attempts": max_attempts, "updated_at": now, "stage": Stage.queued, "progress": 0.0}
+    return record.model_copy(update={**update, "idempotency_key": idempotency_key})
 
 
 def started(record: GenerationRecord, now: datetime | None = None) -> GenerationRecord:
@@ -126,3 +165,32 @@ def with_progress(
     return record.model_copy(
         update={"stage": stage, "progress": min(1.0, max(0.0, progress)), "updated_at": now or utcnow()}
     )
+
+
+def failed_unread(raw: str, now: datetime | None = None) -> str:
+    """A newer version's record that no worker of that version took in time, ended ``failed`` with
+    ``version_unavailable`` in its own text: status, stage, error and times replaced, the rest kept as it
+    was written, so the newer version reads it whole and this one reads at least how it ended. Text that
+    is no JSON object is kept as it is (the stored status and the dead letter say it failed)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(data, dict):
+        return raw
+    at = _TIME.dump_python(now or utcnow(), mode="json")
+    error = ErrorInfo(code=ErrorCode.version_unavailable, message=public_message(ErrorCode.version_unavailable))
+    data.update(status=Status.failed.value, stage=Stage.done.value, error=error.model_dump(mode="json"))
+    data.update(finished_at=at, updated_at=at)
+    return json.dumps(data, separators=(",", ":"))
+
+
+def last_written(raw: str) -> datetime | None:
+    """When an unread record was last written (its ``updated_at``, else ``created_at``), by its own text;
+    None when the text does not say."""
+    try:
+        data = json.loads(raw)
+        value = data.get("updated_at") or data.get("created_at")
+        return _TIME.validate_python(value) if value else None
+    except (ValueError, AttributeError, ValidationError):
+        return None

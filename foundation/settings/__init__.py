@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,7 +24,9 @@ from pydantic_settings import (
 
 from foundation.media.settings import EncoderSettings
 from foundation.queue.config import QueueSettings
+from foundation.settings.hosts import host_port_entries, is_loopback
 from foundation.settings.models import ModelRuntimeSettings
+from foundation.settings.webhooks import WebhookSettings
 from foundation.stores.config import StoreSettings
 
 __all__ = [
@@ -116,6 +118,22 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Progress writes per job are at most one per this interval (stage changes are always written).",
     )
+    previews: bool = Field(
+        default=True,
+        description=(
+            "Live previews while denoising: a small JPEG of the latents (a linear projection, no extra model) "
+            "sent with a progress write and on the event stream as `event: preview`; a request turns its own "
+            "off with parameters.preview: false."
+        ),
+    )
+    preview_every_steps: int = Field(
+        default=1, ge=1, description="A preview at most every this many denoising steps (and per preview_interval_s)."
+    )
+    preview_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="At most one preview per this interval per job; each forces one progress write, no more.",
+    )
     reclaim_interval_s: float = Field(
         default=10.0,
         gt=0,
@@ -153,7 +171,9 @@ class WorkerSettings(BaseModel):
         ge=1,
         description=(
             "A job whose model did not load on this many distinct workers (or on every live worker hosting "
-            "it, if fewer) fails with model_load_failed instead of going round the fleet for ever."
+            "it, if fewer, but at least two) fails with model_load_failed instead of going round the fleet for "
+            "ever. A model's only live host that cannot load it backs off and its jobs wait (GET /v1/models "
+            "says the model is unavailable meanwhile); 1 fails the job at the first worker instead."
         ),
     )
     build_tiny_models: bool = Field(
@@ -194,25 +214,46 @@ class InputSettings(BaseModel):
     allow_http_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach over plain http; every other URL "
-            "must be https. A host on a loopback or private address also needs `allow_private_hosts`."
+            "`host:port` pairs (names or IP literals, `[v6]:port`; `host:*` for every port) an "
+            "`input.image_url` may reach over plain http; every other URL must be https. A host on a "
+            "loopback or private address also needs `allow_private_hosts`."
         ),
     )
     allow_private_hosts: list[str] = Field(
         default_factory=list,
         description=(
-            "Hosts (names or IP literals) an `input.image_url` may reach on private, loopback, link-local, CGNAT "
-            "or other non-public addresses (tests, an image server beside the API). Every other host must "
-            "resolve only to public addresses, checked on every hop and connected to as checked (no DNS rebinding)."
+            "`host:port` pairs (as `allow_http_hosts`) an `input.image_url` may reach on private, loopback, "
+            "link-local, CGNAT or other non-public addresses (tests, an image server beside the API). Every "
+            "other host must resolve only to public addresses, checked on every hop and connected to as "
+            "checked (no DNS rebinding)."
         ),
     )
     max_image_bytes: int = Field(
         default=20_000_000, ge=1, description="Largest input image, in bytes (a fetch stops reading past it)."
     )
     max_image_pixels: int = Field(
-        default=40_000_000,
+        default=16_000_000,
         ge=1,
-        description="Largest input image, width x height, read from its header before decoding (bombs).",
+        description=(
+            "Largest input image, width x height, read from its header before decoding (bombs). 16 MP covers "
+            "the largest generation size offered (1080p) with room to crop, and a 12 MP phone photo."
+        ),
+    )
+    max_concurrent_images: int = Field(
+        default=4,
+        ge=1,
+        description=(
+            "Input images one API process reads and decodes at once; each holds up to `max_image_bytes` and "
+            "one decode under `max_image_pixels` (about 64 MB at 16 MP), so this bounds their memory."
+        ),
+    )
+    image_wait_s: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "How long a create with an image waits for a free slot (`max_concurrent_images`) before it is "
+            "answered 503 `service_unavailable` with `Retry-After`."
+        ),
     )
     fetch_timeout_s: float = Field(
         default=10.0, gt=0, description="Time limit of one `image_url` fetch: connect, answer and the whole body."
@@ -223,6 +264,11 @@ class InputSettings(BaseModel):
         le=10,
         description="Redirects an `image_url` fetch follows (each hop checked again); 0: a redirect fails it.",
     )
+
+    @field_validator("allow_http_hosts", "allow_private_hosts")
+    @classmethod
+    def _hosts_name_ports(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        return host_port_entries(values, f"api.inputs.{info.field_name}")
 
 
 class ApiSettings(BaseModel):
@@ -328,6 +374,15 @@ class ApiSettings(BaseModel):
     playground_session_ttl_s: int = Field(
         default=43_200, ge=60, description="Lifetime of a playground session cookie (renewed on page load)."
     )
+    playground_remote: bool = Field(
+        default=False,
+        description=(
+            "Serve the playground on a bind address other than loopback (`api.host` 0.0.0.0, a LAN address). "
+            "Off: an API with `api.playground` on such an address refuses to start, and `genworker up "
+            "--host` with one starts without the playground. On: the page asks each browser once for "
+            "`api.playground_api_key` before it issues a session, so whoever reaches the port still needs the key."
+        ),
+    )
     inputs: InputSettings = Field(default_factory=InputSettings)
 
     @model_validator(mode="after")
@@ -336,60 +391,13 @@ class ApiSettings(BaseModel):
             raise ValueError(
                 "api.playground is on but api.playground_api_key is not set (GENWORKER_API__PLAYGROUND_API_KEY)"
             )
+        if self.playground and not self.playground_remote and not is_loopback(self.host):
+            raise ValueError(
+                f"api.playground acts for a project with a key held by the server; on api.host={self.host!r} "
+                "(not loopback) anyone who reaches the port could use it. Bind 127.0.0.1, or set "
+                "api.playground_remote=true (GENWORKER_API__PLAYGROUND_REMOTE) to serve it there behind the key"
+            )
         return self
-
-
-class WebhookSettings(BaseModel):
-    """The ``webhooks`` section (env ``GENWORKER_WEBHOOKS__*``): signed webhook deliveries (api/webhooks)."""
-
-    sender_in_api: bool = Field(
-        default=True,
-        description=(
-            "Every API process runs a webhook sender thread (several senders share the work safely). "
-            "Off: run `genworker webhooks serve` as its own process(es) instead."
-        ),
-    )
-    secret_key: SecretStr | None = Field(
-        default=None,
-        description=(
-            "Fernet key (`genworker webhooks keygen`) that encrypts endpoint signing secrets at rest. "
-            "Unset: `<data_dir>/webhooks-key`, made on first use. Every API replica and sender must share it."
-        ),
-    )
-    poll_interval_s: float = Field(
-        default=1.0, gt=0, description="How often an idle sender reads new queue events and due deliveries."
-    )
-    backoff_base_s: float = Field(
-        default=5.0, gt=0, description="First retry delay; doubles per failed attempt, with equal jitter."
-    )
-    backoff_cap_s: float = Field(default=10_800.0, gt=0, description="Cap of one retry delay (3 h).")
-    max_age_s: float = Field(
-        default=86_400.0,
-        gt=0,
-        description="A delivery not accepted this long after its event is given up (`failed`); about 20 attempts.",
-    )
-    disable_after_failures: int = Field(
-        default=20, ge=1, description="An endpoint is disabled after this many failed attempts in a row ..."
-    )
-    disable_after_s: float = Field(
-        default=259_200.0, ge=0, description="... spanning at least this long (3 days); the reason is stored."
-    )
-    timeout_s: float = Field(default=10.0, gt=0, description="Connect + answer time limit of one attempt.")
-    lease_s: float = Field(
-        default=60.0, gt=0, description="A claimed delivery is due again after this if its sender died mid-send."
-    )
-    concurrency: int = Field(default=8, ge=1, le=256, description="Deliveries one sender sends at once.")
-    allowed_hosts: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Hosts (names or IP literals) a webhook may reach over plain http and on private or loopback "
-            "addresses: for tests and a receiver on the embedded machine. Every other URL must be https "
-            "to a public address."
-        ),
-    )
-    max_response_bytes: int = Field(
-        default=65_536, ge=0, description="At most this much of a receiver's answer is read (it is discarded)."
-    )
 
 
 class Settings(BaseSettings):

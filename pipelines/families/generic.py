@@ -33,6 +33,7 @@ from foundation.core.media import Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.options import FAMILY_OPTIONS
+from pipelines.runtime.previews import Previews
 from pipelines.runtime.profile import (
     apply_cache,
     apply_profile,
@@ -59,6 +60,11 @@ if TYPE_CHECKING:
     from foundation.settings.models import ModelRuntimeSettings
 
 __all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention"]
+
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` that changes
+# what a checkpoint holds or how it is restored, so workers of another version start such jobs over instead
+# of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class DiffusersTextToVideo(Adapter):
         # Resumable (``checkpoints=``, ``pipelines.runtime.resume``) when the pipeline has a step callback to hang the
         # session on; the denoisers' output shape is learned by one real forward on a resume.
         self.resumable = "callback_on_step_end" in self._call_keywords
+        # Previews come from the step callback (``DenoiseSession``), or without one from the scheduler's output.
+        self.previewable = True
         self._base_scheduler_config = dict(pipe.scheduler.config)
         self._shift: float | None = None
         self._guiders: dict[float, Any] = {}
@@ -156,6 +164,7 @@ class DiffusersTextToVideo(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> DiffusersLatents:
         import torch
 
@@ -172,7 +181,7 @@ class DiffusersTextToVideo(Adapter):
         # step callback the session also checkpoints and resumes (``pipelines.runtime.resume``).
         generator = torch.Generator(self.device).manual_seed(job.seed)
         if not self.resumable:
-            with self._progress(pipe, on_step, job.steps), torch.no_grad():
+            with self._progress(pipe, on_step, job.steps, previews), torch.no_grad():
                 latents = pipe(**call, generator=generator, output_type="latent", **kwargs).frames
             synchronize(self.device)
             return DiffusersLatents(latents)
@@ -180,8 +189,11 @@ class DiffusersTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
+            previews=previews,
         )
         with session.running(pipe, denoisers=self.generic.denoisers), torch.no_grad():
             latents = pipe(
@@ -227,9 +239,9 @@ class DiffusersTextToVideo(Adapter):
         check_job_shape(self.spec.id, job, spatial=spatial * patch, temporal=temporal)
 
     @contextlib.contextmanager
-    def _progress(self, pipe: Any, on_step: StepCallback, steps: int) -> Iterator[None]:
+    def _progress(self, pipe: Any, on_step: StepCallback, steps: int, previews: Previews | None) -> Iterator[None]:
         """Progress for a pipeline without a step callback: its scheduler's ``step`` reports each step (the
-        wrapper lives on the instance for this call only)."""
+        wrapper lives on the instance for this call only), and previews its output when one is due."""
         scheduler = pipe.scheduler
         original = scheduler.step
         done = 0
@@ -238,6 +250,10 @@ class DiffusersTextToVideo(Adapter):
             nonlocal done
             out = original(*args, **kwargs)
             done += 1
+            if previews is not None and previews.due(done, steps):
+                sample = out[0] if isinstance(out, tuple) else getattr(out, "prev_sample", None)
+                if sample is not None and sample.ndim == 5:
+                    previews.show(done, steps, sample)
             on_step(done, steps)
             return out
 

@@ -28,6 +28,7 @@ LTX-2 facts handled here:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,6 +38,7 @@ from foundation.core.media import AudioTrack, Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.options import FAMILY_OPTIONS
+from pipelines.runtime.previews import Previews, unpack_tokens
 from pipelines.runtime.profile import (
     IMAGE_MODE,
     apply_cache,
@@ -78,6 +80,10 @@ GUIDANCE_OFF: dict[str, float] = {
 # diffusers' LTX-2 enhancement sampling (GEMMA3_PROMPT_ENHANCEMENT_CONFIG), plus our time bound.
 _ENHANCE_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 0.7}
 DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes prompts with
+# The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` or ``_run``
+# that changes what a checkpoint holds (the carried stage-1 output included) or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 LORA_ADAPTER = "distilled"
 
 
@@ -191,8 +197,10 @@ class LTX2TextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage.
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), in either stage; and
+    # ``previews=``, of the packed video latents laid back out as frames (``unpack_tokens``).
     resumable = True
+    previewable = True
 
     def denoise(
         self,
@@ -201,6 +209,7 @@ class LTX2TextToVideo(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> LTX2Latents:
         import torch
 
@@ -227,10 +236,18 @@ class LTX2TextToVideo(Adapter):
             total=sum(stage.steps for stage in stages),
             checkpoints=checkpoints,
             fingerprint=lambda: job_fingerprint(
-                self.spec, job, pipe, profile=self.profile, device=self.device, scheduler=self._schedulers[False]
+                self.spec,
+                job,
+                pipe,
+                profile=self.profile,
+                device=self.device,
+                loop_version=LOOP_VERSION,
+                scheduler=self._schedulers[False],
             ),
             generator=generator,
             skip_output=skipped_ltx2_output,
+            previews=previews,
+            preview_latents=self._preview_latents(job) if previews is not None else None,
         )
         # 4. Stage 1: the whole clip (half the size in the two-stage recipe).
         first = stages[0]
@@ -243,8 +260,10 @@ class LTX2TextToVideo(Adapter):
             video, audio = out.frames, out.audio
         if two_stage:
             session.carry(stage1_video=video, stage1_audio=audio)
-            # 5. x2 latent upsampler, then 6. the distilled refinement at full size.
-            video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
+            # 5. x2 latent upsampler, then 6. the distilled refinement at full size. A carried stage-1 output that
+            # does not fit fails in the upsampler: the checkpoint's fault (``restoring``), not the job's.
+            with session.restoring():
+                video = self.upsample_pipe(latents=video, output_type="latent", return_dict=False)[0]
             if image is not None:  # the refinement is conditioned on the image at full size, as upstream's
                 video = self._image_as_first_frame(video, image)
             refine = self._run(
@@ -268,6 +287,19 @@ class LTX2TextToVideo(Adapter):
             generator_state=generator.get_state(),
             resumed_from_step=session.resume_step or None,
         )
+
+    def _preview_latents(self, job: ResolvedJob) -> Callable[[dict[str, Any]], torch.Tensor | None]:
+        """The step callback's packed video latents as (batch, channels, frames, height, width); either stage's
+        size (the first is half the second in the two-stage recipe) keeps the job's aspect."""
+        pipe = self._pipe()
+        frames = (job.num_frames - 1) // pipe.vae_temporal_compression_ratio + 1
+        patched = (pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size) != (1, 1)
+        aspect = job.gen_width / job.gen_height
+
+        def view(tensors: dict[str, Any]) -> torch.Tensor | None:
+            return None if patched else unpack_tokens(tensors.get("latents"), frames, aspect)
+
+        return view
 
     def _stages(self, job: ResolvedJob, distilled: bool) -> list[_Stage]:
         from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES

@@ -55,10 +55,15 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.previews import Previews
 
 __all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
+# The denoising loop's version in checkpoint fingerprints (Wan and Wan image-to-video share the loop): bump it
+# with any change to ``_denoise_with`` that changes what a checkpoint holds or how it is restored, so workers
+# of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
+LOOP_VERSION = 1
 
 
 def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -137,8 +142,9 @@ class WanTextToVideo(Adapter):
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``).
+    # ``denoise`` takes ``checkpoints=`` and resumes from one (``pipelines.runtime.resume``), and ``previews=``.
     resumable = True
+    previewable = True
 
     def denoise(
         self,
@@ -147,10 +153,11 @@ class WanTextToVideo(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> WanLatents:
         if image is not None:  # the worker hands images to image_to_video adapters only (WanImageToVideo)
             raise ValueError(f"{self.spec.id} generates from text; it takes no input image")
-        return self._denoise_with(self._pipe(), job, on_step, checkpoints)
+        return self._denoise_with(self._pipe(), job, on_step, checkpoints, previews)
 
     def _denoise_with(
         self,
@@ -158,6 +165,7 @@ class WanTextToVideo(Adapter):
         job: ResolvedJob,
         on_step: StepCallback,
         checkpoints: Checkpoints | None,
+        previews: Previews | None,
         **conditioning: Any,
     ) -> WanLatents:
         """The diffusion loop on ``pipe`` (this model's pipeline, or one sharing its components), with the
@@ -189,10 +197,13 @@ class WanTextToVideo(Adapter):
             on_step,
             total=job.steps,
             checkpoints=checkpoints,
-            fingerprint=lambda: job_fingerprint(self.spec, job, pipe, profile=self.profile, device=self.device),
+            fingerprint=lambda: job_fingerprint(
+                self.spec, job, pipe, profile=self.profile, device=self.device, loop_version=LOOP_VERSION
+            ),
             generator=generator,
             skip_output=skipped_wan_output,
             expert=wan_expert,
+            previews=previews,
         )
         with session.running(pipe):
             latents = pipe(

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from foundation.core.media import StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["WanImageToVideo"]
@@ -76,11 +77,12 @@ class WanImageToVideo(WanTextToVideo):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> WanLatents:
         pipe = self._pipe()
         if check_image(self.spec.id, job, image) is None:
-            return self._denoise_with(self._text_pipeline(pipe), job, on_step, checkpoints)
-        return self._denoise_with(pipe, job, on_step, checkpoints, image=image)
+            return self._denoise_with(self._text_pipeline(pipe), job, on_step, checkpoints, previews)
+        return self._denoise_with(pipe, job, on_step, checkpoints, previews, image=image)
 
     def _text_pipeline(self, pipe: Any) -> Any:
         """``WanPipeline`` sharing every module (TI2V 5B's text_to_video): only a checkpoint whose transformer

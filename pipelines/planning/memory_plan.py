@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
 
 __all__ = [
+    "GPU_CLASSES",
     "OFFLOAD_MODES",
     "Component",
     "JobShape",
@@ -96,6 +97,19 @@ def reserve_gb(device_gb: float) -> float:
     return 1.5 + 0.05 * device_gb
 
 
+# What a device reports as its total memory (``torch.cuda.get_device_properties().total_memory``, the figure
+# nvidia-smi prints in MiB), in GB, by the name it is sold under: an "80 GB" H100 holds 81,559 MiB = 85.5 GB,
+# so a plan for "80" would waste 5 GB of it. The worker reads its own device's figure; these are for planning
+# without one (`genworker plan --gpu h100-80gb`, docs/gpu.md's tables). H100 and H200: read on this project's
+# lent machines (nvidia-smi); L40S and RTX 4090: the figures their nvidia-smi reports.
+GPU_CLASSES: dict[str, float] = {
+    "rtx4090-24gb": 24_564 * 2**20 / GB,
+    "l40s-48gb": 46_068 * 2**20 / GB,
+    "h100-80gb": 81_559 * 2**20 / GB,
+    "h200-141gb": 143_771 * 2**20 / GB,
+}
+
+
 @dataclass(frozen=True)
 class Component:
     """One pipeline component as its real config builds it, measured on the meta device."""
@@ -132,6 +146,14 @@ class ModelPlan:
     rows: list[SizeRow]
     skipped: str = ""  # why the model has no plan ("no arch config ...")
     extend_gb: float = 0.0  # peak while the chat LLM rewrites a prompt (0: no chat LLM)
+
+    def peak_bytes(self) -> int | None:
+        """The most device memory a job of this model uses under its profile (the largest size at its longest
+        duration, or the prompt extension if more), or None without a plan."""
+        if self.skipped or not self.rows:
+            return None
+        peaks = [row.peak_gb[self.profile.offload] for row in self.rows]
+        return int(max([*peaks, self.extend_gb]) * GB)
 
     def fits(self, resolution: str, seconds: int) -> bool:
         """Whether ``resolution`` for ``seconds`` fits under the profile (a model without a plan: True)."""
@@ -424,7 +446,8 @@ def _verdict(peaks: dict[Offload, float], mode: Offload, usable: float) -> str:
 
 
 def device_memory_gb(device: str) -> float | None:
-    """Total memory of a CUDA ``device`` in GB, or None off CUDA (the plan then lets everything through)."""
+    """Total memory of a CUDA ``device`` in GB as the device reports it, or None off CUDA (the plan then lets
+    everything through)."""
     if not device.startswith("cuda"):
         return None
     import torch

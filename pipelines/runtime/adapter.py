@@ -13,6 +13,9 @@ also takes ``checkpoints=``
 (``pipelines.runtime.resume.Checkpoints``): it checkpoints its denoising loop through it and resumes from the
 stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on what it returns.
 
+A ``previewable`` adapter (the same ones) also takes ``previews=`` (``pipelines.runtime.previews.Previews``):
+it renders a live preview of its latents from the step callback whenever one is due.
+
 Every family subclasses ``Adapter``: the protocol declares everything the worker reads of a loaded model
 (``device``, ``profile``, ``pipe``, ``resumable``, ``prompt_tokens``), with defaults where a family has
 nothing to say, so no caller reaches past it. ``pipelines.runtime.registry`` loads only such subclasses.
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["Adapter", "Latents", "generate"]
@@ -65,6 +69,8 @@ class Adapter(Protocol):
     pipe: Any = None
     # Whether ``denoise`` takes ``checkpoints=`` (resumable denoising, ``pipelines.runtime.resume``).
     resumable: bool = False
+    # Whether ``denoise`` takes ``previews=`` (live previews of the latents, ``pipelines.runtime.previews``).
+    previewable: bool = False
 
     def prompt_tokens(self, job: ResolvedJob) -> PromptTokens | None:
         """The used prompt's token count against the text encoder's limit, or None for a family that cannot
@@ -81,12 +87,14 @@ class Adapter(Protocol):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> Latents:
         """Run the diffusion loop; ``on_step(done, total)`` after every step, and whatever it raises stops it.
 
         ``image`` is the input image of an ``image_to_video`` job, already checked and fitted by the worker:
         RGB, exactly ``(job.gen_width, job.gen_height)``; the worker passes it only to jobs that have one.
-        ``checkpoints`` reaches only a ``resumable`` adapter, when the worker keeps checkpoints.
+        ``checkpoints`` reaches only a ``resumable`` adapter, when the worker keeps checkpoints; ``previews``
+        only a ``previewable`` one, when the job shows previews.
         """
         ...
 

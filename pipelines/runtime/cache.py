@@ -6,9 +6,11 @@ Budget (``ModelRuntimeSettings.cache_budget_gb``):
   (before a load, by the new model's expected size; after it, by its measured size). A single model
   larger than the budget still loads; it then stays alone.
 
-A model's size is its declared ``gpu_memory_gb`` on a CUDA device when the catalog gives one (weights plus
-working memory), otherwise the parameter and buffer bytes it holds, measured after loading and again on every
-hit: what it loads lazily later (Wan's prompt-extension LLM) counts toward the budget from the next job on.
+A model's size on a CUDA device is the most memory one of its jobs uses under its active profile (weights plus
+working memory: ``planned_peak``, which the worker fills from the memory plan, so a worker's profile override
+that keeps more resident counts), else its declared ``gpu_memory_gb``; off CUDA, or with neither, the parameter
+and buffer bytes it holds, measured after loading and again on every hit: what it loads lazily later (Wan's
+prompt-extension LLM) counts toward the budget from the next job on.
 
 Thread safety: one GPU loop calls ``get``/``evict``/``clear`` while a heartbeat thread reads ``loaded()``.
 State changes happen under a short lock; the slow load itself runs outside it (under a separate load lock),
@@ -21,6 +23,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,8 +50,11 @@ class _Entry:
 
 
 class ModelCache:
-    def __init__(self, runtime: ModelRuntimeSettings) -> None:
+    def __init__(
+        self, runtime: ModelRuntimeSettings, *, planned_peak: Callable[[ModelSpec], int | None] | None = None
+    ) -> None:
         self.runtime = runtime
+        self._planned_peak = planned_peak
         self._device: str | None = None
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._loads: dict[str, int] = {}
@@ -100,7 +106,7 @@ class ModelCache:
             hit = self._touch(spec.id)  # another caller may have loaded it while we waited
             if hit is not None:
                 return hit
-            self._make_room(spec.id, self._expected_size(spec))
+            self._make_room(spec.id, self.expected_bytes(spec))
             started = time.perf_counter()
             if self.runtime.gpus_per_job > 1:  # one job across the node's GPUs
                 adapter: Adapter = load_across_gpus(spec, self.runtime)
@@ -176,15 +182,23 @@ class ModelCache:
             self._sizes[spec.id] = size
         self._make_room(spec.id, 0)
 
-    def _expected_size(self, spec: ModelSpec) -> int:
-        if self.device.startswith("cuda") and spec.gpu_memory_gb > 0:
-            return int(spec.gpu_memory_gb * _GIB)
-        return self._sizes.get(spec.id, 0)
+    def expected_bytes(self, spec: ModelSpec) -> int:
+        """What ``spec`` will count against the budget once loaded (0: unknown until measured)."""
+        declared = self._declared_size(spec)
+        return declared if declared is not None else self._sizes.get(spec.id, 0)
 
     def _size_of(self, spec: ModelSpec, adapter: Adapter) -> int:
-        if self.device.startswith("cuda") and spec.gpu_memory_gb > 0:
-            return int(spec.gpu_memory_gb * _GIB)
-        return adapter.memory_bytes()
+        declared = self._declared_size(spec)
+        return declared if declared is not None else adapter.memory_bytes()
+
+    def _declared_size(self, spec: ModelSpec) -> int | None:
+        """On CUDA: the planned peak under the active profile, else the catalog's ``gpu_memory_gb``."""
+        if not self.device.startswith("cuda"):
+            return None
+        planned = self._planned_peak(spec) if self._planned_peak is not None else None
+        if planned is not None:
+            return planned
+        return int(spec.gpu_memory_gb * _GIB) if spec.gpu_memory_gb > 0 else None
 
     @staticmethod
     def _unload(model_id: str, entry: _Entry) -> None:

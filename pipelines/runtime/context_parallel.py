@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.adapter import Latents
+    from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
 
 __all__ = ["JobGroup", "ParallelAdapter", "follow", "job_gpus", "join", "leave", "load_across_gpus", "parallelize"]
@@ -180,6 +181,7 @@ class ParallelAdapter(Adapter):
         self.device = inner.device
         self.profile = inner.profile
         self.pipe = inner.pipe
+        self.previewable = inner.previewable  # rank 0 previews its own latents; the followers send none
 
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter:
@@ -195,12 +197,13 @@ class ParallelAdapter(Adapter):
         *,
         image: Image | None = None,
         checkpoints: Checkpoints | None = None,
+        previews: Previews | None = None,
     ) -> Latents:
         if checkpoints is not None:  # not resumable: the worker keeps no checkpoints for it
             raise ValueError("a context-parallel model does not resume from checkpoints")
         with self._group.lock:
             _send(self._group, _Order("denoise", model=job.model, job=job.model_dump_json(), image=image))
-            return self.inner.denoise(job, _leading(on_step, self._group), image=image)
+            return self.inner.denoise(job, _leading(on_step, self._group), image=image, previews=previews)
 
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         return self.inner.decode(latents, job)

@@ -76,12 +76,15 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def quiet_progress_bars() -> None:
-    """No tqdm bars from loading or denoising: the worker reports progress on the record, not stderr."""
+    """No tqdm bars from loading or denoising: the worker reports progress on the record, not stderr. A disabled
+    bar still starts tqdm's monitor thread (it polls every bar every 10 s) unless its interval is 0."""
     import diffusers
+    import tqdm
     import transformers
 
     diffusers.utils.logging.disable_progress_bar()
     transformers.utils.logging.disable_progress_bar()
+    tqdm.tqdm.monitor_interval = 0
 
 
 def runtime_profile(spec: ModelSpec, runtime: ModelRuntimeSettings) -> RuntimeProfile:
@@ -114,6 +117,7 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
     ``denoisers`` names the repeated-block transformers (``transformer``, ``transformer_2``): they get the
     attention backend and regional compilation. Offloading needs an accelerator; on CPU it is skipped.
     """
+    quiet_progress_bars()
     pipe.set_progress_bar_config(disable=True)
     models = [m for name in denoisers if (m := getattr(pipe, name, None)) is not None]
     if profile.attention_backend:

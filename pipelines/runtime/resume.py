@@ -16,9 +16,19 @@ diffusers' ``__call__`` cannot start mid-way, and rewriting every pipeline's loo
   ``k + 1`` on the loop is the uninterrupted one, bit for bit.
 
 A checkpoint carries a fingerprint of everything that decides the result (the model's catalog entry,
-the resolved job, the scheduler, dtype, library versions); one that does not match, or does not parse,
-is refused and the job starts over. What the worker does with checkpoints (where they are stored, how
-often, what a drain does) is behind ``Checkpoints``: adapters never touch a store.
+the resolved job, the scheduler, dtype, library versions, and the family's ``loop_version``: the version
+of its denoising loop, which a family bumps whenever a change to its loop makes older checkpoints restore
+wrongly); one that does not match, or does not parse, is refused and the job starts over.
+
+A checkpoint that matches is still not trusted until the loop has run past it. At the restore its
+contents are checked against the live loop's: the number of scheduler ``step`` calls and of their
+outputs, every tensor's shape and dtype, the scheduler state's layout, the generator state's. The replay
+ran the real scheduler steps (only the denoisers were skipped), so a fitting checkpoint matches the live
+state in everything but the numbers. A mismatch, or any failure while replaying to it and restoring it
+(up to the end of the first live step after it), raises ``CheckpointMismatch``: the caller deletes the
+checkpoint and runs the job again from step 0 (``worker.pipeline_run``). What the worker does with
+checkpoints (where they are stored, how often, what a drain does) is behind ``Checkpoints``: adapters
+never touch a store.
 """
 
 from __future__ import annotations
@@ -34,14 +44,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipelines.errors import CheckpointCorrupt, UnsupportedState
+from foundation.core.errors import GenworkerError, is_out_of_memory
+from pipelines.errors import CheckpointCorrupt, CheckpointMismatch, UnsupportedState
 
 if TYPE_CHECKING:
     import torch
 
+    from pipelines.runtime.previews import Previews
+
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CheckpointCorrupt",
+    "CheckpointMismatch",
     "Checkpoints",
     "DenoiseCheckpoint",
     "DenoiseSession",
@@ -146,6 +160,11 @@ class Checkpoints(Protocol):
         """A stored checkpoint does not fit this job (``reason``); the job starts over."""
         ...
 
+    def discard(self, detail: str) -> None:
+        """The checkpoint ``load`` handed out could not be restored (``CheckpointMismatch``, ``detail``): delete
+        it; ``load`` finds none until the next ``save``, so the job's next run starts from step 0."""
+        ...
+
     def resumed(self, step: int, total: int) -> None:
         """The loop continues after ``step`` of ``total`` steps, restored from the checkpoint."""
         ...
@@ -166,13 +185,24 @@ def fingerprint(**parts: Any) -> str:
 
 
 def job_fingerprint(
-    spec: Any, job: Any, pipe: Any, *, profile: Any, device: str, scheduler: Any = None, **extra: Any
+    spec: Any,
+    job: Any,
+    pipe: Any,
+    *,
+    profile: Any,
+    device: str,
+    loop_version: int,
+    scheduler: Any = None,
+    **extra: Any,
 ) -> str:
     """The fingerprint of one job on one pipeline: the model's whole catalog entry (recipes, weights and
     their revision: a catalog change refuses older checkpoints), the weights as loaded
     (``weights_signature``), the resolved job (prompt as used, seed, size, steps, guidance, input image
     digest), the pipeline and scheduler classes and configuration, the runtime profile (dtypes, attention
-    backend), the device type, and the torch and diffusers versions.
+    backend), the device type, the torch and diffusers versions, and the family's ``loop_version``.
+    ``loop_version``: the family's constant (``LOOP_VERSION`` of its module), bumped with every change to
+    its denoising loop that changes what a checkpoint holds or how it is restored; a required keyword, so a
+    new family names one. During a rolling upgrade a worker then refuses another version's checkpoints.
     ``scheduler``: the one the job starts from when it is not ``pipe.scheduler`` (an adapter that swaps
     schedulers between stages names its base one, so the fingerprint does not depend on the last job)."""
     import diffusers
@@ -187,6 +217,7 @@ def job_fingerprint(
         pipeline=type(pipe).__name__,
         scheduler=[type(scheduler).__name__, dict(scheduler.config)],
         device=torch.device(device).type,
+        loop=loop_version,
         torch=torch.__version__,
         diffusers=diffusers.__version__,
         weights=weights_signature(pipe),
@@ -219,6 +250,9 @@ class DenoiseSession:
 
     Use: ``callback`` as every call's ``callback_on_step_end``, each call inside ``running(pipe)``. Without
     ``checkpoints`` it only reports steps. ``fingerprint`` computes ``job_fingerprint`` for this job.
+    ``previews``: a live preview of the loop's latents when one is due (``pipelines.runtime.previews``), before
+    the step is reported; ``preview_latents`` finds them in the callback's tensors as (batch, channels, frames,
+    height, width), or None when it cannot (by default: ``latents`` when it has that shape).
     """
 
     def __init__(
@@ -231,8 +265,12 @@ class DenoiseSession:
         generator: torch.Generator | None = None,
         skip_output: SkipOutput | None = None,
         expert: Callable[[Any, Any], str | None] | None = None,
+        previews: Previews | None = None,
+        preview_latents: Callable[[dict[str, Any]], torch.Tensor | None] | None = None,
     ) -> None:
         self.on_step = on_step
+        self._previews = previews
+        self._preview_latents = preview_latents or _video_latents
         self.total = total
         self.done = 0
         self._checkpoints = checkpoints
@@ -282,6 +320,28 @@ class DenoiseSession:
             return  # no checkpoints: no host copies
         self._carried.update({name: _detached(t) for name, t in tensors.items()})
 
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        """Around work that uses the checkpoint before a live step after it confirmed it (the pipeline calls
+        that replay to it; an adapter's use of a tensor it ``carried``): a failure there other than ours
+        (cancel, drain, a queue error) or running out of memory is the checkpoint's, raised as
+        ``CheckpointMismatch``. Without a checkpoint being restored it changes nothing."""
+        try:
+            yield
+        except CheckpointCorrupt:
+            raise
+        except Exception as e:
+            if not self._unconfirmed or isinstance(e, GenworkerError) or is_out_of_memory(e):
+                raise
+            raise CheckpointMismatch(
+                f"resuming from step {self.resume_step} failed at step {self.done + 1}: {type(e).__name__}: {e}"
+            ) from e
+
+    @property
+    def _unconfirmed(self) -> bool:
+        """A checkpoint is being resumed and no live step after it has completed yet."""
+        return self.resume_from is not None and self.done <= self.resume_step
+
     def skip_steps(self, steps: int) -> None:
         """Count ``steps`` steps (a whole stage) as done without running them: a resume past that stage."""
         if self.done + steps >= self.resume_step:
@@ -313,7 +373,8 @@ class DenoiseSession:
                 if module is not None:
                     restore.append(self._skip_while_replaying(module))
         try:
-            yield
+            with self.restoring():
+                yield
         finally:
             for undo in reversed(restore):
                 undo()
@@ -354,12 +415,11 @@ class DenoiseSession:
         outputs = list(result) if isinstance(result, tuple) else list(result.values())
         checkpoint = self.resume_from
         if checkpoint is not None and self.done + 1 == checkpoint.step:
-            if index >= len(checkpoint.samples) or len(checkpoint.samples[index]) != len(outputs):
-                raise RuntimeError(f"step {self.done + 1}: this loop's scheduler steps do not match the checkpoint's")
+            _check_fits(checkpoint, index, outputs, scheduler)
             sample = outputs[0]
             _restore_state(scheduler, checkpoint.schedulers[index], device=sample.device)
             outputs = [
-                saved.to(now.device, now.dtype) if saved is not None and now is not None else now
+                saved.to(now.device) if saved is not None else now
                 for saved, now in zip(checkpoint.samples[index], outputs, strict=True)
             ]
             if isinstance(result, tuple):
@@ -377,12 +437,15 @@ class DenoiseSession:
         checkpoint = self.resume_from
         expert = self._expert(pipe, timestep) if self._expert is not None else None
         if checkpoint is not None and self.done == checkpoint.step:
+            if len(calls) != len(checkpoint.samples):
+                raise CheckpointMismatch(
+                    f"step {self.done}: {len(calls)} scheduler step(s), the checkpoint has {len(checkpoint.samples)}"
+                )
             if expert != checkpoint.expert:
-                raise RuntimeError(
+                raise CheckpointMismatch(
                     f"resumed at step {self.done} on expert {expert}, checkpointed on {checkpoint.expert}"
                 )
-            if self._generator is not None and checkpoint.generator is not None:
-                self._generator.set_state(checkpoint.generator)
+            self._restore_generator(checkpoint.generator)
             assert self._checkpoints is not None
             self._checkpoints.resumed(self.done, self.total)
         elif (
@@ -391,8 +454,33 @@ class DenoiseSession:
             and self._checkpoints.due(self.done, self.total)
         ):
             self._save(calls, expert)
+        self._preview(tensors)
         self.on_step(self.done, self.total)
         return tensors
+
+    def _preview(self, tensors: dict[str, Any]) -> None:
+        """Render a preview of this step's latents when one is due (never of a step being replayed)."""
+        previews = self._previews
+        if previews is None or self.done < self.resume_step or not previews.due(self.done, self.total):
+            return
+        latents = self._preview_latents(tensors)
+        if latents is not None:
+            previews.show(self.done, self.total, latents)
+
+    def _restore_generator(self, state: torch.Tensor | None) -> None:
+        """The generator as it was after the checkpoint's step; its state must be one of this generator's."""
+        if self._generator is None:
+            if state is not None:
+                raise CheckpointMismatch("the checkpoint carries a generator state; this loop has no generator")
+            return
+        live = self._generator.get_state()
+        if state is None or _layout(state) != _layout(live):
+            found = "none" if state is None else _layout(state)
+            raise CheckpointMismatch(f"generator state {found}, this loop's is {_layout(live)}")
+        try:
+            self._generator.set_state(state)
+        except (RuntimeError, ValueError) as e:  # the right size, not a valid state
+            raise CheckpointMismatch(f"generator state refused: {e}") from e
 
     def _save(self, calls: list[tuple[Any, Any]], expert: str | None) -> None:
         assert self._checkpoints is not None
@@ -412,6 +500,86 @@ class DenoiseSession:
             self._checkpoints = None  # the job runs on without them
             return
         self._checkpoints.save(checkpoint)
+
+
+# ---------------------------------------------------------------------------------------- checks
+
+
+def _video_latents(tensors: dict[str, Any]) -> torch.Tensor | None:
+    """The callback's ``latents`` when shaped (batch, channels, frames, height, width), else None (packed)."""
+    latents = tensors.get("latents")
+    if latents is None or not _is_tensor(latents) or latents.ndim != 5:
+        return None
+    tensor: torch.Tensor = latents
+    return tensor
+
+
+def _check_fits(checkpoint: DenoiseCheckpoint, index: int, outputs: list[Any], scheduler: Any) -> None:
+    """The ``index``-th scheduler step of the checkpoint's step, against the live one about to be replaced:
+    as many outputs, each of the same shape and dtype (or both not tensors), and the scheduler's state laid
+    out alike (the same attributes, containers of the same lengths, tensors of the same shapes and dtypes,
+    scalars of the same types). ``CheckpointMismatch`` names the first difference."""
+    step = checkpoint.step
+    if index >= len(checkpoint.samples):
+        raise CheckpointMismatch(f"step {step}: scheduler step {index + 1} is not in the checkpoint")
+    saved = checkpoint.samples[index]
+    if len(saved) != len(outputs):
+        raise CheckpointMismatch(f"step {step}: {len(saved)} scheduler output(s) saved, the loop makes {len(outputs)}")
+    for i, (old, now) in enumerate(zip(saved, outputs, strict=True)):
+        want = _layout(now if _is_tensor(now) else None)  # a non-tensor output is saved as None
+        if _layout(old) != want:
+            raise CheckpointMismatch(f"step {step}: output {i} is {_layout(old)}, the loop's is {want}")
+    state = checkpoint.schedulers[index]
+    if not isinstance(state, dict):
+        raise CheckpointMismatch(f"step {step}: the scheduler state is a {type(state).__name__}")
+    live = {name: value for name, value in vars(scheduler).items() if name not in _NOT_STATE}
+    if set(state) != set(live):
+        raise CheckpointMismatch(f"step {step}: scheduler attributes differ: {sorted(set(state) ^ set(live))}")
+    for name, value in live.items():
+        if not _alike(_layout(state[name]), _layout(value)):
+            raise CheckpointMismatch(
+                f"step {step}: scheduler {name} is {_layout(state[name])}, the loop's is {_layout(value)}"
+            )
+
+
+def _alike(saved: Any, live: Any) -> bool:
+    """Two scheduler state layouts alike, where a None on either side matches anything: some state is not
+    reset by ``set_timesteps`` and keeps a previous job's values in slots no step reads (UniPC's
+    ``timestep_list``), so whether a slot holds None depends on the scheduler's history, not on the job."""
+    none = _layout(None)
+    if none in (saved, live):
+        return True
+    if isinstance(saved, tuple) and isinstance(live, tuple) and saved[0] == live[0] and saved[0] in ("list", "tuple"):
+        items, now = saved[1], live[1]
+        return len(items) == len(now) and all(_alike(a, b) for a, b in zip(items, now, strict=True))
+    return bool(saved == live)
+
+
+def _layout(value: Any) -> Any:
+    """What a restore needs alike in a checkpoint and the live loop: a value's structure, each tensor's (or
+    array's) shape and dtype and each scalar's type, never its numbers. Reads live values and the frozen
+    form ``_freeze`` gives them alike."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype))
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.shape, str(value.dtype))
+    if isinstance(value, np.generic):
+        return _layout(value.item())
+    if isinstance(value, dict):  # frozen: {"tensor", "cpu"}, {"ndarray"} or {"tuple"}
+        if "tensor" in value:
+            return _layout(value["tensor"])
+        if "ndarray" in value and isinstance(value["ndarray"], torch.Tensor):
+            array = value["ndarray"]
+            return ("ndarray", tuple(array.shape), str(array.numpy().dtype))
+        if "tuple" in value:
+            return _layout(tuple(value["tuple"]))
+        return ("dict", sorted(value))
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, tuple(_layout(v) for v in value))
+    return type(value).__name__
 
 
 # ---------------------------------------------------------------------------------------- state copies

@@ -64,7 +64,9 @@ def up(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Itera
     tmp = tmp_path_factory.mktemp("up")
     port = free_port()
     data = tmp / "var"
-    env = {**os.environ, **settings_env({"api": {"poll_first_s": 1, "poll_min_s": 1, "poll_max_s": 1}})}
+    # A live preview at every step (not once a second), so the page shows the tiny job's few updating in place.
+    polls = {"poll_first_s": 1, "poll_min_s": 1, "poll_max_s": 1}
+    env = {**os.environ, **settings_env({"api": polls, "worker": {"preview_interval_s": 0}})}
     cmd = [sys.executable, "-m", "genworker.cli", "up", "--data-dir", str(data), "--port", str(port)]
     cmd += ["--models-dir", str(tiny_models_dir)]
     with (tmp / "up.out").open("wb") as out:

@@ -154,7 +154,22 @@ def test_playground_makes_and_plays_videos(chrome: webdriver.Chrome, up: Up, sho
     # tiny-wan: no audio offered.
     fill_form(driver, "tiny-wan", "a red fox running through snow")
     assert not driver.find_element(By.ID, "audio").is_displayed()
+    # The live preview: one <img>, its picture replaced in place at each step (every src it took is noted).
+    js(
+        driver,
+        "window.previewSteps = []; const img = document.getElementById('preview');"
+        "new MutationObserver(() => img.getAttribute('src') && window.previewSteps.push(Number(img.dataset.step)))"
+        ".observe(img, {attributes: true, attributeFilter: ['src']});",
+    )
     wan = generate(driver, shots, "02-tiny-wan", keyboard=True)
+    steps = js(driver, "return window.previewSteps")
+    assert len(steps) >= 2 and steps == sorted(set(steps)), steps
+    preview = driver.find_element(By.ID, "preview")
+    assert preview.is_displayed() and len(driver.find_elements(By.CSS_SELECTOR, "img#preview")) == 1
+    assert js(driver, "return arguments[0].complete && arguments[0].naturalWidth", preview) == 256
+    assert (preview.get_attribute("src") or "").startswith("data:image/jpeg;base64,")
+    preview.screenshot(str(shots / "02-tiny-wan-preview.png"))
+    driver.save_screenshot(str(shots / "02-tiny-wan-preview-page.png"))
     state = assert_plays(driver)
     assert driver.find_element(By.ID, "actual-prompt").text == "a red fox running through snow"
     assert "no audio" in driver.find_element(By.ID, "video-facts").text

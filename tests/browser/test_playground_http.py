@@ -241,3 +241,56 @@ def test_sessions_expire_renew_and_belong_to_one_key() -> None:
     assert signer.read(renewed_cookie) == renewed
     for bad in ("", "a.b", "a.1.x", f"{cookie}.", "é.1.x", "x" * 300):
         assert signer.read(bad) is None
+
+
+def test_a_non_loopback_bind_refuses_the_playground_unless_a_setting_says_otherwise(tmp_path: Path) -> None:
+    """`genworker up --host 0.0.0.0` used to let any client that reached the port act for the dev project
+    without a key (the page hands every visitor a session)."""
+    with pytest.raises(ValidationError, match="playground_remote"):
+        Settings(api={"host": "0.0.0.0", "playground": True, "playground_api_key": "gw_x"})
+    for host in ("127.0.0.1", "localhost", "::1"):
+        assert Settings(api={"host": host, "playground": True, "playground_api_key": "gw_x"}).api.playground
+    remote = Settings(
+        api={"host": "0.0.0.0", "playground": True, "playground_api_key": "gw_x", "playground_remote": True}
+    )
+    assert remote.api.playground_remote
+    paths = EmbeddedPaths(tmp_path)
+    wide = embedded_settings(paths, host="0.0.0.0", port=8123, models_dir=tmp_path, playground_key="gw_x")
+    assert wide.api.playground is False  # `genworker up --host 0.0.0.0`: the API, without the playground
+
+
+@pytest.fixture(scope="module")
+def remote_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
+    """A playground told it serves beyond loopback: its browsers must sign in with the key."""
+    data = tmp_path_factory.mktemp("playground-remote")
+    keys = SqliteKeyStore(data / "keys.db")
+    _, key = keys.create("studio", [Scope.generations_read, Scope.generations_write])
+    keys.close()
+    stack = start_stack(data, api={"playground": True, "playground_api_key": key, "playground_remote": True})
+    yield stack, key
+    stack.stop()
+
+
+def test_beyond_loopback_a_browser_signs_in_with_the_key_before_it_may_act(
+    remote_playground: tuple[Stack, str],
+) -> None:
+    stack, key = remote_playground
+    same_origin = {"Origin": stack.base_url, "Sec-Fetch-Site": "same-origin"}
+    with httpx.Client(base_url=stack.base_url, timeout=30) as anyone:
+        page = anyone.get("/")
+        assert page.status_code == 200 and 'action="/playground/sign-in"' in page.text
+        assert "set-cookie" not in page.headers and TOKEN.search(page.text) is None  # no session, no token
+        assert_error(anyone.get("/playground/api/models", headers=same_origin), 403, "invalid_request", "Cookie")
+        wrong = anyone.post("/playground/sign-in", data={"key": key[:-1] + "x"}, headers=same_origin)
+        assert_error(wrong, 403, "invalid_request", "key")
+        assert "set-cookie" not in wrong.headers
+        elsewhere = {"Origin": "https://attacker.example", "Sec-Fetch-Site": "cross-site"}
+        assert anyone.post("/playground/sign-in", data={"key": key}, headers=elsewhere).status_code == 403
+    with httpx.Client(base_url=stack.base_url, timeout=30) as browser:
+        signed_in = browser.post("/playground/sign-in", data={"key": key}, headers=same_origin)
+        assert signed_in.status_code == 303 and signed_in.headers["location"] == "/"
+        assert key not in signed_in.text and key not in signed_in.headers.get("set-cookie", "")
+        page = browser.get("/")
+        token = TOKEN.search(page.text).group(1)  # type: ignore[union-attr]
+        models = browser.get("/playground/api/models", headers={"X-CSRF-Token": token, **same_origin})
+        assert models.status_code == 200 and models.json()["data"]

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from prometheus_client import CollectorRegistry
+
+from api.webhooks.metrics import WebhookMetrics
 from worker.metrics import WorkerMetrics
 
 # Metrics of the exporters the deployment runs beside the workers (deploy/kubernetes/redis-single:
@@ -115,8 +118,17 @@ def metric_names(expr: str) -> set[str]:
 
 def worker_metric_names() -> set[str]:
     """Every series name a worker exports (counters' ``_total``, histograms' ``_sum``/``_count``/``_bucket``)."""
+    return _series_names(WorkerMetrics().registry)
+
+
+def webhook_metric_names() -> set[str]:
+    """Every series name a webhook sender exports (an API replica's /metrics, or ``webhooks serve``)."""
+    return _series_names(WebhookMetrics().registry)
+
+
+def _series_names(registry: CollectorRegistry) -> set[str]:
     names = set()
-    for family in WorkerMetrics().registry.collect():
+    for family in registry.collect():
         if family.type == "counter":
             names.add(f"{family.name}_total")
         elif family.type == "histogram":

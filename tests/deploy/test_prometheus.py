@@ -24,7 +24,7 @@ import yaml
 from foundation.settings import settings_env
 from tests.deploy.kube import ROOT
 from tests.deploy.prometheus_server import PrometheusServer
-from tests.deploy.promql import EXTERNAL, metric_names, worker_metric_names
+from tests.deploy.promql import EXTERNAL, metric_names, webhook_metric_names, worker_metric_names
 from tests.e2e.conftest import Stack, start_stack
 from tests.integration.worker_harness import WorkerProcess
 
@@ -71,7 +71,7 @@ def test_promtool_unit_tests_pass_and_cover_every_alert() -> None:
 
 
 def test_rules_read_only_metrics_that_exist() -> None:
-    known = worker_metric_names() | set(EXTERNAL)
+    known = worker_metric_names() | webhook_metric_names() | set(EXTERNAL)
     recorded: set[str] = set()
     for rule in _rules():  # a recording rule may use the ones recorded above it
         unknown = metric_names(rule["expr"]) - known - recorded

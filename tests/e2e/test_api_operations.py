@@ -8,7 +8,9 @@ outage and the log lines the operator actually gets on stderr.
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
 import re
 import subprocess
@@ -21,8 +23,13 @@ from typing import Any
 import httpx
 import pytest
 
-from foundation.settings import settings_env
-from tests.e2e.conftest import Stack, add_keys, free_port, start_stack
+from api.app import create_app
+from api.keys import SqliteKeyStore
+from foundation.core.catalog import load_catalog
+from foundation.queue.factory import open_queue
+from foundation.settings import Settings, settings_env
+from foundation.stores.s3 import S3Store
+from tests.e2e.conftest import Stack, add_keys, free_port, serve_app, start_stack
 from tests.fixtures.redis_server import RedisServer
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
@@ -50,6 +57,49 @@ def test_healthz_and_readyz_answer_without_a_key_and_without_a_rate_limit(strict
     with strict_stack.client() as anonymous:
         assert anonymous.get("/healthz").status_code == 200
         assert anonymous.get("/readyz").status_code == 200
+
+
+def test_readyz_names_the_dependency_that_is_down_never_its_address(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store the API cannot reach: 503 naming ``store`` and the kind of failure; its endpoint and the
+    driver's message are in the log only (the probe needs no key)."""
+    closed = free_port()
+    endpoint = f"http://127.0.0.1:{closed}"
+    settings = Settings(
+        data_dir=str(tmp_path),
+        store={
+            "backend": "s3",
+            "s3_endpoint_url": endpoint,
+            "s3_bucket": "unreachable-bucket",
+            "s3_access_key_id": "k",
+            "s3_secret_access_key": "internal-secret-7f3a",
+        },
+    )
+    queue = open_queue(settings.queue)
+    app = create_app(
+        settings,
+        queue=queue,
+        store=S3Store(settings.store),
+        catalog=load_catalog(),
+        keys=SqliteKeyStore(tmp_path / "k.db"),
+    )
+    port = free_port()
+    server, thread = serve_app(app, port)
+    try:
+        with caplog.at_level(logging.WARNING, logger="genworker.api.health"):
+            down = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=30)
+        assert down.status_code == 503
+        body = down.json()
+        assert body["status"] == "not_ready" and body["checks"]["queue"] == {"ok": True}
+        assert body["checks"]["store"] in ({"ok": False, "reason": "unavailable"}, {"ok": False, "reason": "timeout"})
+        for secret in (str(closed), "127.0.0.1", "unreachable-bucket", "internal-secret-7f3a", "Errno", "Error"):
+            assert secret not in down.text, secret
+        assert any(r.__dict__.get("check") == "store" for r in caplog.records)  # the details are logged
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        queue.close()
 
 
 def test_probes_stay_out_of_the_public_schema(stack: Stack) -> None:
@@ -84,6 +134,7 @@ def _start_api(redis: RedisServer, seaweed: Any, data_dir: Path, log: Path) -> t
         "data_dir": str(data_dir),
         "queue": {"backend": "redis", "redis_url": redis.url},
         "store": {name: getattr(store, name) for name in s3},
+        "webhooks": {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")},  # required on Redis
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **settings_env(settings)}
     port = free_port()
@@ -126,8 +177,10 @@ def test_a_distributed_api_is_unready_while_its_redis_is_down_and_logs_json(
         assert down.status_code == 503
         body = down.json()
         assert body["status"] == "not_ready"
-        assert body["checks"]["queue"]["ok"] is False and body["checks"]["queue"]["error"]
+        # Which dependency is down and how, never its address or the driver's words (those go to the log).
+        assert body["checks"]["queue"] in ({"ok": False, "reason": "unavailable"}, {"ok": False, "reason": "timeout"})
         assert body["checks"]["store"] == {"ok": True}
+        assert str(redis.port) not in down.text and "127.0.0.1" not in down.text
         assert httpx.get(base_url + "/healthz", timeout=5).status_code == 200  # alive: no restart wanted
 
         redis.start()  # same port and directory
@@ -153,4 +206,5 @@ def test_a_distributed_api_is_unready_while_its_redis_is_down_and_logs_json(
     failed = [e for e in access if e["path"] == "/readyz" and e["status"] == 503]
     assert failed and all(HEX_ID.fullmatch(e["request_id"]) for e in failed)
     assert not [e for e in access if e["path"] == "/readyz" and e["status"] == 200]
-    assert any(e["logger"] == "genworker.api.health" and e.get("check") == "queue" for e in entries)
+    health = [e for e in entries if e["logger"] == "genworker.api.health" and e.get("check") == "queue"]
+    assert health and any(str(redis.port) in e["msg"] or "connect" in e["msg"].lower() for e in health), health

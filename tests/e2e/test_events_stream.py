@@ -10,7 +10,10 @@ decides when each write lands relative to the client's connections.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,7 +81,14 @@ def _worker_env(stack: Stack, tiny_models_dir: Path) -> dict[str, str]:
             "queue": {"backend": s.queue.backend, "sqlite_path": s.queue.sqlite_path, "redis_url": s.queue.redis_url},
             "store": {"backend": "local", "local_root": s.store.local_root},
             "models": {"tiny_models_dir": str(tiny_models_dir)},
-            "worker": {"hosted_models": ["tiny-wan"], "preload": ["tiny-wan"], "heartbeat_s": 1, "drain_grace_s": 1},
+            # A preview at every step (not once a second): the tiny job's few steps each send one.
+            "worker": {
+                "hosted_models": ["tiny-wan"],
+                "preload": ["tiny-wan"],
+                "heartbeat_s": 1,
+                "drain_grace_s": 1,
+                "preview_interval_s": 0,
+            },
         }
     ) | {"HF_HUB_OFFLINE": "1"}
 
@@ -305,3 +315,43 @@ def test_a_stream_with_httpx_sees_the_wire_format(stacks: dict[str, Stack]) -> N
         lines = message.split("\n")
         assert lines[0].startswith("id: ") and lines[1] == "event: status" and lines[2].startswith("data: {")
         assert f'"status":"{status}"' in lines[2]
+
+
+def _raw_messages(stack: Stack, generation_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The stream's messages as (event, id, data), read to the end with plain httpx."""
+    with stack.client("alpha") as c:
+        text = c.get(f"/v1/generations/{generation_id}/events", timeout=90).text
+    messages = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+        if fields:
+            messages.append((fields["event"], fields["id"], json.loads(fields["data"])))
+    return messages
+
+
+def test_previews_arrive_in_order_after_their_progress_and_a_request_can_turn_them_off(stack: Stack) -> None:
+    from PIL import Image
+
+    generation_id = create(stack)
+    messages = _raw_messages(stack, generation_id)
+    previews = [(i, data) for i, (event, _, data) in enumerate(messages) if event == "preview"]
+    steps = [data["step"] for _, data in previews]
+    assert len(steps) >= 2 and steps == sorted(set(steps))  # one per step here, in step order
+    for i, data in previews:
+        event, event_id, progress = messages[i - 1]  # each follows the progress write that carried it
+        assert event == "progress" and progress["stage"] == "denoising" and event_id == messages[i][1]
+        assert progress["progress"] == round(data["step"] / data["total"], 4)
+        assert set(data) == {"step", "total", "image"} and data["image"].startswith("data:image/jpeg;base64,")
+        jpeg = base64.b64decode(data["image"].split(",", 1)[1])
+        assert len(jpeg) <= 20_000
+        with Image.open(io.BytesIO(jpeg)) as image:
+            assert image.format == "JPEG" and image.width <= 256
+    assert previews[-1][1]["step"] == previews[-1][1]["total"]
+    # The record never holds a preview: it lives in the progress notes only.
+    with stack.client("alpha") as c:
+        assert "data:image" not in c.get(f"/v1/generations/{generation_id}").text
+    with stack.client("alpha") as c:
+        made = c.post("/v1/generations", json=create_body(preview=False))
+    assert made.status_code == 202, made.text
+    quiet = _raw_messages(stack, made.json()["id"])
+    assert quiet[-1][2]["status"] == "succeeded" and not [m for m in quiet if m[0] == "preview"]

@@ -4,7 +4,9 @@ with nothing enqueued and nothing stored (the queue and the store are looked at,
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,18 +30,28 @@ from tests.fixtures.seaweed import SeaweedServer
 from tests.image_samples import bomb_png, data_uri, image_bytes
 
 OK = image_bytes(96, 64)
+GZIP_BOMB = gzip.compress(b"\x00" * 50_000_000, 9)
 OTHER = image_bytes(64, 64, color=(0, 200, 0))
 TALL = image_bytes(90, 160, "JPEG")
 MAX_BYTES = 300_000
 PNG_SIGNATURE = b"\x89PNG"
-INPUTS: dict[str, Any] = {
-    "allow_http_hosts": ["127.0.0.1", "localhost"],  # localhost: http allowed, its loopback address is not
-    "allow_private_hosts": ["127.0.0.1"],
-    "fetch_timeout_s": 1.0,
-    "max_image_bytes": MAX_BYTES,
-    "max_image_pixels": 1_000_000,
-    "max_redirects": 1,
-}
+
+
+CLOSED = free_port()  # allowed, but nothing listens there
+
+
+def inputs(port: int | str) -> dict[str, Any]:
+    """The operator's settings for an image server on ``port``: allowed by host and port, nothing wider
+    (``"*"``: every port of 127.0.0.1, for a stack other tests share with image servers of their own)."""
+    return {
+        # localhost: http allowed, its loopback address is not
+        "allow_http_hosts": [f"127.0.0.1:{port}", f"localhost:{port}", f"127.0.0.1:{CLOSED}"],
+        "allow_private_hosts": [f"127.0.0.1:{port}", f"127.0.0.1:{CLOSED}"],
+        "fetch_timeout_s": 1.0,
+        "max_image_bytes": MAX_BYTES,
+        "max_image_pixels": 1_000_000,
+        "max_redirects": 1,
+    }
 
 
 def _routes(port_of: dict[str, int]) -> dict[str, Route]:
@@ -61,6 +73,12 @@ def _routes(port_of: dict[str, int]) -> dict[str, Route]:
         "/redirect-twice": to("/redirect-ok"),
         "/redirect-metadata": to("https://169.254.169.254/latest/meta-data/"),
         "/redirect-localhost": Route(status=302, headers={"Location": f"http://localhost:{port_of['self']}/ok.png"}),
+        # 50 MB of zeros in 49 KB: a compression bomb, sent encoded though the fetch asked for identity
+        "/gzip-bomb.png": Route(GZIP_BOMB, headers={"Content-Type": "image/png", "Content-Encoding": "gzip"}),
+        "/gzip-ok.png": Route(gzip.compress(OK), headers={"Content-Encoding": "gzip"}),  # even a good image
+        "/identity-ok.png": Route(OK, headers={"Content-Encoding": "identity"}),
+        "/drip-slow.png": Route(OK, drip_s=2.5),  # each byte just inside a 3 s read wait
+        "/drip-slow-unsized.png": Route(OK, drip_s=2.5, sized=False),  # its end is the connection's
     }
 
 
@@ -75,8 +93,8 @@ def images() -> Iterator[ImageServer]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = start_stack(tmp_path_factory.mktemp("api-images"), api={"inputs": INPUTS})
+def stack(tmp_path_factory: pytest.TempPathFactory, images: ImageServer) -> Iterator[Stack]:
+    s = start_stack(tmp_path_factory.mktemp("api-images"), api={"inputs": inputs(images.port)})
     add_keys(s)
     yield s
     s.stop()
@@ -119,6 +137,8 @@ def _refused(stack: Stack, body: dict[str, Any], code: str, param: str) -> str:
         ("/redirect-twice", "image_fetch_failed", "redirects more than 1"),
         ("/redirect-metadata", "image_url_not_allowed", "cloud metadata"),
         ("/redirect-localhost", "image_url_not_allowed", "loopback"),
+        ("/gzip-bomb.png", "image_fetch_failed", "encoded (gzip)"),
+        ("/gzip-ok.png", "image_fetch_failed", "encoded (gzip)"),
     ],
 )
 def test_bad_image_urls_are_coded_400s_with_nothing_kept(
@@ -135,7 +155,7 @@ def test_bad_image_urls_are_coded_400s_with_nothing_kept(
     ],
 )
 def test_unreachable_urls_are_image_fetch_failed(stack: Stack, images: ImageServer, url: str, says: str) -> None:
-    url = url.format(port=images.port, closed=free_port())
+    url = url.format(port=images.port, closed=CLOSED)
     assert says in _refused(stack, i2v_body(image_url=url), "image_fetch_failed", "input.image_url")
 
 
@@ -158,6 +178,39 @@ def test_urls_to_refused_addresses_are_never_fetched(stack: Stack, images: Image
     )
     assert says in message
     assert len(images.hits) == hits
+
+
+def test_fetches_ask_for_identity_and_read_the_bytes_as_sent(stack: Stack, images: ImageServer) -> None:
+    _created(stack, i2v_body(image_url=images.url("/identity-ok.png")))
+    assert images.headers[-1]["accept-encoding"] == "identity"
+
+
+def test_an_allowed_host_is_allowed_on_its_port_only(stack: Stack, images: ImageServer) -> None:
+    with serve_images({"/ok.png": Route(OK)}) as other:  # the same host, another port: another service
+        message = _refused(stack, i2v_body(image_url=other.url("/ok.png")), "image_url_not_allowed", "input.image_url")
+        assert other.hits == []
+    assert f"port {other.port}" in message
+
+
+def test_a_refusal_names_the_rule_not_the_address_a_name_resolves_to(stack: Stack, images: ImageServer) -> None:
+    for path in ("/ok.png", "/redirect-localhost"):
+        url = images.url(path, host="localhost") if path == "/ok.png" else images.url(path)
+        message = _refused(stack, i2v_body(image_url=url), "image_url_not_allowed", "input.image_url")
+        assert "loopback" in message and "127.0.0.1" not in message and "::1" not in message, message
+
+
+@pytest.mark.parametrize("path", ["/drip-slow.png", "/drip-slow-unsized.png"])
+def test_the_fetch_time_limit_holds_within_ten_percent(images: ImageServer, path: str) -> None:
+    """A server that sends one byte just inside each read's wait: the whole fetch still ends at its limit
+    (the last read would otherwise begin just before it and wait a full read limit more), and a body cut
+    there is a time-out, never a shorter image."""
+    here = f"127.0.0.1:{images.port}"
+    policy = OutboundPolicy(allow_http_hosts=frozenset({here}), allow_private_hosts=frozenset({here}), timeout_s=3.0)
+    started = time.monotonic()
+    with pytest.raises(FetchFailed, match="timed out"):
+        fetch(images.url(path), policy)
+    elapsed = time.monotonic() - started
+    assert 2.9 <= elapsed <= 3.3, elapsed
 
 
 @pytest.mark.parametrize(
@@ -248,8 +301,9 @@ def test_models_show_the_inputs_of_each_mode(stack: Stack) -> None:
 
 
 def test_redirects_are_not_followed_unless_allowed(images: ImageServer) -> None:
+    here = f"127.0.0.1:{images.port}"
     policy = OutboundPolicy(
-        allow_http_hosts=frozenset({"127.0.0.1", "localhost"}), allow_private_hosts=frozenset({"127.0.0.1"})
+        allow_http_hosts=frozenset({here, f"localhost:{images.port}"}), allow_private_hosts=frozenset({here})
     )
     with pytest.raises(FetchFailed, match="redirects are not followed"):
         fetch(images.url("/redirect-ok"), policy)
@@ -276,7 +330,7 @@ def fleet_stack(tmp_path: Path, redis_url: str, seaweed: SeaweedServer) -> Itera
         data_dir=str(tmp_path),
         queue={"backend": "redis", "redis_url": redis_url, "max_attempts": 2},
         store=seaweed.store_settings(s3_bucket=f"images-{uuid.uuid4().hex[:12]}").model_dump(),
-        api={"inputs": INPUTS, "unhosted_models": "accept"},
+        api={"inputs": inputs("*"), "unhosted_models": "accept"},
     )
     queue = open_queue(settings.queue)
     store = S3Store(settings.store)

@@ -1,11 +1,17 @@
-"""``GET /v1/models`` as an anonymous client: the catalog, live availability and depth, no secrets."""
+"""``GET /v1/models`` as an anonymous client: the catalog, live availability and depth, no secrets; cheap
+to serve (no write to the queue, the body computed at most once a second, an ETag and a max-age)."""
 
 from __future__ import annotations
 
+import sqlite3
+import time
+
 import httpx
 
+from api.routes.models import REFRESH_S
 from foundation.queue.base import WorkerHeartbeat
 from tests.e2e.conftest import Stack, create_body
+from tests.integration.worker_harness import wait_until
 
 
 def models(stack: Stack) -> dict[str, dict]:
@@ -64,8 +70,45 @@ def test_availability_follows_live_heartbeats_and_depth_counts_queued(fresh_stac
             assert c.post("/v1/generations", json=create_body()).status_code == 202
     beat = WorkerHeartbeat(worker_id="e2e-worker", hosted_models=["tiny-wan"], ready=True)
     fresh_stack.queue.heartbeat(beat, ttl_s=60)
+    changed_at = time.monotonic()
+    # The body is up to REFRESH_S old: the change shows within it, whatever the machine's load adds.
+    wait_until(lambda: models(fresh_stack)["tiny-wan"]["available"], "the heartbeat to show", timeout_s=10 * REFRESH_S)
+    assert time.monotonic() - changed_at < 10 * REFRESH_S
     after = models(fresh_stack)
-    assert after["tiny-wan"]["available"] is True
     assert after["tiny-ltx2"]["available"] is False
     assert after["tiny-wan"]["queue_depth"] == 3
     assert after["tiny-ltx2"]["queue_depth"] == 0
+
+
+def test_the_catalog_writes_nothing_so_a_busy_writer_cannot_hold_it(fresh_stack: Stack) -> None:
+    """An anonymous call must not queue behind the queue's writers: with another connection holding
+    SQLite's write lock, the catalog still answers (it used to open a write transaction per call and
+    wait out the lock)."""
+    fresh_stack.queue.heartbeat(WorkerHeartbeat(worker_id="w", hosted_models=["tiny-wan"], ready=True), ttl_s=60)
+    writer = sqlite3.connect(fresh_stack.settings.queue.sqlite_path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        with httpx.Client(base_url=fresh_stack.base_url, timeout=5) as anon:
+            answer = anon.get("/v1/models")
+        assert answer.status_code == 200
+        assert {m["id"]: m for m in answer.json()["data"]}["tiny-wan"]["available"] is True
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_the_catalog_has_an_etag_a_304_and_a_max_age(fresh_stack: Stack) -> None:
+    with httpx.Client(base_url=fresh_stack.base_url) as anon:
+        first = anon.get("/v1/models")
+        etag = first.headers["ETag"]
+        assert first.headers["Cache-Control"] == "max-age=3" and etag.startswith('"')
+        again = anon.get("/v1/models", headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
+        assert anon.get("/v1/models", headers={"If-None-Match": '"other", ' + etag}).status_code == 304
+        assert anon.get("/v1/models", headers={"If-None-Match": '"other"'}).status_code == 200
+        with fresh_stack.client("alpha") as c:
+            assert c.post("/v1/generations", json=create_body()).status_code == 202
+        # A change makes a new body and a new tag; the old tag then gets the whole body.
+        wait_until(lambda: anon.get("/v1/models").headers["ETag"] != etag, "a new ETag", timeout_s=10 * REFRESH_S)
+        changed = anon.get("/v1/models", headers={"If-None-Match": etag})
+        assert changed.status_code == 200 and changed.json()["data"]

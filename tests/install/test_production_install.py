@@ -86,7 +86,7 @@ def runs(prod: ProdInstall, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
     started = {
         "imports": prod.start("imports", ["python", "-c", IMPORT_CHECK, *sorted(third_party)], prod.env()),
         "catalog": prod.start("catalog", ["genworker", "catalog"], prod.env()),
-        "plan": prod.start("plan", ["genworker", "plan", "--gpu-memory-gb", "80"], prod.env()),
+        "plan": prod.start("plan", ["genworker", "plan", "--gpu", "h100-80gb"], prod.env()),
         "jobs": _start_jobs(prod, tiny_models_dir),
     }
     yield {**started, "third_party": third_party}

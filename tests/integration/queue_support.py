@@ -104,6 +104,34 @@ def write_raw_record(make_queue: Callable[..., JobQueue], record: GenerationReco
     return text
 
 
+def write_newer_record(
+    make_queue: Callable[..., JobQueue], record: GenerationRecord, record_format: int = 2, **changes: Any
+) -> str:
+    """Overwrite a stored record as a newer version writes it during a rolling upgrade: its text (with
+    ``changes``, e.g. a value this version does not know) and, beside it, its newer record format."""
+    text = write_raw_record(make_queue, record, **changes)
+    location = make_queue.location  # type: ignore[attr-defined]
+    if make_queue.backend == "redis":  # type: ignore[attr-defined]
+        with closing(redis.Redis.from_url(location)) as client:
+            client.hset(keys.job_record(record.model, record.id), "format", record_format)
+    else:
+        with closing(sqlite3.connect(location)) as conn, conn:
+            conn.execute("UPDATE jobs SET record_format = ? WHERE id = ?", (record_format, record.id))
+    return text
+
+
+def stored_status(make_queue: Callable[..., JobQueue], record: GenerationRecord) -> tuple[str, int]:
+    """The status and attempt stored beside the record (the job hash's fields, the row's columns)."""
+    location = make_queue.location  # type: ignore[attr-defined]
+    if make_queue.backend == "redis":  # type: ignore[attr-defined]
+        with closing(redis.Redis.from_url(location, decode_responses=True)) as client:
+            status, attempt = client.hmget(keys.job_record(record.model, record.id), "status", "attempt")
+            return str(status), int(attempt or 0)
+    with closing(sqlite3.connect(location)) as conn:
+        status, attempt = conn.execute("SELECT status, attempt FROM jobs WHERE id = ?", (record.id,)).fetchone()
+    return str(status), int(attempt)
+
+
 def read_raw_record(make_queue: Callable[..., JobQueue], record: GenerationRecord) -> str | None:
     """The stored record text as it is, readable or not (None: no record)."""
     location = make_queue.location  # type: ignore[attr-defined]

@@ -79,13 +79,13 @@ def test_the_gpu_image_installs_the_lock_and_builds_only_if_the_installed_worker
     assert "RUN pip install --no-deps -r requirements/worker.lock\n" in text
     assert text.index("requirements/worker.lock") < text.index('"/app[worker]"')
     step = text[text.index('RUN pip install --no-deps /app/client "/app[worker]"') :].split("\n\n", 1)[0]
-    assert "genworker catalog" in step and "genworker plan --gpu-memory-gb 80" in step
+    assert "genworker catalog" in step and "genworker plan --gpu h100-80gb" in step
 
 
 def test_the_gpu_image_runs_the_worker_with_a_healthcheck_and_a_weights_volume() -> None:
     text = (ROOT / "Dockerfile.gpu").read_text(encoding="utf-8")
-    assert re.search(r"^FROM \$\{CUDA_IMAGE\}$", text, flags=re.MULTILINE)
-    assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:\S+ubuntu\S+$", text, flags=re.MULTILINE)
+    assert re.search(r"^FROM nvidia/cuda:\$\{CUDA_VERSION\}-base-ubuntu\S+$", text, flags=re.MULTILINE)
+    assert re.search(r"^ARG CUDA_VERSION=\d+\.\d+\.\d+$", text, flags=re.MULTILINE)
     assert 'ENTRYPOINT ["genworker", "worker"]' in text
     assert 'VOLUME ["/weights"]' in text
     assert re.search(r"^HEALTHCHECK .*\n\s+CMD curl -fsS \S+/healthz", text, flags=re.MULTILINE)
@@ -105,6 +105,7 @@ def test_compose_wires_redis_aof_the_store_and_a_gpu_worker() -> None:
     for name in ("api", "worker"):
         env = services[name]["environment"]
         assert env["GENWORKER_QUEUE__BACKEND"] == "redis" and env["GENWORKER_STORE__BACKEND"] == "s3"
+    assert services["api"]["environment"]["GENWORKER_WEBHOOKS__SECRET_KEY"].startswith("${WEBHOOK_KEY:?")
     for published in services["api"]["ports"] + services["seaweedfs"]["ports"]:
         assert published.startswith("127.0.0.1:"), published  # loopback unless the operator opens it
 

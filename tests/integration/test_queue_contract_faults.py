@@ -3,14 +3,24 @@ SQLite file): records this version cannot read, mixed lease settings, records le
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
 from foundation.core.contract import Status
-from foundation.queue.base import JobQueue, Outcome
+from foundation.core.errors import ErrorCode, public_message
+from foundation.queue.base import Claim, JobQueue, Outcome
 from foundation.queue.policy import DeadReason
 from tests.integration import queue_support
-from tests.integration.queue_support import drop_lease, new_record, read_raw_record, write_raw_record
+from tests.integration.queue_support import (
+    drop_lease,
+    new_record,
+    read_raw_record,
+    stored_status,
+    write_newer_record,
+    write_raw_record,
+)
+from tests.integration.worker_harness import wait_until
 
 make_queue = queue_support.make_queue  # per-backend fixture: redis and sqlite
 MakeQueue = Callable[..., JobQueue]
@@ -47,6 +57,64 @@ def test_the_claim_path_sets_an_unreadable_record_aside_and_keeps_it(make_queue:
     assert q.claim("w1", ["tiny-wan"]) is None and q.depth("tiny-wan") == 0
     assert len(q.dead_letters()) == 1
     assert read_raw_record(make_queue, bad_job) == bad  # kept as stored, not deleted
+
+
+def test_a_record_a_newer_version_wrote_is_left_to_its_workers_without_using_an_attempt(make_queue: MakeQueue) -> None:
+    """A rolling upgrade: a job's record is stamped with a newer record format (its text parses here: only a
+    field this version ignores is new). This version's worker leaves it, starts nothing and says so; a
+    worker of the newer version (``record_format=2``, this code standing in for it) then runs it."""
+    q = make_queue(lease_ttl_s=0.3)
+    newer, good = q.enqueue(new_record()).record, q.enqueue(new_record()).record
+    raw = write_newer_record(make_queue, newer, priority="high")
+    claim = q.claim("old-worker", ["tiny-wan"])
+    assert claim is not None and claim.job_id == good.id
+    assert q.claim("old-worker", ["tiny-wan"]) is None
+    assert stored_status(make_queue, newer) == ("queued", 0)  # never started: no attempt used
+    assert read_raw_record(make_queue, newer) == raw  # nothing written
+    assert [(m.job_id, m.record_format, m.failed) for m in q.newer_records()] == [(newer.id, 2, False)]
+    assert q.dead_letters() == []
+    upgraded = make_queue(lease_ttl_s=0.3, record_format=2)
+    taken: list[Claim] = []
+
+    def newer_worker_takes_it() -> bool:  # Redis: once the entry left pending idled past its lease
+        got = upgraded.claim("new-worker", ["tiny-wan"])
+        taken.extend([got] if got is not None else [])
+        return bool(taken)
+
+    wait_until(newer_worker_takes_it, "the newer worker's claim", timeout_s=15)
+    assert taken[0].job_id == newer.id and taken[0].attempt == 1
+    assert upgraded.finish(taken[0], Outcome(status=Status.succeeded))
+    assert q.newer_records() == [] and q.dead_letters() == []
+
+
+def test_a_newer_versions_record_that_no_worker_of_it_takes_fails_where_its_client_sees_it(
+    make_queue: MakeQueue,
+) -> None:
+    """A record with a value this version does not know (a stage, beside a new field), in a newer record
+    format, and no worker of that version (a rollback): left for ``newer_record_wait_s``, then failed
+    ``version_unavailable`` with a dead letter, its text otherwise as the newer version wrote it."""
+    q = make_queue(lease_ttl_s=0.3, newer_record_wait_s=1.0)
+    newer = q.enqueue(new_record()).record
+    write_newer_record(make_queue, newer, stage="reviewing", priority="high")
+    assert q.claim("old-worker", ["tiny-wan"]) is None
+    assert stored_status(make_queue, newer) == ("queued", 0)
+
+    def failed() -> bool:
+        q.reclaim_expired()
+        return stored_status(make_queue, newer)[0] == "failed"
+
+    wait_until(failed, "the newer version's job to fail once the wait is over", timeout_s=20)
+    record = q.get(newer.id)  # readable again: its unknown stage is gone with its end
+    assert record is not None and record.status is Status.failed and record.attempt == 0
+    assert record.error is not None and record.error.code is ErrorCode.version_unavailable
+    assert record.error.message == public_message(ErrorCode.version_unavailable)
+    assert json.loads(read_raw_record(make_queue, newer) or "{}")["priority"] == "high"  # the rest kept
+    [dead] = q.dead_letters()
+    assert (dead.job_id, dead.reason, dead.code) == (newer.id, DeadReason.newer_record, "version_unavailable")
+    assert [e.status for e in q.events(newer.id)] == [Status.queued, Status.failed]
+    met = [(m.job_id, m.failed) for m in q.newer_records()]
+    assert met in ([(newer.id, False), (newer.id, True)], [(newer.id, True)]), met
+    assert q.reclaim_expired() == 0 and len(q.dead_letters()) == 1  # ended once
 
 
 def test_a_shorter_lease_elsewhere_never_takes_a_live_job(make_queue: MakeQueue) -> None:

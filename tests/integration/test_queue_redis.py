@@ -12,12 +12,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import redis
 from pydantic import TypeAdapter
 from redis.crc import key_slot
 
-from foundation.core.contract import Status, check_transition
-from foundation.core.errors import IllegalTransition
+from foundation.core.contract import ErrorInfo, Status, check_transition
+from foundation.core.errors import ErrorCode, IllegalTransition
 from foundation.queue import keys
 from foundation.queue.base import Outcome
 from foundation.queue.redis.backend import RedisQueue
@@ -116,6 +117,55 @@ def test_unreadable_entries_are_dead_lettered_and_acknowledged(redis_url: str) -
     # Every bad entry was acknowledged and deleted: only the claimed job's entry is left, pending.
     assert raw.xlen(stream) == 1 and raw.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 1
     assert q.depth("tiny-wan") == 0
+    raw.close()
+    q.close()
+
+
+def test_a_retry_is_due_on_the_servers_clock_not_the_workers(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose wall clock runs an hour ahead (``time.time`` of this process; the server's clock is
+    untouched) retries a job with a 0.5 s backoff: the job is due 0.5 s later by Redis ``TIME``, the clock
+    the claim path compares due times with, not an hour later."""
+    q = RedisQueue(redis_url, lease_ttl_s=30)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    job = q.enqueue(new_record()).record
+    claim = q.claim("w1", ["tiny-wan"])
+    assert claim is not None and claim.job_id == job.id
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600.0)
+
+    def server_ms() -> int:
+        sec, usec = raw.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    before = server_ms()
+    assert q.retry(claim, ErrorInfo(code=ErrorCode.upload_failed, message="store down"), delay_s=0.5)
+    after = server_ms()
+    due = raw.zscore(keys.delayed_zset("tiny-wan"), job.id)
+    assert due is not None and before + 500 <= due <= after + 500, (due - before, after - before)
+    again = q.claim("w1", ["tiny-wan"], block_s=10.0)  # promoted once due by the server's clock
+    assert again is not None and again.job_id == job.id and again.attempt == 2
+    raw.close()
+    q.close()
+
+
+def test_a_newer_versions_due_retry_is_promoted_and_left(redis_url: str) -> None:
+    """A retry a newer version parked in the delayed zset becomes due: this version promotes it (the claim
+    path must, or it would answer "due" for ever) without reading it, and leaves the new entry pending."""
+    q = RedisQueue(redis_url, lease_ttl_s=30)
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    job = q.enqueue(new_record()).record
+    first = q.claim("newer-worker", ["tiny-wan"])
+    assert first is not None
+    assert q.retry(first, ErrorInfo(code=ErrorCode.upload_failed, message="store down"), delay_s=0.05)
+    job_hash = keys.job_record("tiny-wan", job.id)
+    raw.hset(job_hash, "format", 2)  # what the newer version wrote it in
+    assert q.claim("old-worker", ["tiny-wan"], block_s=1.0) is None  # promoted when due, then left
+    assert raw.zscore(keys.delayed_zset("tiny-wan"), job.id) is None
+    entry = raw.hget(job_hash, "entry")
+    pending = raw.xpending_range(keys.job_stream("tiny-wan"), keys.CONSUMER_GROUP, "-", "+", 10)
+    assert entry and [(p["message_id"], p["consumer"]) for p in pending] == [(entry, "old-worker")]
+    assert raw.hmget(job_hash, "status", "attempt") == ["queued", "1"]  # not started again: no attempt used
+    assert [m.job_id for m in q.newer_records()] == [job.id]
     raw.close()
     q.close()
 

@@ -41,6 +41,7 @@ class MemoryCheckpoints:
         self.resume_at = resume_at
         self.stored: dict[int, bytes] = stored if stored is not None else {}
         self.refusals: list[str] = []
+        self.discarded: list[str] = []
         self.resumes: list[tuple[int, int]] = []
 
     def load(self) -> DenoiseCheckpoint | None:
@@ -50,6 +51,10 @@ class MemoryCheckpoints:
 
     def refused(self, reason: str) -> None:
         self.refusals.append(reason)
+
+    def discard(self, detail: str) -> None:
+        self.discarded.append(detail)
+        self.resume_at = None  # deleted: the next load finds none
 
     def resumed(self, step: int, total: int) -> None:
         self.resumes.append((step, total))

@@ -15,6 +15,7 @@ from foundation.settings import load_settings
 from foundation.settings.models import ModelRuntimeSettings
 from genworker.cli import app
 from pipelines.planning.memory_plan import (
+    GPU_CLASSES,
     OFFLOAD_MODES,
     Component,
     JobShape,
@@ -23,10 +24,13 @@ from pipelines.planning.memory_plan import (
     decode_gb,
     load_components,
     plan_model,
+    reserve_gb,
 )
+from pipelines.runtime.cache import ModelCache
 from pipelines.runtime.options import FAMILY_COMPONENTS
+from pipelines.runtime.profile import runtime_profile
 from pipelines.runtime.registry import hub_revision
-from worker.memory import fitting_models
+from worker.memory import fitting_models, planned_peak
 
 GIB = 2**30
 REAL = (
@@ -278,3 +282,45 @@ def test_hunyuanvideo_15_transformer_matches_its_published_size() -> None:
     assert text.params == pytest.approx(7.61e9 - 152064 * 3584, rel=0.01)
     byt5 = _measure("text_encoder_2", (folder / "text_encoder_2.json").read_text(), "bfloat16", lora=False)
     assert byt5.params / 1e9 == pytest.approx(0.22, rel=0.05)
+
+
+def test_gpu_classes_plan_with_the_memory_the_device_reports() -> None:
+    h100 = GPU_CLASSES["h100-80gb"]  # an "80 GB" H100 reports 81,559 MiB, not 80 GB
+    assert round(h100, 1) == 85.5 and round(h100 - reserve_gb(h100), 1) == 79.7
+    out = CliRunner().invoke(app, ["plan", "--gpu", "h100-80gb", "--model", "wan2.1-t2v-1.3b"])
+    assert out.exit_code == 0, out.output
+    assert "### h100-80gb (85.5 GB as it reports it; usable 79.7 GB after a 5.8 GB reserve)" in out.output
+    both = CliRunner().invoke(app, ["plan", "--gpu", "h100-80gb", "--gpu-memory-gb", "80"])
+    assert both.exit_code == 2 and "one of --gpu CLASS, --gpu-memory-gb N or --summary" in both.output
+    unknown = CliRunner().invoke(app, ["plan", "--gpu", "a100"])
+    assert unknown.exit_code == 2 and "unknown GPU class 'a100'" in unknown.output
+
+
+def test_the_cache_counts_a_model_at_its_planned_peak_under_its_active_profile(catalog: Catalog) -> None:
+    """LTX-2 declares 64 GB for its shipped profile (model offload); a worker that keeps it resident (offload
+    none) must count the plan's peak for that profile, which is far above it."""
+    spec = catalog.models["ltx-2"]
+    resident = load_settings(None, models={"device": "cuda", "profile_overrides": {"ltx-2": {"offload": "none"}}})
+    plan = plan_model(spec, runtime_profile(spec, resident.models), device_gb=0.0)
+    expected = int(max(row.peak_gb["none"] for row in plan.rows) * 1e9)
+    cache = ModelCache(resident.models, planned_peak=planned_peak(resident))
+    assert cache.expected_bytes(spec) == expected > spec.gpu_memory_gb * 2**30
+    shipped = load_settings(None, models={"device": "cuda"})
+    as_shipped = ModelCache(shipped.models, planned_peak=planned_peak(shipped)).expected_bytes(spec)
+    assert as_shipped < expected  # the shipped profile offloads: its own, smaller peak
+    # A model without a plan keeps the catalog's figure on CUDA, and off CUDA nothing is declared.
+    assert cache.expected_bytes(catalog.models["tiny-wan"]) == int(catalog.models["tiny-wan"].gpu_memory_gb * 2**30)
+    assert ModelCache(ModelRuntimeSettings(device="cpu"), planned_peak=planned_peak(shipped)).expected_bytes(spec) == 0
+
+
+def test_the_summary_names_the_offload_to_run_each_model_with_per_gpu_class() -> None:
+    out = CliRunner().invoke(app, ["plan", "--summary", "--model", "ltx-2", "--model", "wan2.1-t2v-1.3b"])
+    assert out.exit_code == 0, out.output
+    assert "h100-80gb (79.7 GB usable)" in out.output.splitlines()[0]
+    # LTX-2 ships offload model for an 80 GB card: there it is the least that fits; a 141 GB card runs it
+    # resident, a 48 GB one needs group offload; the 1.3B fits resident everywhere.
+    assert (
+        "| `ltx-2` | bfloat16, offload model, VAE tiling "
+        "| group (override) | group (override) | model | none (override) |" in out.output
+    )
+    assert "| `wan2.1-t2v-1.3b` | bfloat16, vae float32, offload none | none | none | none | none |" in out.output

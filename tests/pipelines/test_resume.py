@@ -8,21 +8,29 @@ and SIGTERM versions, with a real worker and store, are in tests/integration/tes
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from foundation.core.catalog import Catalog
+from foundation.core.catalog import Catalog, CheckpointPolicy
 from foundation.core.resolve import ResolvedJob
-from pipelines.errors import CheckpointCorrupt
+from foundation.stores.local import LocalStore
+from pipelines.errors import CheckpointCorrupt, CheckpointMismatch
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.cache import ModelCache
 from pipelines.runtime.resume import DenoiseCheckpoint
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import MemoryCheckpoints, StepLog, frames_of
 from tests.pipelines.i2v_support import fitted, i2v_job
+from worker.checkpoints import DrainClock, JobCheckpoints, checkpoint_key
+from worker.logs import job_logger
+from worker.metrics import WorkerMetrics
+from worker.pipeline_run import RunHooks, run_pipeline
 
 
 class _Forwards:
@@ -170,3 +178,137 @@ def test_corrupt_checkpoints_do_not_parse() -> None:
     for bad in (b"", b"not a checkpoint", good[:-10], good[:12] + b"\x00" * 40):
         with pytest.raises(CheckpointCorrupt):
             DenoiseCheckpoint.from_bytes(bad)
+
+
+def test_a_checkpoint_of_another_loop_version_is_refused_and_the_job_starts_over(
+    model_cache: ModelCache, catalog: Catalog, make_job: MakeJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pipelines.families.wan as wan
+
+    adapter = model_cache.get(catalog.models["tiny-wan"])
+    job = make_job("tiny-wan", ratio="1:1", duration_seconds=1).model_copy(update={"steps": 4})
+    stored = MemoryCheckpoints(every=1)
+    full, full_forwards, _ = _run(adapter, job, stored)
+    # A worker of the next version of the loop (a rolling upgrade) meets this version's checkpoint.
+    monkeypatch.setattr(wan, "LOOP_VERSION", wan.LOOP_VERSION + 1)
+    resume = MemoryCheckpoints(every=10**6, resume_at=2, stored=stored.stored)
+    latents, forwards, _ = _run(adapter, job, resume)
+    assert resume.refusals == ["fingerprint"] and resume.resumes == []
+    assert latents.resumed_from_step is None and forwards == full_forwards
+    assert torch.equal(latents.video, full.video)  # type: ignore[attr-defined]
+
+
+def _tampered(data: bytes, how: str) -> bytes:
+    """A checkpoint of this very job (its fingerprint untouched) whose contents no longer fit its loop."""
+    checkpoint = DenoiseCheckpoint.from_bytes(data)
+    sample = checkpoint.samples[0][0]
+    assert sample is not None
+    state = dict(checkpoint.schedulers[0])
+    if how == "sample shape":
+        samples = [[torch.zeros((*sample.shape[:2], sample.shape[2] + 1, *sample.shape[3:]))]]
+        checkpoint = replace(checkpoint, samples=samples)
+    elif how == "sample dtype":
+        checkpoint = replace(checkpoint, samples=[[sample.to(torch.float64)]])
+    elif how == "scheduler steps":  # a loop that stepped its scheduler twice a step
+        checkpoint = replace(checkpoint, samples=checkpoint.samples * 2, schedulers=checkpoint.schedulers * 2)
+    elif how == "scheduler attribute":
+        del state["sigmas"]
+        checkpoint = replace(checkpoint, schedulers=[state])
+    elif how == "scheduler tensor":
+        state["sigmas"] = {"tensor": state["sigmas"]["tensor"][:-1], "cpu": True}
+        checkpoint = replace(checkpoint, schedulers=[state])
+    elif how == "generator":
+        assert checkpoint.generator is not None
+        checkpoint = replace(checkpoint, generator=checkpoint.generator[:-8])
+    elif how == "step index":  # laid out right, a value no loop can continue from
+        state["_step_index"] = 10**6
+        checkpoint = replace(checkpoint, schedulers=[state])
+    else:
+        raise AssertionError(how)
+    return checkpoint.to_bytes()
+
+
+TAMPERINGS = [
+    "sample shape",
+    "sample dtype",
+    "scheduler steps",
+    "scheduler attribute",
+    "scheduler tensor",
+    "generator",
+    "step index",
+]
+
+
+@pytest.mark.parametrize("how", TAMPERINGS)
+def test_a_checkpoint_of_this_job_that_does_not_fit_its_loop_is_refused_at_the_restore(
+    how: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob
+) -> None:
+    adapter = model_cache.get(catalog.models["tiny-wan"])
+    job = make_job("tiny-wan", ratio="1:1", duration_seconds=1).model_copy(update={"steps": 4})
+    stored = MemoryCheckpoints(every=1)
+    _run(adapter, job, stored)
+    bad = {2: _tampered(stored.stored[2], how)}
+    resume = MemoryCheckpoints(every=10**6, resume_at=2, stored=bad)
+    with pytest.raises(CheckpointMismatch) as raised:
+        _run(adapter, job, resume)
+    assert resume.refusals == [] and resume.resumes in ([], [(2, 4)]), (how, raised.value)
+
+
+class _WorkerHooks(RunHooks):
+    """What the daemon's run hands a resumable adapter: its ``JobCheckpoints`` on a real local store."""
+
+    def __init__(self, checkpoints: JobCheckpoints) -> None:
+        self._checkpoints = checkpoints
+        self.steps: list[tuple[int, int]] = []
+
+    def on_step(self, done: int, total: int) -> None:
+        self.steps.append((done, total))
+
+    def checkpoints(self) -> JobCheckpoints:
+        return self._checkpoints
+
+
+@pytest.mark.parametrize("how", ["sample shape", "step index"])
+def test_the_worker_deletes_a_checkpoint_that_does_not_fit_and_runs_the_job_from_step_0_in_the_same_attempt(
+    how: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob, tmp_path: Path
+) -> None:
+    """The checkpoint has the job's fingerprint, so it is restored, and the restore finds it unusable: today's
+    ``pipeline_error`` would fail the job for the worker's own leftovers. The run starts over instead."""
+    spec = catalog.models["tiny-wan"]
+    job = make_job("tiny-wan", ratio="1:1", duration_seconds=1).model_copy(update={"steps": 4})
+    store = LocalStore(tmp_path / "artifacts", b"0123456789abcdef0123", "http://127.0.0.1:1", 60)
+    (tmp_path / "work").mkdir()
+    metrics = WorkerMetrics()
+    drain = DrainClock(threading.Event(), threading.Event(), lambda: None)
+
+    def attempt_checkpoints() -> JobCheckpoints:
+        log = job_logger("gen_mismatch", spec.id, 1)
+        policy = CheckpointPolicy(every_steps=1, every_s=None)
+        return JobCheckpoints(
+            store, "gen_mismatch", spec.id, policy, metrics=metrics, log=log, drain=drain,
+            finish_margin_s=1.0, work_root=tmp_path / "work",
+        )  # fmt: skip
+
+    fresh = run_pipeline(model_cache, spec, job, RunHooks())
+    taken = MemoryCheckpoints(every=1)
+    _run(model_cache.get(spec), job, taken)
+    planted = tmp_path / "planted.ckpt"
+    planted.write_bytes(_tampered(taken.stored[2], how))
+    store.put_file(checkpoint_key("gen_mismatch"), planted, content_type="application/octet-stream")
+
+    checkpoints = attempt_checkpoints()
+    hooks = _WorkerHooks(checkpoints)
+    rendered = run_pipeline(model_cache, spec, job, hooks)
+    checkpoints.close()
+    assert rendered.resumed_from_step is None and checkpoints.resumed_from_step is None
+    np.testing.assert_array_equal(frames_of(rendered.media), frames_of(fresh.media))  # from step 0, correctly
+    assert hooks.steps[-4:] == [(1, 4), (2, 4), (3, 4), (4, 4)]  # the second run went through every step
+    assert (
+        metrics.registry.get_sample_value(
+            "genworker_checkpoints_refused_total", {"model": spec.id, "reason": "mismatch"}
+        )
+        == 1
+    )
+    # The unusable checkpoint is gone: what is stored now is the second run's own, at its last step.
+    stored = attempt_checkpoints().load()
+    assert stored is not None and stored.step == 4

@@ -1,10 +1,12 @@
 """Shared pieces of the reliability suite: the invariant check run after every fault, a worker
 environment for the tiny ``fast`` jobs, and a SeaweedFS that can be stopped and restarted on the same
-ports and data directory (what an operator's restart of the store looks like to the worker)."""
+ports and data directory (what an operator's restart of the store looks like to the worker), or paused."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +136,15 @@ class RestartableSeaweed:
         )
         _wait_ready(self._proc, self.server)
         return self.server
+
+    def pause(self) -> None:
+        """SIGSTOP: the kernel still accepts connections, nothing answers them (a store that hangs)."""
+        assert self._proc is not None
+        os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._proc is not None
+        os.kill(self._proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         if self._proc is not None:

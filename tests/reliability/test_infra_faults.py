@@ -6,7 +6,12 @@ own SeaweedFS, both restartable on the same port and data directory:
 - SeaweedFS stopped while jobs upload, restarted 3 s later: each job retries as transient
   ``upload_failed`` and succeeds, or fails with that code after its attempts; none is lost;
 - redis-server killed with SIGKILL while the worker works through a backlog, restarted from its AOF:
-  the worker survives and every job ends terminal exactly once.
+  the worker survives and every job ends terminal exactly once;
+- SeaweedFS paused (SIGSTOP) so an upload hangs, the job canceled meanwhile, then resumed: the job ends
+  ``canceled`` and the objects its upload stored are deleted.
+
+The worker takes no denoising checkpoints: a checkpoint is read from the store when denoising starts,
+and the paused store must first be met by the upload.
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ def infra(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> It
     try:
         server = weed.start()
         catalog = write_test_catalog(tmp / "catalog.yaml")
-        store_env = {**s3_store_env(server), **settings_env({"queue": {"max_attempts": 4}})}
+        store_env = {
+            **s3_store_env(server),
+            **settings_env({"queue": {"max_attempts": 4}, "worker": {"checkpoints": False}}),
+        }
         env = worker_env(tmp, redis.url, tiny_models_dir, catalog, **store_env)
         worker = WorkerProcess(env, tmp / "worker.log").start()
         queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2, max_attempts=4))
@@ -126,3 +134,23 @@ def test_redis_killed_and_restarted_from_aof_during_a_backlog(infra: dict[str, A
     more = enqueue_fast(infra, 1)
     wait_terminal(infra, more)
     assert infra["queue"].get(more[0]).status is Status.succeeded  # type: ignore[union-attr]
+
+
+def test_a_cancel_while_the_upload_hangs_is_honoured(infra: dict[str, Any]) -> None:
+    """The cancel arrives after the job entered ``uploading`` (the stage write that would have seen it) and
+    before the upload returns: the worker reads the flag again before its finish."""
+    queue, weed = infra["queue"], infra["weed"]
+    weed.pause()  # nothing touches the store before the upload: the job runs up to it, then hangs there
+    try:
+        [job_id] = enqueue_fast(infra, 1)
+        deadline = time.monotonic() + 60
+        while (record := queue.get(job_id)) is not None and record.stage is not Stage.uploading:
+            assert not record.terminal and time.monotonic() < deadline, (record, infra["worker"].log_tail())
+            time.sleep(0.02)
+        queue.cancel(job_id)
+    finally:
+        weed.resume()
+    wait_terminal(infra, [job_id])
+    assert assert_invariants(queue, [job_id], infra["store"], infra["worker"]) == {"canceled": 1}
+    left = [o.key for o in infra["store"].list_objects(f"generations/{job_id}/")]
+    assert left == [], left  # what the upload stored went with the cancel, not at the next sweep

@@ -8,10 +8,12 @@ claiming, and the healthy worker runs every job.
 - **full work disk**: the worker's work directory is a 2 MiB tmpfs filled to the last byte (the
   mount of ``test_disk_full``);
 - **N distinct workers**: with ``model_load_failure_workers: 2`` and only broken workers, the job fails
-  ``model_load_failed`` once two distinct workers gave it back; it does not go round for ever.
+  ``model_load_failed`` once two distinct workers gave it back; it does not go round for ever;
+- **the only host is broken**: a lone worker whose model does not load fails no job: it backs off, the
+  job waits queued, and ``GET /v1/models`` (a real API on the same Redis) reports the model unavailable.
 
-Phases share the workers and run in file order (the N-workers phase first, before a healthy worker
-exists). Releases by one kind of fault count toward the N-workers rule of a load failure (the events
+Phases share the workers and run in file order (the only-host and N-workers phases first, before a
+healthy worker exists). Releases by one kind of fault count toward the N-workers rule of a load failure (the events
 log does not say why a job was released), so each faulty worker is stopped before the next starts.
 """
 
@@ -32,6 +34,7 @@ from foundation.core.contract import GenerationRecord, Status
 from foundation.core.errors import ErrorCode, public_message
 from foundation.queue.base import JobQueue
 from foundation.settings import settings_env
+from tests.e2e.conftest import Stack, start_stack
 from tests.fixtures.redis_server import start_redis
 from tests.integration.worker_harness import (
     WorkerProcess,
@@ -170,6 +173,40 @@ def assert_says_why(worker: WorkerProcess, kind: str, model: str | None, reason:
     assert worker.metric("genworker_local_faults_total", kind=kind, model=MODEL) >= 1
     assert worker.metric("genworker_model_ready", model=MODEL) == 0
     assert worker.get("/healthz")[0] == 200  # not a restart: the fault is the machine's, not the process's
+
+
+def test_a_models_only_host_that_cannot_load_it_backs_off_and_its_jobs_wait(site: Site) -> None:
+    api = start_stack(site.tmp / "api", redis_url=site.redis_url)
+    try:
+        worker = site.start("only-host", catalog=site.broken_catalog(), preload=False)
+        wait_until(lambda: _available(api) is True, "the model offered while nothing failed yet", timeout_s=30)
+        job = site.enqueue()
+
+        def probed_thrice_or_ended() -> bool:  # probed again after each backoff (1 s, then 2 s)
+            now = site.queue.get(job.id)
+            return now is None or now.terminal or released_by(site.queue, job.id).count("only-host") >= 3
+
+        wait_until(probed_thrice_or_ended, "three probes", timeout_s=60)
+        record = site.queue.get(job.id)
+        assert record is not None and record.status is Status.queued and record.error is None, record
+        reasons = [e.reason or "" for e in site.queue.events(job.id)]
+        assert not any(r.startswith(("retry", "failed")) for r in reasons), reasons
+        assert worker.metric("genworker_jobs_total", status="failed") == 0
+        # Its heartbeat offers the model no more, so the API says the model is unavailable.
+        wait_until(lambda: _available(api) is False, "the model reported unavailable", timeout_s=30)
+        beat = next(b for b in site.queue.live_workers() if b.worker_id == "only-host")
+        assert (beat.hosted_models, beat.faulted_models) == ([], [MODEL]), beat
+        site.queue.cancel(job.id)  # the phases after this one start with no job waiting
+    finally:
+        api.stop()
+        if "only-host" in site.workers:
+            site.stop("only-host")
+
+
+def _available(api: Stack) -> bool:
+    with api.client() as c:
+        models = c.get("/v1/models").json()["data"]
+    return bool(next(m for m in models if m["id"] == MODEL)["available"])
 
 
 def test_a_model_that_loads_on_no_worker_fails_after_n_distinct_workers(site: Site) -> None:

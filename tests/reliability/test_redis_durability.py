@@ -170,6 +170,34 @@ def test_cluster_waits_on_the_node_that_owns_the_job(redis_cluster: LocalCluster
         queue.close()
 
 
+def test_wait_replicas_defaults_to_one_where_the_deployment_has_a_replica(
+    pair: tuple[RedisServer, RedisServer], redis_url: str, redis_cluster_url: str
+) -> None:
+    """Unset, ``queue.wait_replicas`` is 1 on a primary with a replica (so what a 202 acknowledged survives a
+    failover without anyone having to know the setting), 0 on a lone server and on a cluster whose shards
+    have no replica (a WAIT there could never be confirmed); a value set explicitly is kept."""
+    primary, replica = pair
+
+    def waits_for(**settings: object) -> int:
+        queue = open_queue(QueueSettings(backend="redis", **settings))  # type: ignore[arg-type]
+        try:
+            assert isinstance(queue, RedisQueue)
+            return queue.durability.replicas
+        finally:
+            queue.close()
+
+    assert waits_for(redis_url=primary.url) == 1
+    assert waits_for(redis_url=primary.url, wait_replicas=0) == 0
+    assert waits_for(redis_url=redis_url) == 0
+    assert waits_for(redis_url=redis_cluster_url, redis_mode="cluster") == 0
+    queue = open_queue(QueueSettings(backend="redis", redis_url=primary.url, wait_timeout_ms=CONFIRM_MS))
+    try:
+        record = queue.enqueue(new_record()).record
+        assert stored_on(replica, record.id) is Status.queued  # no sleep: the default waited for the replica
+    finally:
+        queue.close()
+
+
 def test_wait_aof_is_refused_at_start_by_a_server_that_cannot_give_it(redis_url: str) -> None:
     """This server runs without appendonly (and is 7.0 here): ``WAITAOF`` cannot work, say so at open."""
     with pytest.raises(ValueError, match=r"queue\.wait_aof"):

@@ -22,15 +22,39 @@ def _note(attempt: int, stage: Stage, note_id: str) -> ProgressNote:
     return ProgressNote(job_id="gen_a", attempt=attempt, stage=stage, progress=0.0, at=AT, id=note_id)
 
 
-@pytest.mark.parametrize("value", ["1,", ",", "12,7", "1700-0/tiny-wan,1700-3", "1700-0/m.v:2@x=y,"])
-def test_cursor_round_trips(value: str) -> None:
-    assert Cursor.parse(value).encode() == value
+@pytest.mark.parametrize(
+    ("value", "backend"),
+    [
+        ("1,", "sqlite"),
+        (",", "sqlite"),
+        ("12,7", "sqlite"),
+        ("9223372036854775807,", "sqlite"),  # SQLite's largest row id
+        (",", "redis"),
+        ("1700-0/tiny-wan,1700-3", "redis"),
+        ("1700-0/m.v:2@x=y,", "redis"),
+        ("18446744073709551615-18446744073709551615/m,18446744073709551615-0", "redis"),  # Redis' largest
+    ],
+)
+def test_cursor_round_trips(value: str, backend: str) -> None:
+    assert Cursor.parse(value, backend).encode() == value
 
 
-@pytest.mark.parametrize("value", ["", "1", "x,1", "1,y", "1;2", "1,2,3", "1-2-3,", "1/a b,"])
-def test_cursor_refuses_what_the_api_never_sent(value: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "backend"),
+    [
+        *((v, b) for v in ("", "1", "x,1", "1,y", "1;2", "1,2,3", "1-2-3,", "1/a b,") for b in ("sqlite", "redis")),
+        ("1700-0/tiny-wan,", "sqlite"),  # the other backend's ids: reading after them fails in the backend
+        ("5,1700-0", "sqlite"),
+        ("9223372036854775808,", "sqlite"),  # past SQLite's integers
+        (",99999999999999999999", "sqlite"),
+        ("18446744073709551616-0/tiny-wan,", "redis"),  # past Redis' 64-bit stream ids
+        (",1-18446744073709551616", "redis"),
+        (",1-0/tiny-wan", "redis"),  # a note id has no model
+    ],
+)
+def test_cursor_refuses_what_the_api_on_this_backend_never_sent(value: str, backend: str) -> None:
     with pytest.raises(ValueError):
-        Cursor.parse(value)
+        Cursor.parse(value, backend)
 
 
 def test_merge_places_notes_inside_their_attempt() -> None:

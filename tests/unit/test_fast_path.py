@@ -19,6 +19,10 @@ async def _create(request: Any) -> Any:
     raise AssertionError("not called")
 
 
+async def _models(request: Any) -> Any:
+    raise AssertionError("not called")
+
+
 def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]] | None = None, **extra: Any) -> dict[str, Any]:
     return {"type": "http", "method": method, "path": path, "headers": headers or [], **extra}
 
@@ -43,12 +47,20 @@ def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]] | None = N
         (_scope("POST", "/v1/generations", [(b"content-length", b"-1")]), None),
         (_scope("POST", "/v1/generations"), None),
         (_scope("POST", "/v1/generations/gen_1/cancel", [(b"content-length", b"0")]), None),
+        (_scope("GET", "/v1/models"), "models"),
+        (_scope("GET", "/v1/models", query_string=b""), "models"),
+        (_scope("GET", "/v1/models", query_string=b"verbose=1"), None),  # the framework's strict query: 400
+        (_scope("GET", "/v1/models", [(b"content-length", b"2")]), None),
+        (_scope("GET", "/v1/models/"), None),
+        (_scope("HEAD", "/v1/models"), None),
+        (_scope("GET", "/v1/models", root_path="/api"), None),
         ({"type": "lifespan"}, None),
     ],
 )
-def test_the_fast_path_takes_the_poll_and_the_create_only(scope: dict[str, Any], route: str | None) -> None:
-    fast = FastPath(_poll, poll=_poll, create=_create, metrics=ApiMetrics(), max_body_bytes=1000)
+def test_the_fast_path_takes_the_poll_the_create_and_the_catalog_only(scope: dict[str, Any], route: str | None) -> None:
+    fast = FastPath(_poll, poll=_poll, create=_create, models=_models, metrics=ApiMetrics(), max_body_bytes=1000)
     chosen = fast._route(scope)
-    assert (None if chosen is None else {_poll: "poll", _create: "create"}[chosen[0]]) == route
+    names = {_poll: "poll", _create: "create", _models: "models"}
+    assert (None if chosen is None else names[chosen[0]]) == route
     if route == "poll":
         assert scope["path_params"] == {"generation_id": scope["path"].rsplit("/", 1)[1]}

@@ -24,6 +24,7 @@ def test_init_writes_a_private_file_that_describes_a_loopback_fleet(tmp_path: Pa
     assert settings.api.port == 7003
     assert settings.worker.hosted_models == ["tiny-wan", "tiny-ltx2"]
     assert settings.data_dir == str(tmp_path / "var-fleet")
+    assert settings.webhooks.secret_key is not None  # the API refuses to start on Redis without it
     with pytest.raises(FleetError, match="exists"):
         init_env_file(path)
 

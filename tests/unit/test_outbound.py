@@ -1,13 +1,16 @@
-"""The outbound guard's address and URL rules (no network: address literals and ``localhost``)."""
+"""The outbound guard's address and URL rules, and its allow-lists of host and port (no network: address
+literals and ``localhost``)."""
 
 from __future__ import annotations
 
 import ipaddress
 
 import pytest
+from pydantic import ValidationError
 
 from api.errors import UrlNotAllowed
 from api.outbound import OutboundPolicy, address_refusal, check_url
+from foundation.settings import InputSettings, WebhookSettings
 
 POLICY = OutboundPolicy()
 
@@ -68,10 +71,65 @@ def test_urls_the_rules_refuse(url: str, why: str) -> None:
 
 
 def test_allow_lists_lift_their_rule_only() -> None:
-    http_only = OutboundPolicy(allow_http_hosts=frozenset({"127.0.0.1"}))
+    http_only = OutboundPolicy(allow_http_hosts=frozenset({"127.0.0.1:8000"}))
     with pytest.raises(UrlNotAllowed, match="loopback"):
         check_url("http://127.0.0.1:8000/a.png", http_only)
-    both = OutboundPolicy(allow_http_hosts=frozenset({"127.0.0.1"}), allow_private_hosts=frozenset({"127.0.0.1"}))
+    both = OutboundPolicy(
+        allow_http_hosts=frozenset({"127.0.0.1:8000"}), allow_private_hosts=frozenset({"127.0.0.1:8000"})
+    )
     target = check_url("http://127.0.0.1:8000/a.png", both)
     assert (target.host, target.port, target.addresses) == ("127.0.0.1", 8000, ("127.0.0.1",))
     assert check_url("https://8.8.8.8/a.png", POLICY).addresses == ("8.8.8.8",)
+
+
+@pytest.mark.parametrize(
+    ("entries", "url", "allowed"),
+    [
+        ({"127.0.0.1:8000"}, "http://127.0.0.1:8000/a.png", True),
+        ({"127.0.0.1:8000"}, "http://127.0.0.1:6379/a.png", False),  # the host's other services stay shut
+        ({"127.0.0.1:8000"}, "http://127.0.0.1/a.png", False),  # port 80 is a port like any other
+        ({"127.0.0.1:80"}, "http://127.0.0.1/a.png", True),
+        ({"127.0.0.1:*"}, "http://127.0.0.1:6379/a.png", True),  # every port, written out
+        ({"[::1]:8443"}, "http://[::1]:8443/a.png", True),
+        ({"[::1]:8443"}, "http://[::1]:8444/a.png", False),
+        ({"localhost:8000"}, "http://127.0.0.1:8000/a.png", False),  # names are matched as written
+    ],
+)
+def test_allow_lists_name_a_host_and_a_port(entries: set[str], url: str, allowed: bool) -> None:
+    policy = OutboundPolicy(allow_http_hosts=frozenset(entries), allow_private_hosts=frozenset(entries))
+    if allowed:
+        check_url(url, policy)
+    else:
+        with pytest.raises(UrlNotAllowed, match=r"not one|loopback"):
+            check_url(url, policy)
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("https://localhost/a.png", "loopback"),  # a name: what it resolves to is not the sender's to learn
+        ("https://localhost:8443/a.png", "loopback"),
+        ("http://localhost:8000/a.png", "https"),
+    ],
+)
+def test_refusals_name_the_rule_never_a_resolved_address(url: str, rule: str) -> None:
+    with pytest.raises(UrlNotAllowed) as refused:
+        check_url(url, OutboundPolicy())
+    message = str(refused.value)
+    assert rule in message
+    for address in ("127.0.0.1", "::1"):
+        assert address not in message, message
+
+
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1", "images.internal", "[::1]", "host:0", "host:70000", "host:", ":80", "::1:80"]
+)
+def test_an_allow_list_entry_without_a_port_is_refused_at_start(entry: str) -> None:
+    with pytest.raises(ValidationError, match="must name a host and a port"):
+        InputSettings(allow_private_hosts=[entry])
+    with pytest.raises(ValidationError, match=r"webhooks\.allowed_hosts"):
+        WebhookSettings(allowed_hosts=[entry])
+    assert InputSettings(allow_http_hosts=["Images.Internal:8080", "[::1]:*"]).allow_http_hosts == [
+        "images.internal:8080",
+        "[::1]:*",
+    ]

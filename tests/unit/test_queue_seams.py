@@ -166,9 +166,9 @@ def test_retry_parks_a_delayed_job_or_re_enters_the_stream_at_once() -> None:
     snap, claim = _running()
     error = ErrorInfo(code=ErrorCode.upload_failed, message="store down")
     later = redis_plans.retry(snap, claim, error, delay_s=5)
-    assert later.delay_until_ms is not None and later.payload is None and later.ack == "5-0"
+    assert later.delay_ms == 5000 and later.payload is None and later.ack == "5-0"
     now = redis_plans.retry(snap, claim, error, delay_s=0)
-    assert now.delay_until_ms is None and now.payload is not None
+    assert now.delay_ms is None and now.payload is not None
     assert now.event == "retry: upload_failed" and now.status is Status.queued
     assert (now.fence_attempt, now.fence_entry, now.rev) == (1, "5-0", 7)
     assert now.record is not None and now.record.error == error

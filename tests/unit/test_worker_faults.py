@@ -131,7 +131,10 @@ def test_only_model_load_releases_count_toward_the_limit() -> None:
         (["a"], 5, 3, False),
         (["a", "b"], 5, 3, True),  # the third distinct worker
         (["a", "a", "me"], 5, 3, False),  # the same workers again do not count twice
-        ([], 1, 3, True),  # the only live host: nobody else to try
+        ([], 1, 3, False),  # the only live host: its own fault, maybe; it backs off, the job waits
+        ([], 0, 3, False),  # its own heartbeat not seen yet: alone too
+        (["gone"], 1, 3, True),  # two distinct workers failed it (one has left since): the model's fault
+        ([], 1, 1, True),  # told to fail at the first worker
         (["a"], 2, 3, True),  # every live host failed
     ],
 )
@@ -146,6 +149,16 @@ def test_a_model_that_fails_on_enough_distinct_workers_fails_the_job(
         assert "failed to load on" in got.message
     else:
         assert got == verdict
+
+
+def test_hosts_a_fault_keeps_off_still_count_as_hosts() -> None:
+    """Workers backing off the model leave it out of ``hosted_models`` (so the API reports it unavailable
+    when nobody takes it) and name it in ``faulted_models``: still hosts that may load it once recovered."""
+    fleet = Fleet(history("a"), 1)
+    fleet._beats += [WorkerHeartbeat(worker_id=f"f{i}", hosted_models=[], faulted_models=["m"]) for i in range(2)]
+    lf = faults(WorkerMetrics(), Clock(), fleet, n=3)
+    verdict = Verdict("release_local", ErrorCode.model_load_failed, "weights missing", FaultKind.model_load)
+    assert lf.judge(_claim(), verdict) == verdict  # 2 of 3 live hosts failed it: the third may load it
 
 
 def test_worker_wide_faults_never_fail_the_job() -> None:

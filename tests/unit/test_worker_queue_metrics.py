@@ -78,3 +78,36 @@ def test_a_claim_observes_the_job_age_by_model(queue: SqliteQueue, tmp_path: Pat
     assert 90 <= waited < 120, waited
     assert sample(metrics, "genworker_queue_wait_seconds_bucket", model="tiny-wan", le="60.0") == 0
     assert sample(metrics, "genworker_queue_wait_seconds_bucket", model="tiny-wan", le="120.0") == 1
+
+
+def test_the_heartbeat_says_which_newer_versions_jobs_it_left_and_failed(
+    queue: SqliteQueue, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job a newer version wrote (its row stamped with a newer record format): the worker's heartbeat
+    logs it and counts it once as left, then once as failed when it waited past the wait in vain."""
+    import sqlite3
+    from contextlib import closing
+
+    patient = SqliteQueue(tmp_path / "queue.db", lease_ttl_s=LEASE_S, newer_record_wait_s=0.5)
+    record = queue.enqueue(make_record(CATALOG, "tiny-wan")).record
+    with closing(sqlite3.connect(tmp_path / "queue.db")) as conn, conn:
+        conn.execute("UPDATE jobs SET record_format = 2 WHERE id = ?", (record.id,))
+    metrics = WorkerMetrics()
+    beat = WorkerHeartbeat(worker_id="w1", hosted_models=["tiny-wan"])
+    heartbeat = Heartbeat(patient, 60, 0, lambda: beat, metrics)
+    caplog.set_level("INFO", logger="genworker.lease")
+    heartbeat.tick()
+    heartbeat.tick()
+    assert sample(metrics, "genworker_newer_records_total", model="tiny-wan", outcome="left") == 1
+    said = [r for r in caplog.records if r.getMessage().startswith("a newer version's job left")]
+    assert [getattr(r, "job_id", None) for r in said] == [record.id]
+    deadline = time.monotonic() + 10
+    while sample(metrics, "genworker_newer_records_total", model="tiny-wan", outcome="failed") == 0:
+        assert time.monotonic() < deadline, "never failed"
+        time.sleep(0.05)
+        heartbeat.tick()
+    heartbeat.tick()
+    assert sample(metrics, "genworker_newer_records_total", model="tiny-wan", outcome="failed") == 1
+    failed = patient.get(record.id)
+    assert failed is not None and failed.error is not None and failed.error.code.value == "version_unavailable"
+    patient.close()

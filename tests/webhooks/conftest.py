@@ -25,7 +25,7 @@ from tests.integration.worker_harness import make_record
 HANG = -1  # a script entry: answer 500 only after 3 s
 
 FAST_HOOKS: dict[str, Any] = {
-    "allowed_hosts": ["127.0.0.1"],
+    "allowed_hosts": ["127.0.0.1:*"],
     "backoff_base_s": 0.2,
     "backoff_cap_s": 0.4,
     "poll_interval_s": 0.05,
@@ -40,6 +40,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.time)  # arrival, wall clock (events carry wall-clock timestamps)
 
     @property
     def webhook_id(self) -> str:
@@ -119,7 +120,13 @@ def catalog() -> Catalog:
     return load_catalog()
 
 
+# On Redis every process must share one server key (the API refuses to start without it).
+SERVER_KEY = "B8cWnWZ6Tj6EDUyYM5u1gG5sVJ0wS9TaKXk1Q6mY2xA="
+
+
 def hook_settings(data_dir: Path, *, redis_url: str | None = None, **hooks: Any) -> Settings:
+    if redis_url:
+        hooks = {"secret_key": SERVER_KEY, **hooks}
     return Settings(
         data_dir=str(data_dir),
         queue={

@@ -57,7 +57,7 @@ def test_sender_killed_mid_backoff_and_api_restarts_lose_nothing(
         "GENWORKER_DATA_DIR": str(tmp_path),
         "GENWORKER_QUEUE__BACKEND": "sqlite",
         "GENWORKER_API__PORT": str(port),
-        "GENWORKER_WEBHOOKS__ALLOWED_HOSTS": '["127.0.0.1"]',
+        "GENWORKER_WEBHOOKS__ALLOWED_HOSTS": '["127.0.0.1:*"]',
         "GENWORKER_WEBHOOKS__BACKOFF_BASE_S": "3",  # the retry waits 1.5-3 s: time to kill the sender
         "GENWORKER_WEBHOOKS__BACKOFF_CAP_S": "3",
         "GENWORKER_WEBHOOKS__POLL_INTERVAL_S": "0.05",
@@ -143,7 +143,7 @@ def test_sender_killed_mid_send_on_redis_resends_under_the_same_id(
         "GENWORKER_DATA_DIR": str(tmp_path),
         "GENWORKER_QUEUE__BACKEND": "redis",
         "GENWORKER_QUEUE__REDIS_URL": redis_url,
-        "GENWORKER_WEBHOOKS__ALLOWED_HOSTS": '["127.0.0.1"]',
+        "GENWORKER_WEBHOOKS__ALLOWED_HOSTS": '["127.0.0.1:*"]',
         "GENWORKER_WEBHOOKS__POLL_INTERVAL_S": "0.05",
         "GENWORKER_WEBHOOKS__LEASE_S": "2",  # a claim whose sender died is due again after 2 s
     }
@@ -151,7 +151,7 @@ def test_sender_killed_mid_send_on_redis_resends_under_the_same_id(
     settings = Settings(
         data_dir=str(tmp_path),
         queue={"backend": "redis", "redis_url": redis_url},
-        webhooks={"allowed_hosts": ["127.0.0.1"], "secret_key": server_key},
+        webhooks={"allowed_hosts": ["127.0.0.1:*"], "secret_key": server_key},
     )
     env["GENWORKER_WEBHOOKS__SECRET_KEY"] = server_key  # every sender opens the secrets with one key
     queue = open_queue(settings.queue)

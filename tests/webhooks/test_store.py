@@ -51,8 +51,8 @@ def delivery(eid: str = "wh_1", job: str = "gen_1", at: datetime = T0) -> Delive
 
 
 def test_endpoints_round_trip(store: WebhookStore) -> None:
-    store.add_endpoint(endpoint("wh_1"))
-    store.add_endpoint(endpoint("wh_2", project="beta", at=T0 + timedelta(seconds=1)))
+    assert store.add_endpoint(endpoint("wh_1"), max_per_project=20)
+    assert store.add_endpoint(endpoint("wh_2", project="beta", at=T0 + timedelta(seconds=1)), max_per_project=20)
     assert [e.id for e in store.list_endpoints()] == ["wh_1", "wh_2"]
     assert [e.id for e in store.list_endpoints("beta")] == ["wh_2"]
     disabled = endpoint("wh_1").model_copy(update={"disabled_at": T0, "disabled_reason": "r"})
@@ -91,7 +91,7 @@ def test_saved_states_drive_the_schedule(store: WebhookStore) -> None:
 
 
 def test_log_is_newest_first_and_removed_with_its_endpoint(store: WebhookStore) -> None:
-    store.add_endpoint(endpoint())
+    assert store.add_endpoint(endpoint(), max_per_project=20)
     for i in range(3):
         store.add_delivery(delivery(job=f"gen_{i}", at=T0 + timedelta(seconds=i)))
     assert [d.generation_id for d in store.list_deliveries("wh_1")] == ["gen_2", "gen_1", "gen_0"]

@@ -223,6 +223,8 @@
   function watch(record, response) {
     stopWatching();
     $("timeline").replaceChildren();
+    $("preview").hidden = true; // the last generation's previews stay with it
+    $("preview").removeAttribute("src");
     $("video").removeAttribute("data-generation");
     render(record);
     if (TERMINAL.has(record.status)) return;
@@ -316,10 +318,24 @@
     } catch (err) {
       event = null;
     }
+    if (name === "preview") {
+      showPreview(event);
+      return null;
+    }
     const record = event && (event.generation || event.record || event.data || event);
     if (!record || typeof record !== "object" || !("status" in record)) return ended;
     renderProgress(record);
     return record.status;
+  }
+
+  // A live preview of the latents (event: preview): the same <img> updated in place, step after step.
+  function showPreview(p) {
+    if (!p || typeof p.image !== "string" || !p.image.startsWith("data:image/jpeg;base64,")) return;
+    const img = $("preview");
+    img.src = p.image;
+    img.dataset.step = String(p.step);
+    img.title = `step ${p.step} of ${p.total}`;
+    img.hidden = false;
   }
 
   // The whole record once the stream says it ended: the signed URLs come with the GET.

@@ -34,18 +34,20 @@ from redis.cluster import RedisCluster
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status
 from foundation.core.errors import BackendUnavailable, IdempotencyConflict, UnknownJob
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
     Claim,
     DeadLetter,
     EnqueueResult,
     Event,
+    NewerRecordMet,
     Outcome,
     ProgressNote,
     ProgressWrite,
     WorkerHeartbeat,
 )
-from foundation.queue.errors import NotDurable, UnreadableEntry, UnreadableRecord
+from foundation.queue.errors import NewerRecord, NotDurable, UnreadableEntry, UnreadableRecord
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import DeadReason, out_of_attempts
 from foundation.queue.redis import plans as redis_plans
@@ -56,7 +58,7 @@ from foundation.queue.redis.plans import Plan, Snapshot, holds, split_token
 from foundation.queue.redis.reads import RedisReads
 from foundation.queue.redis.reclaim import Reaper
 from foundation.queue.redis.retention import RedisRetention
-from foundation.queue.redis.scripts import Delivery, Due, Idle, Scripts, Started
+from foundation.queue.redis.scripts import Delivery, Due, Idle, Reply, Scripts, Started
 from foundation.queue.unavailable import redis_unavailable
 
 __all__ = ["RedisQueue"]
@@ -78,6 +80,8 @@ class RedisQueue:
         durability: Durability | None = None,
         record_ttl_s: float = keys.RECORD_TTL_S,
         consumer_idle_s: float = 3600.0,
+        newer_record_wait_s: float = 900.0,
+        record_format: int = records.RECORD_FORMAT,
     ) -> None:
         if isinstance(client, str):
             client = redis.Redis.from_url(client, decode_responses=True, encoding_errors="replace")
@@ -86,13 +90,18 @@ class RedisQueue:
         self._r: Any = client  # redis-py's command stubs are loose; replies are read as decoded str
         # Asked once: RedisCluster's isinstance check goes through typing's Protocol machinery.
         self._on_cluster = isinstance(client, RedisCluster)
-        self.durability = durability or Durability()
-        self._scripts = Scripts(client, events_maxlen, self.durability, record_ttl_ms=max(1, int(record_ttl_s * 1000)))
+        self._scripts = Scripts(
+            client,
+            events_maxlen,
+            durability or Durability(),
+            record_ttl_ms=max(1, int(record_ttl_s * 1000)),
+            record_format=record_format,  # a test may open two versions of the queue in one process
+        )
         self._retention = RedisRetention(
             client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
         )
         self._jobs = JobWriter(client, self._scripts)
-        self._reaper = Reaper(client, self._scripts, self._jobs)
+        self._reaper = Reaper(client, self._scripts, self._jobs, newer_record_wait_s=newer_record_wait_s)
         self.reads = RedisReads(client, self._scripts)
         self.lease_ttl_s = lease_ttl_s
         self.max_attempts = max_attempts
@@ -105,14 +114,19 @@ class RedisQueue:
         self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
         self._rotation = 0
 
+    @property
+    def durability(self) -> Durability:
+        """What each commit waits for (``queue.wait_replicas`` unset: settled by asking the server once)."""
+        return self._scripts.durability()
+
     # ------------------------------------------------------------------------------------ reads
     def get(self, job_id: str) -> GenerationRecord | None:
         return self.reads.get(job_id)
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)
@@ -140,7 +154,7 @@ class RedisQueue:
     def enqueue(
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> EnqueueResult:
-        record = records.enqueued(record, max_attempts=self.max_attempts)
+        record = records.enqueued(record, max_attempts=self.max_attempts, idempotency_key=idempotency_key)
         replayed = False
         if idempotency_key is not None:
             owner_id = self._reserve_idempotency(record, idempotency_key, request_hash or "")
@@ -210,6 +224,29 @@ class RedisQueue:
             raise UnknownJob(job_id)
         return current
 
+    @redis_unavailable
+    def delete(self, job_id: str) -> GenerationRecord:
+        model = self.reads.model_of(job_id)
+        rec = self.reads.get(job_id) if model is not None else None
+        if model is None or rec is None:
+            raise UnknownJob(job_id)
+        if not rec.terminal:  # a terminal record never changes again: no race between this check and the DELs
+            return rec
+        if rec.idempotency_key is not None:  # first, so a create repeated with it never finds a half-deleted job
+            name = keys.idempotency(rec.project, rec.idempotency_key)
+            stored = self._r.get(name)
+            if stored is not None and json.loads(stored)["job_id"] == job_id:
+                self._r.delete(name)
+        job = keys.job_record(model, job_id)
+        self._r.delete(job, keys.job_events_of(job), keys.job_progress_of(job))  # one slot: the model's
+        # Other slots, one key each. Left behind by a crash here, they point at no record: readers skip them
+        # and the retention sweep removes them (foundation/queue/redis/retention.py).
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zrem(keys.project_jobs(rec.project), job_id)
+        pipe.delete(keys.job_model_index(job_id))
+        pipe.execute()
+        return rec
+
     # ------------------------------------------------------------------------------------ worker side
     @redis_unavailable
     def claim(
@@ -268,7 +305,13 @@ class RedisQueue:
 
     @redis_unavailable
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag of each snapshot planned from; the last one committed
 
@@ -277,7 +320,7 @@ class RedisQueue:
                 return None
             found.append(snap.record.cancel_requested)
             new = records.with_progress(snap.record, stage, progress)
-            return redis_plans.progress(snap, new, claim, progress, passed)
+            return redis_plans.progress(snap, new, claim, progress, passed, preview=preview)
 
         # A commit applies only on the rev it was planned from, so the flag it kept is the stored one.
         if self._jobs.mutate(claim.model, claim.job_id, build, held=True) is None:
@@ -323,6 +366,9 @@ class RedisQueue:
         with self._lock:  # and what this process's claims re-queued since the last call
             count, self._claim_reclaims = count + self._claim_reclaims, 0
         return count
+
+    def newer_records(self) -> list[NewerRecordMet]:
+        return self._reaper.newer.take()
 
     @redis_unavailable
     def purge_expired(self) -> int:
@@ -378,9 +424,15 @@ class RedisQueue:
         for _ in range(MAX_CAS_TRIES):
             try:
                 if delivery is not None and delivery.record is not None:
-                    snap = self._jobs.parse(delivery.record, delivery.rev, delivery.job_entry, delivery.released)
+                    d = delivery
+                    snap = self._jobs.parse(d.record, d.rev, d.job_entry, d.released, d.record_format)
                 else:
                     snap = self._jobs.snapshot(model, payload.job_id)
+            except NewerRecord as e:
+                # A newer version's job: its entry stays pending for this worker, which never starts it (no
+                # attempt used); a newer worker's reaper takes it once it is idle past that worker's lease.
+                self._reaper.leave(model, payload.job_id, e)
+                return None
             except UnreadableRecord as e:
                 self._reaper.set_aside(model, payload.job_id, e, entry_id)
                 return None
@@ -463,11 +515,25 @@ class RedisQueue:
 
             try:
                 promoted = self._jobs.mutate(model, job_id, build)
+            except NewerRecord:  # a newer version's retry: due all the same, for its own workers to take
+                promoted = self._promote_unread(model, job_id)
             except UnreadableRecord as e:
                 self._reaper.set_aside(model, job_id, e)
                 promoted = None
             if promoted is None:
                 self._r.zrem(keys.delayed_zset(model), job_id)  # record gone, moved on or unreadable
+
+    def _promote_unread(self, model: str, job_id: str) -> Reply | None:
+        """``promote`` of a newer version's due retry, without reading its record (``redis_plans.promote_unread``)."""
+        for _ in range(MAX_CAS_TRIES):
+            unread = self._jobs.unread(model, job_id)
+            plan = None if unread is None else redis_plans.promote_unread(unread)
+            if plan is None:
+                return None
+            reply = self._scripts.commit(plan)
+            if reply.kind != "conflict":
+                return reply if reply.done else None
+        return None
 
     def _ensure_groups(self, models: list[str]) -> None:
         for model in models:

@@ -18,7 +18,7 @@ every command, reads included, and ``WAIT`` waits for that offset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.exceptions as rx
@@ -26,20 +26,32 @@ from redis.cluster import RedisCluster
 
 from foundation.queue.errors import NotDurable
 
-__all__ = ["Durability", "NotDurable", "probe"]
+__all__ = ["Durability", "NotDurable", "probe", "replicas_to_wait_for"]
 
 
 @dataclass(frozen=True)
 class Durability:
-    """What a commit waits for. ``replicas == 0`` and ``aof`` off: nothing (Redis' default)."""
+    """What a commit waits for. ``replicas == 0`` and ``aof`` off: nothing (Redis' default).
 
-    replicas: int = 0  # replicas that must acknowledge each commit
+    ``replicas`` None (``queue.wait_replicas`` unset): as many as ``replicas_to_wait_for`` finds, asked
+    by ``settled`` when the first commit needs to know, not at open: a process may start before its Redis
+    does, and opening the queue never needed the server."""
+
+    replicas: int | None = 0  # replicas that must acknowledge each commit (None: not settled yet)
     aof: bool = False  # WAITAOF: also fsynced to the primary's AOF (and the replicas' AOF)
     timeout_ms: int = 1000
 
     @property
     def enabled(self) -> bool:
+        if self.replicas is None:
+            raise RuntimeError("Durability.settled() first: the replicas to wait for are not known yet")
         return self.replicas > 0 or self.aof
+
+    def settled(self, client: Any) -> Durability:
+        """This, with ``replicas`` known (asked of the server when it was unset)."""
+        if self.replicas is not None:
+            return self
+        return replace(self, replicas=replicas_to_wait_for(client, None))
 
     def queue_wait(self, pipe: Any, client: Any, key: str) -> None:
         """Append the wait to ``pipe``, after the commit it must cover (``key``: one of its keys)."""
@@ -56,14 +68,15 @@ class Durability:
 
     def check(self, acked: Any, job_id: str) -> None:
         """Raise ``NotDurable`` unless the wait's reply reached the required counts."""
+        required = self.replicas or 0
         if self.aof:
             local, replicas = (int(n) for n in acked)
-            if local >= 1 and replicas >= self.replicas:
+            if local >= 1 and replicas >= required:
                 return
             got = f"{local} local AOF fsync(s) and {replicas} replica AOF(s)"
         else:
             replicas = int(acked)
-            if replicas >= self.replicas:
+            if replicas >= required:
                 return
             got = f"{replicas} replica(s)"
         raise NotDurable(
@@ -83,3 +96,21 @@ def probe(client: Any, durability: Durability) -> None:
         raise ValueError(
             f"queue.wait_aof needs Redis 7.2 or newer with appendonly yes on every primary; the server said: {e}"
         ) from None
+
+
+def replicas_to_wait_for(client: Any, setting: int | None) -> int:
+    """``queue.wait_replicas``, or when it is unset: 1 if the deployment has a replica now (on a Cluster,
+    every primary has one: a shard without a replica could never confirm), else 0.
+
+    Read once, at open: a replica that is added later is not waited for until the process restarts, and
+    one that is gone later makes commits wait and fail (``NotDurable``) until it is back. Counted with
+    ``WAIT 0 0`` on a connection that wrote nothing (it answers at once with the replicas online), not
+    ``INFO``, which the least-privilege ACL (``-@dangerous``) refuses."""
+    if setting is not None:
+        return setting
+    if isinstance(client, RedisCluster):
+        answers = client.execute_command("WAIT", 0, 0, target_nodes=RedisCluster.PRIMARIES)
+        counts = [int(n) for n in (answers.values() if isinstance(answers, dict) else [answers])]
+    else:
+        counts = [int(client.execute_command("WAIT", 0, 0))]
+    return 1 if counts and min(counts) >= 1 else 0

@@ -20,7 +20,7 @@ from typing import Any
 
 from foundation.core.contract import Status
 from foundation.queue import keys, records
-from foundation.queue.redis.plans import Plan, Snapshot
+from foundation.queue.redis.plans import Plan, Snapshot, Unread
 from foundation.queue.redis.scripts import Reply, Scripts
 
 __all__ = ["MAX_CAS_TRIES", "JobWriter"]
@@ -41,20 +41,45 @@ class JobWriter:
 
     def snapshot(self, model: str, job_id: str) -> Snapshot | None:
         """The job as stored; None when it has no record, ``records.UnreadableRecord`` when this
-        version cannot read it."""
-        raw, rev, entry, released = self._r.hmget(keys.job_record(model, job_id), "record", "rev", "entry", "released")
-        return self.parse(raw, rev, entry, released)
+        version cannot read it (``records.NewerRecord``: a newer version wrote it)."""
+        job = keys.job_record(model, job_id)
+        raw, rev, entry, released, fmt = self._r.hmget(job, "record", "rev", "entry", "released", "format")
+        return self.parse(raw, rev, entry, released, fmt)
 
-    @staticmethod
-    def parse(raw: str | None, rev: str | None, entry: str | None, released: str | None) -> Snapshot | None:
-        """A ``Snapshot`` of the hash fields ``record, rev, entry, released`` as read (None: no record)."""
+    def parse(
+        self, raw: str | None, rev: str | None, entry: str | None, released: str | None, fmt: str | None = None
+    ) -> Snapshot | None:
+        """A ``Snapshot`` of the hash fields ``record, rev, entry, released, format`` as read (None: no record)."""
         if raw is None:
             return None
-        record = records.parse(raw)
+        record = records.parse(raw, records.record_format(fmt), readable=self._scripts.record_format)
         try:
             return Snapshot(record, int(rev or 0), entry or "", int(released or 0))
         except ValueError:
             raise records.UnreadableRecord(raw, f"job hash: rev {rev!r}, released {released!r}") from None
+
+    def unread(self, model: str, job_id: str) -> Unread | None:
+        """The job hash as stored, its record left unread (a newer version's); None when it has no record."""
+        job = keys.job_record(model, job_id)
+        fields = ("record", "rev", "status", "attempt", "entry", "cancel", "format")
+        raw, rev, status, attempt, entry, cancel, fmt = self._r.hmget(job, *fields)
+        if raw is None:
+            return None
+        try:
+            numbers = int(rev or 0), int(attempt or 0)
+        except ValueError:
+            raise records.UnreadableRecord(raw, f"job hash: rev {rev!r}, attempt {attempt!r}") from None
+        return Unread(
+            job_id,
+            model,
+            raw,
+            numbers[0],
+            status or "",
+            numbers[1],
+            entry or "",
+            cancel == "1",
+            records.record_format(fmt),
+        )
 
     def snapshot_entry(self, model: str, job_id: str) -> str | None:
         return self._r.hget(keys.job_record(model, job_id), "entry")  # type: ignore[no-any-return]

@@ -22,18 +22,25 @@ constructor        status change                   stream / zset
                    ``reclaim_unstarted``, ``_canceled``, ``_requeued`` or ``dead_letter``
 ``sweep``          running, no lease (as reclaim)  ack if any; new entry unless the job ended
 ``promote``        — (a due retry)                 leave the delayed zset, new entry
+``promote_unread`` — (a newer version's due retry) leave the delayed zset, new entry
+``fail_unread``    a newer version's record, past  ack; leave the delayed zset; dead-letter stream
+                   the wait → failed (unread)
 =================  ==============================  ============================================
+
+A newer version's record (``records.NewerRecord``) is never parsed: ``Unread`` is its hash as stored, and
+the two ``_unread`` constructors change it without reading it (``records.failed_unread`` ends its text).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status
+from foundation.core.errors import ErrorCode
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import Claim, Outcome
 from foundation.queue.policy import (
@@ -53,15 +60,18 @@ from foundation.queue.redis.entries import encode_payload
 __all__ = [
     "Plan",
     "Snapshot",
+    "Unread",
     "cancel_flag",
     "cancel_queued",
     "create",
     "dead_letter",
+    "fail_unread",
     "finish",
     "holds",
     "new_plan_id",
     "progress",
     "promote",
+    "promote_unread",
     "reclaim",
     "reclaim_canceled",
     "reclaim_requeued",
@@ -82,6 +92,21 @@ class Snapshot:
     rev: int
     entry: str
     released: int
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A job hash whose record this version does not read (a newer version wrote it), as stored."""
+
+    job_id: str
+    model: str
+    raw: str
+    rev: int
+    status: str
+    attempt: int
+    entry: str
+    cancel: bool
+    record_format: int
 
 
 def new_plan_id() -> str:
@@ -106,6 +131,8 @@ class Plan:
     rev: int = 0
     create: bool = False
     record: GenerationRecord | None = None  # the new record; None keeps the stored one
+    raw_record: str | None = None  # the new record's text, for one this version does not read (``fail_unread``)
+    newer: bool = False  # the stored record is a newer version's: its status may be one this table lacks
     status: Status | None = None  # None: no status change
     cancel: bool = False
     fence_attempt: int | None = None  # with fence_entry: refuse unless running at this attempt
@@ -114,7 +141,7 @@ class Plan:
     unleased: bool = False  # refuse unless running with its entry pending for nobody (the sweep)
     ack: str | None = None  # entry to acknowledge and delete
     undelay: bool = False  # drop the job from the delayed zset
-    delay_until_ms: int | None = None  # park the job in the delayed zset until then
+    delay_ms: int | None = None  # park the job in the delayed zset this long, due on the server's clock (TIME)
     payload: str | None = None  # add a new stream entry with this payload
     released_incr: int = 0
     event: str | None = None  # reason of the event to append (None: no event)
@@ -122,7 +149,8 @@ class Plan:
     dead_code: str | None = None
     dead_message: str | None = None
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
-    notes: tuple[tuple[str, str], ...] | None = None  # a progress write: (stage, progress) notes to append
+    # A progress write: (stage, progress) notes to append; the last may add a preview's JSON (stage, progress, preview).
+    notes: tuple[tuple[str, ...], ...] | None = None
     plan_id: str = field(default_factory=new_plan_id)
 
 
@@ -223,12 +251,22 @@ def start(snap: Snapshot, new: GenerationRecord, worker_id: str, *, lease_ms: in
 
 
 def progress(
-    snap: Snapshot, new: GenerationRecord, claim: Claim, reported: float, passed: Sequence[Stage] = ()
+    snap: Snapshot,
+    new: GenerationRecord,
+    claim: Claim,
+    reported: float,
+    passed: Sequence[Stage] = (),
+    *,
+    preview: Preview | None = None,
 ) -> Plan:
     """Stage and progress of the current attempt (fenced, no event), noted in the job's progress log
     with the progress as ``reported`` (the record keeps it clamped to 0..1), after a note at 0 for
-    each stage ``passed`` since the last write (entered and left at once: never on the record)."""
-    notes = (*((s.value, repr(0.0)) for s in passed), (new.stage.value, repr(float(reported))))
+    each stage ``passed`` since the last write (entered and left at once: never on the record).
+    ``preview`` goes into this write's own note (its JSON as the note's third item), never the record."""
+    last: tuple[str, ...] = (new.stage.value, repr(float(reported)))
+    if preview is not None:
+        last = (*last, preview.model_dump_json())
+    notes = (*((s.value, repr(0.0)) for s in passed), last)
     return Plan(**_on(snap, new, claim), notes=notes)
 
 
@@ -247,13 +285,15 @@ def retry(snap: Snapshot, claim: Claim, error: ErrorInfo, *, delay_s: float) -> 
     """A transient failure with attempts left: re-queue keeping ``error``, after ``delay_s``.
 
     With a delay the job waits in the delayed zset (the claim path promotes it when due); without,
-    it gets a new stream entry at once. Out of attempts is ``dead_letter`` (``policy.out_of_attempts``)."""
+    it gets a new stream entry at once. The due time is taken by ``commit.lua`` from the server's ``TIME``,
+    the clock the claim path compares it with: a worker whose own clock is wrong delays no retry.
+    Out of attempts is ``dead_letter`` (``policy.out_of_attempts``)."""
     delayed = delay_s > 0
     return Plan(
         **_on(snap, records.requeued(snap.record, error=error), claim),
         status=Status.queued,
         ack=snap.entry,
-        delay_until_ms=int((time.time() + delay_s) * 1000) if delayed else None,
+        delay_ms=max(1, round(delay_s * 1000)) if delayed else None,
         payload=None if delayed else _payload(snap.record),
         event=retry_event(error.code),
     )
@@ -374,3 +414,47 @@ def promote(snap: Snapshot) -> Plan:
     """A retry whose backoff is over: out of the delayed zset, into the stream (record unchanged)."""
     rec = snap.record
     return Plan(job_id=rec.id, model=rec.model, attempt=rec.attempt, rev=snap.rev, undelay=True, payload=_payload(rec))
+
+
+# ------------------------------------------------------------------------------------------ newer versions
+def promote_unread(unread: Unread) -> Plan | None:
+    """``promote`` for a due retry of a newer version's job, without reading its record: a new entry (which
+    a worker of that version takes; an older one leaves it pending). None when it is not waiting to be due."""
+    if unread.entry:
+        return None
+    return Plan(
+        job_id=unread.job_id,
+        model=unread.model,
+        attempt=unread.attempt,
+        rev=unread.rev,
+        undelay=True,
+        payload=encode_payload(unread.job_id, unread.model),
+    )
+
+
+def fail_unread(
+    unread: Unread, message: str, *, entry: str | None, owned_by: str | None = None, unleased: bool = False
+) -> Plan:
+    """A newer version's job that no worker of that version took within ``queue.newer_record_wait_s``:
+    ``failed: version_unavailable`` in its own text (``records.failed_unread``, its format kept), ``entry``
+    acknowledged (``owned_by``: an entry the reaper took; ``unleased``: a running record nobody holds), out
+    of the delayed zset, a dead letter saying why. Nobody will take it: it ends here, where a client sees it."""
+    code = ErrorCode.version_unavailable
+    return Plan(
+        job_id=unread.job_id,
+        model=unread.model,
+        attempt=unread.attempt,
+        rev=unread.rev,
+        raw_record=records.failed_unread(unread.raw),
+        newer=True,
+        cancel=unread.cancel,
+        status=Status.failed,
+        owned_by=owned_by,
+        unleased=unleased,
+        ack=entry or None,
+        undelay=True,
+        event=dead_event(code, DeadReason.newer_record),
+        dead=DeadReason.newer_record.value,
+        dead_code=code.value,
+        dead_message=message,
+    )

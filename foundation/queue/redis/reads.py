@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from foundation.core.contract import GenerationRecord, Stage, Status
+from foundation.core.media import Preview
 from foundation.queue import keys
-from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
+from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.redis.scripts import Scripts
 from foundation.queue.unavailable import redis_unavailable
 
@@ -66,35 +67,36 @@ class RedisReads:
 
     @redis_unavailable
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
+        """Newest first (or oldest first). The cursor is ``list_cursor`` of the last record returned."""
         name = keys.project_jobs(project)
-        top: float | str = "+inf"
-        after: tuple[float, str] | None = None
-        if cursor:
-            after = _list_cursor(cursor)
-            top = after[0]
+        after = _list_cursor(cursor) if cursor else None
         found: list[GenerationRecord] = []
         offset = 0
         while len(found) <= limit:
-            batch = self._r.zrevrangebyscore(name, top, "-inf", start=offset, num=limit + 1, withscores=True)
+            if oldest_first:
+                low = after[0] if after is not None else "-inf"
+                batch = self._r.zrangebyscore(name, low, "+inf", start=offset, num=limit + 1, withscores=True)
+            else:
+                top = after[0] if after is not None else "+inf"
+                batch = self._r.zrevrangebyscore(name, top, "-inf", start=offset, num=limit + 1, withscores=True)
             if not batch:
                 break
             offset += len(batch)
             for job_id, score in batch:
-                # Members with equal scores come in descending id order: skip those up to the cursor.
-                if after is not None and score == after[0] and job_id >= after[1]:
-                    continue
+                # Members with equal scores come in id order (descending when newest first): skip those up
+                # to the cursor.
+                if after is not None and score == after[0]:
+                    passed = job_id <= after[1] if oldest_first else job_id >= after[1]
+                    if passed:
+                        continue
                 record = self.get(job_id)
-                if record is not None:  # listed before its record was written (a crashed enqueue)
+                if record is not None:  # listed before its record was written (a crashed enqueue), or deleted
                     found.append(record)
         page = found[:limit]
         more = len(found) > limit
-        if not more or not page:
-            return page, None
-        last = page[-1]
-        return page, f"{last.created_at.timestamp() * 1000!r}:{last.id}"
+        return page, (list_cursor(page[-1]) if more and page else None)
 
     # ----------------------------------------------------------------------------------- queue state
     @redis_unavailable
@@ -164,6 +166,7 @@ class RedisReads:
                 progress=float(f["progress"]),
                 at=datetime.fromisoformat(f["at"]),
                 id=sid,
+                preview=Preview.model_validate_json(f["preview"]) if f.get("preview") else None,
             )
             for sid, f in rows
         ]

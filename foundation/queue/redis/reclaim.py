@@ -13,6 +13,11 @@
 - One record at a time: a record this version cannot read (``records.UnreadableRecord``) is set
   aside as a dead letter with the reason and what was stored, its entry acknowledged, and the reaper
   goes on with the other jobs. A bad record never stops reclamation or claiming.
+- Newer versions' records (``records.NewerRecord``, a rolling upgrade): never read, never taken. Their
+  pending entries are left idle (no ``XCLAIM``), so a newer worker's reaper takes them once its lease
+  passed and runs the job; an entry still idle past ``newer_record_wait_s`` had no newer reader in all
+  that time, and its job ends ``failed: version_unavailable`` where its client sees it (``fail_unread``).
+  Each one met is noted once per wait (``NewerNotes``) for the worker's log and metric.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Any
 import redis
 
 from foundation.core.contract import Status, utcnow
-from foundation.queue import keys
-from foundation.queue.errors import UnreadableEntry, UnreadableRecord
+from foundation.queue import keys, records
+from foundation.queue.errors import NewerRecord, UnreadableEntry, UnreadableRecord
+from foundation.queue.newer import NewerNotes
 from foundation.queue.policy import DeadReason
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.entries import read_payload
@@ -34,15 +40,19 @@ from foundation.queue.redis.scripts import Scripts
 __all__ = ["Reaper"]
 
 _PAGE = 100  # pending entries read per XPENDING call
+_ENDED = frozenset(s.value for s in (Status.succeeded, Status.failed, Status.canceled))
 
 
 class Reaper:
-    """Reclaims one model's pool at a time; also the one place that dead-letters what cannot be read."""
+    """Reclaims one model's pool at a time; also the one place that dead-letters what cannot be read,
+    and that leaves (then, past ``newer_record_wait_s``, fails) what a newer version wrote."""
 
-    def __init__(self, client: Any, scripts: Scripts, jobs: JobWriter) -> None:
+    def __init__(self, client: Any, scripts: Scripts, jobs: JobWriter, *, newer_record_wait_s: float = 900.0) -> None:
         self._r = client
         self._scripts = scripts
         self._jobs = jobs
+        self._newer_wait_ms = int(newer_record_wait_s * 1000)
+        self.newer = NewerNotes()
 
     def reclaim_model(self, model: str, lease_ttl_s: float) -> int:
         """Re-queue (or end) the jobs of ``model`` whose lease lapsed; how many were re-queued or ended.
@@ -78,29 +88,85 @@ class Reaper:
         except UnreadableEntry as e:
             self.dead_entry(model, entry_id, e.reason, e.job_id, fields)
             return 0
-        lease_ms = self._holder_lease_ms(model, job_id, entry_id, floor_ms)
+        lease_ms, record_format = self._holder_lease_ms(model, job_id, entry_id, floor_ms)
         if idle_ms < lease_ms:
             return 0  # the holder renews on its own, longer schedule
+        if record_format > self._scripts.record_format:
+            return self._newer_pending(model, job_id, entry_id, idle_ms, record_format=record_format, lease_ms=lease_ms)
         # Take the entry only if it is still idle past the holder's lease (the server checks).
         if not self._r.xclaim(stream, keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, lease_ms, [entry_id], justid=True):
             return 0  # renewed meanwhile
         return self._reclaim_entry(model, job_id, entry_id)
 
-    def _holder_lease_ms(self, model: str, job_id: str, entry_id: str, default_ms: int) -> int:
-        """The lease the job's holder claimed it with; ``default_ms`` for an entry not started yet or a
-        record written before leases were stored with the claim."""
-        status, entry, lease_ms = self._r.hmget(keys.job_record(model, job_id), "status", "entry", "lease_ms")
+    def _holder_lease_ms(self, model: str, job_id: str, entry_id: str, default_ms: int) -> tuple[int, int]:
+        """The lease the job's holder claimed it with (``default_ms`` for an entry not started yet or a
+        record written before leases were stored with the claim), and the record's format."""
+        job = keys.job_record(model, job_id)
+        status, entry, lease_ms, fmt = self._r.hmget(job, "status", "entry", "lease_ms", "format")
+        record_format = records.record_format(fmt)
         if status != "running" or entry != entry_id or not lease_ms:
-            return default_ms
+            return default_ms, record_format
         try:
-            return int(lease_ms)
+            return int(lease_ms), record_format
         except ValueError:
-            return default_ms
+            return default_ms, record_format
+
+    def _newer_pending(
+        self, model: str, job_id: str, entry_id: str, idle_ms: int, *, record_format: int, lease_ms: int
+    ) -> int:
+        """A lapsed pending entry of a newer version's job. Left idle for a newer reaper to take, until it
+        has been idle ``newer_record_wait_s`` (and its holder's lease): then no worker of that version is
+        there, and the job fails."""
+        wait_ms = max(self._newer_wait_ms, lease_ms)
+        if idle_ms < wait_ms:
+            self.newer.note(model, job_id, record_format, failed=False, waited_s=idle_ms / 1000)
+            return 0
+        # Taken only if still idle that long (the server checks): a newer reaper may have just taken it.
+        stream = keys.job_stream(model)
+        if not self._r.xclaim(stream, keys.CONSUMER_GROUP, keys.REAPER_CONSUMER, wait_ms, [entry_id], justid=True):
+            return 0
+        return self.fail_newer(model, job_id, idle_ms, entry=entry_id, owned_by=keys.REAPER_CONSUMER)
+
+    def fail_newer(
+        self,
+        model: str,
+        job_id: str,
+        waited_ms: int,
+        *,
+        entry: str | None,
+        owned_by: str | None = None,
+        unleased: bool = False,
+    ) -> int:
+        """End a newer version's job that waited ``waited_ms`` for a worker of its version in vain:
+        ``failed: version_unavailable``, dead-lettered, its record's text otherwise kept; 1 when it ended."""
+        unread = self._jobs.unread(model, job_id)
+        if unread is None or unread.record_format <= self._scripts.record_format:
+            return 0  # gone, or no newer version's any more: an entry the reaper took is reclaimed next pass
+        if unread.status in _ENDED or (owned_by is not None and unread.entry != entry):
+            if owned_by is not None and entry:
+                self._scripts.drop_entry(model, entry)  # the reaper's entry starts nothing: over, or an orphan
+            return 0
+        wait_s = self._newer_wait_ms / 1000
+        message = f"record format {unread.record_format}: no worker of that version took it in {wait_s:g} s"
+        plan = redis_plans.fail_unread(unread, message, entry=entry, owned_by=owned_by, unleased=unleased)
+        if not self._scripts.commit(plan).done:
+            return 0  # moved meanwhile (a newer worker wrote it): the next pass looks again
+        self._r.srem(keys.running_set(model), job_id)
+        self.newer.note(model, job_id, unread.record_format, failed=True, waited_s=waited_ms / 1000)
+        return 1
+
+    def leave(self, model: str, job_id: str, error: NewerRecord, waited_s: float = 0.0) -> None:
+        """A newer version's record met on the claim path: its entry stays pending for the claimer (no
+        attempt used, nothing written); once it has been idle past the lease a newer reaper takes it."""
+        self.newer.note(model, job_id, error.record_format, failed=False, waited_s=waited_s)
 
     def _reclaim_entry(self, model: str, job_id: str, entry_id: str) -> int:
         """Re-queue (or dead-letter) the job of a lapsed entry; 1 when a job was re-queued or failed."""
         try:
             committed = self._jobs.mutate(model, job_id, lambda snap: redis_plans.reclaim(snap, entry_id))
+        except NewerRecord as e:  # written by a newer version since the scan: the reaper's now, left idle
+            self.leave(model, job_id, e)
+            return 0
         except UnreadableRecord as e:
             self.set_aside(model, job_id, e, entry_id)
             return 0
@@ -114,6 +180,9 @@ class Reaper:
         for job_id in self._r.sscan_iter(keys.running_set(model), count=_PAGE):
             try:
                 snap = self._jobs.snapshot(model, job_id)
+            except NewerRecord as e:
+                count += self._sweep_newer(model, job_id, e)
+                continue
             except UnreadableRecord as e:
                 self.set_aside(model, job_id, e)
                 continue
@@ -125,6 +194,19 @@ class Reaper:
             if self._jobs.mutate(model, job_id, redis_plans.sweep) is not None:
                 count += 1
         return count
+
+    def _sweep_newer(self, model: str, job_id: str, error: NewerRecord) -> int:
+        """A newer version's ``running`` record: left while it is leased or younger than the wait (by its
+        own ``updated_at``: it has no pending entry whose idle time could say); failed past it, unleased."""
+        unread = self._jobs.unread(model, job_id)
+        if unread is None or unread.status != "running" or (unread.entry and self._pending(model, unread.entry)):
+            return 0  # gone, or a live claim: a newer worker holds it
+        written = records.last_written(unread.raw)
+        waited_ms = self._newer_wait_ms if written is None else int((utcnow() - written).total_seconds() * 1000)
+        if waited_ms < self._newer_wait_ms:
+            self.newer.note(model, job_id, error.record_format, failed=False, waited_s=waited_ms / 1000)
+            return 0
+        return self.fail_newer(model, job_id, waited_ms, entry=unread.entry or None, unleased=True)
 
     def _pending(self, model: str, entry_id: str) -> bool:
         rows = self._r.xpending_range(keys.job_stream(model), keys.CONSUMER_GROUP, entry_id, entry_id, 1)

@@ -8,13 +8,13 @@ script            KEYS                                        ARGV
 ================  ==========================================  =============================================
 ``commit.lua``    1 job hash, 2 job stream, 3 delayed zset,   1 plan JSON (``Plan`` fields plus ``group``,
                   4 events stream, 5 job events stream,       ``events_maxlen``, ``at``, ``record_ttl_ms``,
-                  6 dead-letter stream, 7 running set,        ``notes_cap``; a ``None`` field is left
-                  8 job stream XADD counter, 9 job progress   out), 2 new record JSON (``''``: keep)
-                  log
+                  6 dead-letter stream, 7 running set,        ``notes_cap``, ``format`` with a record; a
+                  8 job stream XADD counter, 9 job progress   ``None`` field is left out), 2 new record
+                  log                                         JSON (``''``: keep)
 ``claim.lua``     per model i (in order): 5i-4 job stream,    1 group, 2 consumer, 3 lease ms ('': no
                   5i-3 delayed zset, 5i-2 events stream,      start), 4 events MAXLEN, 5 the call's
-                  5i-1 running set, 5i claims hash            token; per model i: 2i+4 job hash prefix,
-                                                              2i+5 model
+                  5i-1 running set, 5i claims hash            token, 6 record format read; per model i:
+                                                              2i+5 job hash prefix, 2i+6 model
 ``renew.lua``     1 job hash, 2 job stream                    1 group, 2 consumer, 3 attempt, 4 entry id
 ``scan.lua``      1 job stream, 2 delayed zset                1 group
 ``depth.lua``     1 job stream, 2 delayed zset                1 group
@@ -51,7 +51,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from foundation.core.contract import GenerationRecord, utcnow
-from foundation.queue import keys
+from foundation.queue import keys, records
 from foundation.queue.redis.durability import Durability
 from foundation.queue.redis.plans import Plan
 from foundation.queue.redis.plans import create as create_plan
@@ -108,6 +108,7 @@ class Delivery:
     rev: str | None
     job_entry: str | None
     released: str | None
+    record_format: str | None  # the job hash's ``format`` (None: absent, as in every record before formats)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Scan:
 
 
 # The plan's fields that go into the spec (the record travels as ARGV[2]).
-_SPEC_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "record")
+_SPEC_FIELDS = tuple(f.name for f in fields(Plan) if f.name not in ("record", "raw_record"))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -181,9 +182,11 @@ def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
     return (job, stream, delayed, events, keys.job_events_of(job), dead, running, seq, keys.job_progress_of(job))
 
 
-def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[list[str], list[str]]:
+def commit_call(
+    plan: Plan, *, events_maxlen: int, record_ttl_ms: int, record_format: int = records.RECORD_FORMAT
+) -> tuple[list[str], list[str]]:
     """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above): every commit, a create included,
-    is laid out here."""
+    is laid out here. A record this version built is stored with ``record_format`` beside it."""
     spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(events_maxlen)}
     spec["at"] = utcnow().isoformat()
     spec["record_ttl_ms"] = record_ttl_ms
@@ -192,8 +195,11 @@ def commit_call(plan: Plan, *, events_maxlen: int, record_ttl_ms: int) -> tuple[
         value = getattr(plan, name)
         # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
         if value is not None:
-            spec[name] = str(value) if name == "delay_until_ms" else value
-    record_json = plan.record.model_dump_json() if plan.record is not None else ""
+            spec[name] = value
+    record_json = plan.raw_record or ""
+    if plan.record is not None:
+        record_json = plan.record.model_dump_json()
+        spec["format"] = record_format
     return list(_commit_keys(plan.model, plan.job_id)), [json.dumps(spec), record_json]
 
 
@@ -207,13 +213,15 @@ class Scripts:
         durability: Durability | None = None,
         *,
         record_ttl_ms: int = keys.RECORD_TTL_MS,
+        record_format: int = records.RECORD_FORMAT,
     ) -> None:
         self._client = client
         # Claims and commits skip redis-py's pipeline (``redis_round_trip``) on a pooled single server.
         self._trips = RoundTrips(client) if lean(client) else None
         self._events_maxlen = events_maxlen
         self._record_ttl_ms = record_ttl_ms  # retention of terminal jobs (commit.lua step 9)
-        self._durability = durability or Durability()
+        self.record_format = record_format  # written beside every record, the newest claim.lua starts
+        self._durability = durability or Durability()  # settled at the first commit (``durability``)
         self._commit: Script = client.register_script(lua_source("commit"))
         self._renew: Script = client.register_script(lua_source("renew"))
         self._claim: Script = client.register_script(lua_source("claim"))
@@ -231,24 +239,34 @@ class Scripts:
 
         ``before``: idempotent commands (e.g. ``("SET", key, value)``) sent ahead of the commit in the
         same pipeline, so they take effect first and cost no round trip of their own."""
-        script_keys, args = commit_call(plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms)
+        script_keys, args = commit_call(
+            plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms, record_format=self.record_format
+        )
         return commit_reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
 
     def create(self, record: GenerationRecord, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
         """Enqueue ``record``: ``commit`` of its create plan (``redis_plans.create``)."""
         return self.commit(create_plan(record), before=before)
 
+    def durability(self) -> Durability:
+        """What every commit waits for; an unset ``wait_replicas`` is settled here once, by asking the
+        server (two threads that both ask get the same answer)."""
+        if self._durability.replicas is None:
+            self._durability = self._durability.settled(self._client)
+        return self._durability
+
     def _run_commit(
         self, job_id: str, script_keys: list[str], args: list[str], before: Sequence[tuple[Any, ...]] = ()
     ) -> Any:
         """Run ``commit.lua`` after the commands ``before``; with durability on, in one round trip with the
         wait that covers it (``redis_durability``). The wait is checked only when the commit wrote something."""
-        if not (self._trips or self._durability.enabled or before):
+        durability = self.durability()
+        if not (self._trips or durability.enabled or before):
             return self._commit(keys=script_keys, args=args)
         call = ("EVALSHA", self._commit.sha, len(script_keys), *script_keys, *args)
         for loaded in (False, True):
             try:
-                replies = self._commit_round_trip(before, call, script_keys[0])
+                replies = self._commit_round_trip(durability, before, call, script_keys[0])
             except NoScriptError:
                 if loaded:
                     raise
@@ -258,22 +276,24 @@ class Scripts:
                 self._client.script_load(self._commit.script)
                 continue
             raw = replies[len(before)]
-            if self._durability.enabled and str(raw[0]) in ("ok", "applied", "exists"):
-                self._durability.check(replies[-1], job_id)
+            if durability.enabled and str(raw[0]) in ("ok", "applied", "exists"):
+                durability.check(replies[-1], job_id)
             return raw
         raise AssertionError("unreachable")
 
-    def _commit_round_trip(self, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str) -> list[Any]:
+    def _commit_round_trip(
+        self, durability: Durability, before: Sequence[tuple[Any, ...]], call: tuple[Any, ...], key: str
+    ) -> list[Any]:
         """The replies of ``before``, the commit ``call`` and the durability wait (when on), one round trip."""
         if self._trips is not None:
-            wait = [self._durability.wait_command()] if self._durability.enabled else []
+            wait = [durability.wait_command()] if durability.enabled else []
             return self._trips.send([*before, call, *wait])
         pipe = self._client.pipeline(transaction=False)
         for command in before:
             pipe.execute_command(*command)
         pipe.execute_command(*call)  # not pipe.evalsha: a cluster pipeline blocks that method, not the command
-        if self._durability.enabled:
-            self._durability.queue_wait(pipe, self._client, key)
+        if durability.enabled:
+            durability.queue_wait(pipe, self._client, key)
         return pipe.execute()  # type: ignore[no-any-return]
 
     def claim(
@@ -305,6 +325,7 @@ class Scripts:
         script_keys: list[str] = []
         args: list[str] = [keys.CONSUMER_GROUP, consumer, "" if lease_ms is None else str(lease_ms)]
         args += [str(self._events_maxlen), token or f"{self._claim_prefix}{next(self._claim_count)}"]
+        args.append(str(self.record_format))
         for model in models:
             pool_keys, prefix = _claim_pool(model)
             script_keys += pool_keys
@@ -331,7 +352,8 @@ class Scripts:
             return Idle({model: str(cursor) for model, cursor in zip(models, reply[1:], strict=True)})
         flat = reply[2] or []
         fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-        return Delivery(models[int(reply[7]) - 1], str(reply[1]), fields, *reply[3:7])
+        record, rev, job_entry, released = reply[3:7]
+        return Delivery(models[int(reply[7]) - 1], str(reply[1]), fields, record, rev, job_entry, released, reply[8])
 
     def _run_claim(self, wait: tuple[Any, ...], script_keys: list[str], args: list[str]) -> Any:
         """``claim.lua``'s reply; with a ``wait`` (a read that delivers nothing), run in one round trip after it."""

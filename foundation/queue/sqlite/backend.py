@@ -5,7 +5,9 @@ up to ``busy_timeout``), in WAL mode so readers never block. Each thread has its
 (the worker renews leases from a heartbeat thread). A lease is the ``lease_expires_at`` column: the
 holder's TTL on the monotonic clock of the boot in ``lease_boot``, so a wall-clock step moves no
 lease (``sqlite_clock``); a running row with no lease, or a lease of another boot, counts as lapsed.
-Fencing compares ``attempt`` and the claim's ``token``. A row this version cannot read is set aside.
+Fencing compares ``attempt`` and the claim's ``token``. A row this version cannot read is set aside; one
+a newer version wrote (``record_format``) is never claimed here, and fails once it waited for a newer
+worker past ``newer_record_wait_s`` (``_newer_pass``).
 Statuses change only through ``records``; the reads live in ``sqlite_reads.SqliteReads``. Every
 public method (and opening the file) translates a locked or unreadable database into
 ``BackendUnavailable`` (``unavailable.sqlite_unavailable``).
@@ -21,19 +23,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
-from foundation.core.errors import IdempotencyConflict, UnknownJob
+from foundation.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
+from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
     Claim,
     DeadLetter,
     EnqueueResult,
     Event,
+    NewerRecordMet,
     Outcome,
     ProgressNote,
     ProgressWrite,
     WorkerHeartbeat,
 )
 from foundation.queue.errors import UnreadableRecord
+from foundation.queue.newer import NewerNotes
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import (
     DeadReason,
@@ -86,6 +91,8 @@ class SqliteQueue:
         durable: bool = True,
         clock: Clock | None = None,
         record_ttl_s: float = keys.RECORD_TTL_S,
+        newer_record_wait_s: float = 900.0,
+        record_format: int = records.RECORD_FORMAT,
     ) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +101,9 @@ class SqliteQueue:
         self.retry_backoff_s = retry_backoff_s  # the worker's backoff base; retry() takes the delay
         self.starve_after_s = starve_after_s
         self.record_ttl_s = record_ttl_s  # terminal rows and their events are purged this long after they ended
+        self.newer_record_wait_s = newer_record_wait_s
+        self._format = record_format  # written with every record; newer rows are left (a test opens two versions)
+        self._newer = NewerNotes()
         self._db = SqliteFile(self.path, synchronous="FULL" if durable else "NORMAL")
         self._last_reclaim = float("-inf")
         self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
@@ -113,10 +123,10 @@ class SqliteQueue:
 
     # ------------------------------------------------------------------------------------ plumbing
     def _load(self, conn: sqlite3.Connection, job_id: str) -> tuple[GenerationRecord, int, str | None] | None:
-        row = conn.execute("SELECT record, released, token FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = conn.execute("SELECT record, released, token, record_format FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             return None
-        return records.parse(row[0]), int(row[1]), row[2]
+        return records.parse(row[0], records.record_format(row[3]), readable=self._format), int(row[1]), row[2]
 
     def _store(
         self,
@@ -131,14 +141,16 @@ class SqliteQueue:
         """Write the record and its query columns; queue/lease columns follow the new status."""
         queued, running = rec.status is Status.queued, rec.status is Status.running
         conn.execute(
-            """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, released = released + ?,
-                   ready_at = ?, queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs)
-                   END, token = ?, lease_expires_at = ?, lease_boot = ?, ended_ms = ? WHERE id = ?""",
+            """UPDATE jobs SET status = ?, attempt = ?, cancel = ?, record = ?, record_format = ?,
+                   released = released + ?, ready_at = ?,
+                   queue_seq = CASE WHEN ? THEN (SELECT COALESCE(MAX(queue_seq), 0) + 1 FROM jobs) END,
+                   token = ?, lease_expires_at = ?, lease_boot = ?, ended_ms = ? WHERE id = ?""",
             (
                 rec.status.value,
                 rec.attempt,
                 int(rec.cancel_requested),
                 rec.model_dump_json(),
+                self._format,
                 released_incr,
                 (ready_at if ready_at is not None else self._clock.monotonic()) if queued else None,
                 queued,
@@ -169,9 +181,9 @@ class SqliteQueue:
         return self.reads.get(job_id)
 
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        return self.reads.list_jobs(project, limit=limit, cursor=cursor)
+        return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)
@@ -213,7 +225,10 @@ class SqliteQueue:
         """Create each ``(record, idempotency key, request hash)`` (or find the job its key made), in as few
         transactions as ``sqlite_group`` takes, with the creates of other threads too (one fsync for all);
         each one's result, or the exception it raised (``IdempotencyConflict``), once it is committed."""
-        enqueued = [(records.enqueued(r, max_attempts=self.max_attempts), key, h or "") for r, key, h in creates]
+        enqueued = [
+            (records.enqueued(r, max_attempts=self.max_attempts, idempotency_key=key), key, h or "")
+            for r, key, h in creates
+        ]
         return self._creates.run_many(enqueued)
 
     def _create(self, conn: sqlite3.Connection, create: tuple[GenerationRecord, str | None, str]) -> EnqueueResult:
@@ -238,8 +253,16 @@ class SqliteQueue:
         if existing is not None:
             return EnqueueResult(existing[0], replayed=False)
         conn.execute(
-            "INSERT INTO jobs (id, model, project, status, record, created_ms) VALUES (?, ?, ?, 'queued', ?, ?)",
-            (record.id, record.model, record.project, record.model_dump_json(), record.created_at.timestamp() * 1000),
+            """INSERT INTO jobs (id, model, project, status, record, record_format, created_ms)
+               VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
+            (
+                record.id,
+                record.model,
+                record.project,
+                record.model_dump_json(),
+                self._format,
+                record.created_at.timestamp() * 1000,
+            ),
         )
         self._store(conn, record, event=EventReason.enqueued)
         return EnqueueResult(record, replayed=False)
@@ -259,6 +282,25 @@ class SqliteQueue:
                 # Only the record and the flag: the lease stays the worker's.
                 conn.execute("UPDATE jobs SET record = ?, cancel = 1 WHERE id = ?", (rec.model_dump_json(), job_id))
                 self._event(conn, rec, EventReason.cancel_requested)
+            return rec
+
+    @sqlite_unavailable
+    def delete(self, job_id: str) -> GenerationRecord:
+        with self._db.tx() as conn:
+            loaded = self._load(conn, job_id)
+            if loaded is None:
+                raise UnknownJob(job_id)
+            rec = loaded[0]
+            if not rec.terminal:
+                return rec
+            conn.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM progress_notes WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            if rec.idempotency_key is not None:  # only while the key still names this job
+                conn.execute(
+                    "DELETE FROM idempotency WHERE project = ? AND key = ? AND job_id = ?",
+                    (rec.project, rec.idempotency_key, job_id),
+                )
             return rec
 
     # ------------------------------------------------------------------------------------ worker side
@@ -284,16 +326,17 @@ class SqliteQueue:
         marks = ",".join("?" * len(models))
         with self._db.tx() as conn:
             now = self._clock.monotonic()
+            # A row a newer version wrote is not this version's to run: left to newer workers (``_newer_pass``).
             rows = conn.execute(
                 f"""SELECT model, MIN(ready_at) FROM jobs WHERE status = 'queued' AND ready_at <= ?
-                    AND model IN ({marks}) GROUP BY model""",
-                (now, *models),
+                    AND model IN ({marks}) AND (record_format IS NULL OR record_format <= ?) GROUP BY model""",
+                (now, *models, self._format),
             ).fetchall()
             for model in order_models({m: now - t for m, t in rows}, prefer, self.starve_after_s):
                 for job_id, raw in conn.execute(
                     """SELECT id, record FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?
-                       ORDER BY ready_at, queue_seq LIMIT 20""",
-                    (model, now),
+                       AND (record_format IS NULL OR record_format <= ?) ORDER BY ready_at, queue_seq LIMIT 20""",
+                    (model, now, self._format),
                 ).fetchall():
                     try:
                         rec = records.parse(raw)
@@ -339,7 +382,13 @@ class SqliteQueue:
 
     @sqlite_unavailable
     def write_progress(
-        self, claim: Claim, stage: Stage, progress: float, *, passed: Sequence[Stage] = ()
+        self,
+        claim: Claim,
+        stage: Stage,
+        progress: float,
+        *,
+        passed: Sequence[Stage] = (),
+        preview: Preview | None = None,
     ) -> ProgressWrite:
         found: list[bool] = []  # the cancel flag in the write's own transaction
 
@@ -350,11 +399,11 @@ class SqliteQueue:
                 (records.with_progress(rec, stage, progress).model_dump_json(), rec.id),
             )
             # A note at 0 for each stage passed since the last write, then this write's (as redis_plans.progress).
-            notes = [*((s, 0.0) for s in passed), (stage, float(progress))]
+            notes = [*((s, 0.0, None) for s in passed), (stage, float(progress), preview)]
             at = utcnow().isoformat()
             conn.executemany(
-                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at) VALUES (?, ?, ?, ?, ?)",
-                [(rec.id, rec.attempt, s.value, p, at) for s, p in notes],
+                "INSERT INTO progress_notes (job_id, attempt, stage, progress, at, preview) VALUES (?, ?, ?, ?, ?, ?)",
+                [(rec.id, rec.attempt, s.value, p, at, v.model_dump_json() if v else None) for s, p, v in notes],
             )
 
         if not self._fenced(claim, change):
@@ -421,8 +470,9 @@ class SqliteQueue:
                 # A running row with no lease at all (no token, no deadline, no boot: written before
                 # leases carried one) or a lease of another boot (its holder is gone) counts as lapsed.
                 """SELECT id, model FROM jobs WHERE status = 'running' AND (token IS NULL
-                   OR lease_expires_at IS NULL OR lease_boot IS NOT ? OR lease_expires_at < ?) LIMIT 1000""",
-                (self._clock.boot_id, self._clock.monotonic()),
+                   OR lease_expires_at IS NULL OR lease_boot IS NOT ? OR lease_expires_at < ?)
+                   AND (record_format IS NULL OR record_format <= ?) LIMIT 1000""",
+                (self._clock.boot_id, self._clock.monotonic(), self._format),
             ).fetchall()
             for job_id, model in rows:
                 try:
@@ -440,7 +490,51 @@ class SqliteQueue:
                     self._fail_dead(conn, rec, records.worker_lost(rec.attempt), DeadReason.worker_lost)
                 else:
                     self._store(conn, records.requeued(rec), event=EventReason.lease_expired)
+            count += self._newer_pass(conn)
         return count
+
+    def _newer_pass(self, conn: sqlite3.Connection) -> int:
+        """Rows a newer version wrote that wait for a worker: queued, or running with a lapsed lease. Left
+        to newer workers (noted) until they waited ``newer_record_wait_s`` (queued: since they became due;
+        running: since the lease lapsed); then no newer worker is there, and each ends ``failed:
+        version_unavailable`` unread (``records.failed_unread``), dead-lettered. How many ended."""
+        now, boot = self._clock.monotonic(), self._clock.boot_id
+        rows = conn.execute(
+            """SELECT id, model, record, record_format, status, attempt, ready_at, lease_expires_at, lease_boot
+               FROM jobs WHERE record_format > ? AND status IN ('queued', 'running') LIMIT 1000""",
+            (self._format,),
+        ).fetchall()
+        ended = 0
+        for job_id, model, raw, fmt, status, attempt, ready_at, lease_end, lease_boot in rows:
+            since = ready_at if status == "queued" else (lease_end if lease_boot == boot else None)
+            if status == "running" and since is not None and since >= now:
+                continue  # a newer worker holds it
+            if since is not None:
+                waited = now - since
+            else:  # no lease, or one of another boot: waiting since its last write, by its own text
+                written = records.last_written(raw)
+                waited = (utcnow() - written).total_seconds() if written is not None else float("inf")
+            if waited < self.newer_record_wait_s:
+                self._newer.note(model, job_id, int(fmt), failed=False, waited_s=waited)
+                continue
+            code = ErrorCode.version_unavailable
+            conn.execute(
+                """UPDATE jobs SET status = 'failed', record = ?, ready_at = NULL, queue_seq = NULL, token = NULL,
+                   lease_expires_at = NULL, lease_boot = NULL, ended_ms = ? WHERE id = ?""",
+                (records.failed_unread(raw), self._clock.wall() * 1000, job_id),
+            )
+            conn.execute(
+                "INSERT INTO events (job_id, status, attempt, at, reason) VALUES (?, 'failed', ?, ?, ?)",
+                (job_id, attempt, utcnow().isoformat(), dead_event(code, DeadReason.newer_record)),
+            )
+            message = f"record format {fmt}: no worker of that version took it in {self.newer_record_wait_s:g} s"
+            self._dead(conn, job_id, model, DeadReason.newer_record, code=code.value, message=message)
+            self._newer.note(model, job_id, int(fmt), failed=True, waited_s=min(waited, 10.0**9))
+            ended += 1
+        return ended
+
+    def newer_records(self) -> list[NewerRecordMet]:
+        return self._newer.take()
 
     @sqlite_unavailable
     def purge_expired(self) -> int:

@@ -6,7 +6,8 @@ database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (`
 from __future__ import annotations
 
 from foundation.core.contract import GenerationRecord, Stage, Status
-from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat
+from foundation.core.media import Preview
+from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.sqlite.clock import Clock
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import sqlite_unavailable
@@ -26,21 +27,21 @@ class SqliteReads:
 
     @sqlite_unavailable
     def list_jobs(
-        self, project: str, *, limit: int = 20, cursor: str | None = None
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first. The cursor is ``<created ms>:<job id>`` of the last record returned."""
-        sql = "SELECT record, created_ms, id FROM jobs WHERE project = ?"
+        """Newest first (or oldest first). The cursor is ``list_cursor`` of the last record returned."""
+        beyond, order = (">", "ASC") if oldest_first else ("<", "DESC")
+        sql = "SELECT record FROM jobs WHERE project = ?"
         args_: list[object] = [project]
         if cursor:
             score, _, last_id = cursor.partition(":")
-            sql += " AND (created_ms < ? OR (created_ms = ? AND id < ?))"
+            sql += f" AND (created_ms {beyond} ? OR (created_ms = ? AND id {beyond} ?))"
             args_ += [float(score), float(score), last_id]
-        rows = (
-            self._db.conn().execute(sql + " ORDER BY created_ms DESC, id DESC LIMIT ?", [*args_, limit + 1]).fetchall()
-        )
+        sql += f" ORDER BY created_ms {order}, id {order} LIMIT ?"
+        rows = self._db.conn().execute(sql, [*args_, limit + 1]).fetchall()
         page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
         more = len(rows) > limit and bool(page)
-        return page, (f"{rows[limit - 1][1]!r}:{rows[limit - 1][2]}" if more else None)
+        return page, (list_cursor(page[-1]) if more else None)
 
     @sqlite_unavailable
     def position(self, job_id: str) -> int | None:
@@ -85,14 +86,20 @@ class SqliteReads:
 
     @sqlite_unavailable
     def live_workers(self) -> list[WorkerHeartbeat]:
-        with self._db.tx() as conn:
-            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
-            rows = conn.execute("SELECT beat FROM workers ORDER BY worker_id").fetchall()
+        # A read, never a write transaction: anyone may ask (GET /v1/models needs no key), and a write
+        # here would queue every such call behind the queue's own writers. Lapsed beats are pruned by
+        # the writes that ``heartbeat`` makes anyway.
+        rows = (
+            self._db.conn()
+            .execute("SELECT beat FROM workers WHERE expires_at > ? ORDER BY worker_id", (self._clock.monotonic(),))
+            .fetchall()
+        )
         return [WorkerHeartbeat.model_validate_json(r[0]) for r in rows]
 
     @sqlite_unavailable
     def heartbeat(self, beat: WorkerHeartbeat, *, ttl_s: float) -> None:
         with self._db.tx() as conn:
+            conn.execute("DELETE FROM workers WHERE expires_at <= ?", (self._clock.monotonic(),))
             conn.execute(
                 "INSERT OR REPLACE INTO workers VALUES (?, ?, ?)",
                 (beat.worker_id, beat.model_dump_json(), self._clock.monotonic() + ttl_s),
@@ -111,12 +118,20 @@ class SqliteReads:
     @sqlite_unavailable
     def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
         rows = self._db.conn().execute(
-            "SELECT id, attempt, stage, progress, at FROM progress_notes"
+            "SELECT id, attempt, stage, progress, at, preview FROM progress_notes"
             " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
             (job_id, int(after or 0), limit),
         )
         return [
-            ProgressNote(job_id=job_id, attempt=r[1], stage=Stage(r[2]), progress=r[3], at=r[4], id=str(r[0]))
+            ProgressNote(
+                job_id=job_id,
+                attempt=r[1],
+                stage=Stage(r[2]),
+                progress=r[3],
+                at=r[4],
+                id=str(r[0]),
+                preview=Preview.model_validate_json(r[5]) if r[5] else None,
+            )
             for r in rows
         ]
 

@@ -99,7 +99,14 @@ CREATE TABLE IF NOT EXISTS clock (
 """
 
 # Columns added after the first release: (table, column, declaration). Never removed or reordered.
-_ADDED = (("jobs", "lease_boot", "TEXT"), ("jobs", "model_seq", "INTEGER"), ("jobs", "ended_ms", "REAL"))
+# ``record_format``: the record format of the version that wrote the row (``records.RECORD_FORMAT``; NULL: 1).
+_ADDED = (
+    ("jobs", "lease_boot", "TEXT"),
+    ("jobs", "model_seq", "INTEGER"),
+    ("jobs", "ended_ms", "REAL"),
+    ("jobs", "record_format", "INTEGER"),
+    ("progress_notes", "preview", "TEXT"),  # a live preview sent with the write (base.ProgressNote.preview JSON)
+)
 
 # What needs the added columns: created after ``migrate`` added them. A row enters the queue when
 # ``queue_seq`` is set (every queued write sets a fresh one) and leaves it when it is cleared or the
@@ -107,6 +114,8 @@ _ADDED = (("jobs", "lease_boot", "TEXT"), ("jobs", "model_seq", "INTEGER"), ("jo
 # per item: ``executescript`` would commit the open transaction first.
 AFTER_MIGRATE = (
     "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms)",
+    # Rows a newer version wrote, found without a scan (``SqliteQueue._newer_pass``, NULLs sort first).
+    "CREATE INDEX IF NOT EXISTS jobs_format ON jobs (record_format)",
     """CREATE TRIGGER IF NOT EXISTS jobs_queue_enter AFTER UPDATE OF queue_seq ON jobs
     WHEN NEW.queue_seq IS NOT NULL AND NEW.queue_seq IS NOT OLD.queue_seq
     BEGIN

@@ -5,10 +5,10 @@
 -- KEYS[5i-1] its running set   KEYS[5i] its claims hash   (models in the order to try them)
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3] the claimer's lease in ms ('': deliver only, never
 -- start: Python starts the job with a commit.lua plan)   ARGV[4] events MAXLEN
--- ARGV[5] this call's token ('': none)
--- ARGV[2i+4] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
+-- ARGV[5] this call's token ('': none)   ARGV[6] the record format this version reads (records.RECORD_FORMAT)
+-- ARGV[2i+5] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
 -- entry's job id; it carries the pool's hash tag, so the hash is in the stream's slot)
--- ARGV[2i+5] model i
+-- ARGV[2i+6] model i
 --
 -- A re-sent call is safe: each delivery is noted in the claims hash (consumer → token|entry|job id),
 -- and a call whose token is the one noted (its first reply was lost: a cut connection, redis-py's
@@ -16,7 +16,9 @@
 --
 -- The start here is redis_plans.start applied by commit.lua, for the one case that needs no Python:
 -- the entry's payload is exactly what entries.encode_payload writes, the hash says queued on this
--- entry, and the record is laid out as pydantic writes a queued GenerationRecord (started_json).
+-- entry in a record format this version reads (a newer version's record is never started here: Python
+-- leaves it to newer workers), and the record is laid out as pydantic writes a queued GenerationRecord
+-- (started_json).
 -- The running record is records.started's, on the server's clock. Anything else is delivered for
 -- Python to judge and start, as before. A test compares both starts field by field.
 --
@@ -27,15 +29,16 @@
 --          | {'started', id, job id, record, rev, released, i}: model i's entry, pending for the
 --            consumer, and its job, now running under this claim: the record and the hash's rev
 --            and released as this call left them
---          | {'entry', id, {field, value, ...}, record, rev, entry, released, i}: the entry of model
---            i, now pending for the consumer, and its job hash's fields (all false when the payload
---            names no job this script can look up: Python reads the payload and dead-letters it)
+--          | {'entry', id, {field, value, ...}, record, rev, entry, released, i, format}: the entry of
+--            model i, now pending for the consumer, and its job hash's fields (all false when the
+--            payload names no job this script can look up: Python reads the payload and dead-letters it)
 local t = redis.call('TIME')
 local sec, usec = tonumber(t[1]), tonumber(t[2])
 local now_ms = sec * 1000 + math.floor(usec / 1000)
 local n = #KEYS / 5
 local lease_ms = ARGV[3]
 local token = ARGV[5]
+local readable = tonumber(ARGV[6])
 
 local function last_delivered(stream)
   if redis.call('EXISTS', stream) == 0 then return '0-0' end
@@ -80,7 +83,7 @@ local function start(m, id, job_id, job, cur)
   local rev = tonumber(cur[2]) + 1
   redis.call('HSET', job, 'rev', rev, 'status', 'running', 'plan', 'claim:' .. id .. ':' .. rev,
              'lease_ms', lease_ms, 'record', record, 'attempt', attempt, 'cancel', '0',
-             'model', ARGV[2 * m + 5])
+             'model', ARGV[2 * m + 6])
   redis.call('SADD', KEYS[5 * m - 1], job_id)
   local ev = {'job_id', job_id, 'status', 'running', 'attempt', tostring(attempt),
               'at', isotime(sec, usec, false), 'reason', 'claimed by ' .. ARGV[2]}
@@ -94,12 +97,12 @@ end
 local function again(m, id, job_id)
   local found = redis.call('XRANGE', KEYS[5 * m - 4], id, id)
   if #found == 0 then return nil end
-  if job_id == '' then return {'entry', id, found[1][2], false, false, false, false, m} end
-  local cur = redis.call('HMGET', ARGV[2 * m + 4] .. job_id, 'record', 'rev', 'entry', 'released', 'status')
+  if job_id == '' then return {'entry', id, found[1][2], false, false, false, false, m, false} end
+  local cur = redis.call('HMGET', ARGV[2 * m + 5] .. job_id, 'record', 'rev', 'entry', 'released', 'status', 'format')
   if lease_ms ~= '' and cur[5] == 'running' and cur[3] == id then
     return {'started', id, job_id, cur[1], cur[2], cur[4] or '0', m}
   end
-  return {'entry', id, found[1][2], cur[1], cur[2], cur[3], cur[4], m}
+  return {'entry', id, found[1][2], cur[1], cur[2], cur[3], cur[4], m, cur[6]}
 end
 
 local function noted(m, reply, id, job_id)
@@ -119,7 +122,7 @@ if token ~= '' then
 end
 
 for m = 1, n do
-  local stream, delayed, prefix, model = KEYS[5 * m - 4], KEYS[5 * m - 3], ARGV[2 * m + 4], ARGV[2 * m + 5]
+  local stream, delayed, prefix, model = KEYS[5 * m - 4], KEYS[5 * m - 3], ARGV[2 * m + 5], ARGV[2 * m + 6]
   if redis.call('ZCOUNT', delayed, '-inf', now_ms) > 0 then return {'due', m} end
   local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', stream, '>')
   if reply and #reply > 0 and #reply[1][2] > 0 then
@@ -140,15 +143,18 @@ for m = 1, n do
         end
       end
     end
-    if not job_id then return noted(m, {'entry', id, fields, false, false, false, false, m}, id, nil) end
+    if not job_id then return noted(m, {'entry', id, fields, false, false, false, false, m, false}, id, nil) end
     local job = prefix .. job_id
-    local cur = redis.call('HMGET', job, 'record', 'rev', 'entry', 'released', 'status')
-    -- Started here only on the plain payload (what read_payload accepts as it is).
-    if lease_ms ~= '' and plain and cur[1] and cur[2] and cur[5] == 'queued' and cur[3] == id then
+    local cur = redis.call('HMGET', job, 'record', 'rev', 'entry', 'released', 'status', 'format')
+    -- Started here only on the plain payload (what read_payload accepts as it is), in a format this
+    -- version reads (records.record_format: absent or not a number is 1).
+    local format = tonumber(cur[6] or '1') or 1
+    if lease_ms ~= '' and plain and cur[1] and cur[2] and cur[5] == 'queued' and cur[3] == id
+       and format <= readable then
       local started = start(m, id, job_id, job, cur)
       if started then return noted(m, started, id, job_id) end
     end
-    return noted(m, {'entry', id, fields, cur[1], cur[2], cur[3], cur[4], m}, id, job_id)
+    return noted(m, {'entry', id, fields, cur[1], cur[2], cur[3], cur[4], m, cur[6]}, id, job_id)
   end
 end
 

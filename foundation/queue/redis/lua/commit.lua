@@ -6,6 +6,10 @@
 -- KEYS[8] job stream's XADD counter   KEYS[9] job progress log    (all share the {m:<model>} slot)
 -- ARGV[1] plan (JSON, see redis_scripts.Plan)   ARGV[2] new record JSON ('' keeps the stored one)
 --
+-- Record formats (records.RECORD_FORMAT): a plan that writes a record this version built carries
+-- `format`, stored beside it on the hash; one that ends a newer version's record unread (`newer`) keeps
+-- the stored format, and may move a status this version's table does not know (only to failed).
+--
 -- Queue position (position.lua): each new stream entry's place in the count of XADDs to the stream
 -- (KEYS[8], INCR per entry) is stored on the hash as `seq`. A queue from before that key existed
 -- starts the count at the stream's own `entries-added`, so old and new `seq` values agree. Retention: the change
@@ -68,7 +72,8 @@ end
 -- 4. The lifecycle table.
 local old = cur[2] or 'queued'
 local status = plan.status or old
-if not plan.create and status ~= old and not allowed(old, status) then
+if not plan.create and status ~= old and not allowed(old, status)
+   and not (plan.newer and ALLOWED[old] == nil and status == 'failed') then
   return {'illegal', old, status}
 end
 
@@ -81,8 +86,12 @@ if plan.ack and plan.ack ~= '' then
   entry = ''
 end
 if plan.undelay then redis.call('ZREM', KEYS[3], plan.job_id) end
-if plan.delay_until_ms then
-  redis.call('ZADD', KEYS[3], plan.delay_until_ms, plan.job_id)
+if plan.delay_ms then
+  -- Due on this server's clock, the one the claim path (claim.lua, scan.lua) compares due times with:
+  -- a worker's own clock never decides when its retry becomes due.
+  local t = redis.call('TIME')
+  local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(plan.delay_ms)
+  redis.call('ZADD', KEYS[3], due, plan.job_id)
   entry = ''
 end
 if plan.payload then
@@ -110,6 +119,7 @@ if ARGV[2] ~= '' then
   table.insert(fields, 'attempt'); table.insert(fields, plan.attempt)
   table.insert(fields, 'cancel'); table.insert(fields, plan.cancel and '1' or '0')
   table.insert(fields, 'model'); table.insert(fields, plan.model)
+  if plan.format then table.insert(fields, 'format'); table.insert(fields, plan.format) end
 end
 redis.call('HSET', job, unpack(fields))
 if status == 'running' then
@@ -127,13 +137,16 @@ if plan.event then
   redis.call('XADD', KEYS[5], event_id, unpack(ev))
 end
 
--- 7b. A progress write's notes ({stage, progress} pairs, in order) in the job's progress log (what a
--- live viewer replays between events): in the fenced commit, so notes exist exactly when their write
--- was accepted.
+-- 7b. A progress write's notes ({stage, progress} pairs, in order; a third item is a live preview's
+-- JSON) in the job's progress log (what a live viewer replays between events): in the fenced commit, so
+-- notes exist exactly when their write was accepted.
 if plan.notes then
   for _, note in ipairs(plan.notes) do
-    redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', 'attempt', tostring(plan.attempt),
-               'stage', note[1], 'progress', note[2], 'at', plan.at)
+    local fields = {'attempt', tostring(plan.attempt), 'stage', note[1], 'progress', note[2], 'at', plan.at}
+    if note[3] then
+      table.insert(fields, 'preview'); table.insert(fields, note[3])
+    end
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', plan.notes_cap, '*', unpack(fields))
   end
   redis.call('PEXPIRE', KEYS[9], plan.record_ttl_ms)
 end
