@@ -9,16 +9,27 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
 .PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
-# The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0.
-# Everything in one resolve: the client distribution (client/, editable) satisfies the server's
+# The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0,
+# taken first, alone, from TORCH_INDEX: PyTorch's CPU index, so that no machine's default index hands out the
+# CUDA build (2.13.0 on the package index is the CUDA one, with ~3 GB of nvidia-* wheels). Override it for a
+# mirror (make up TORCH_INDEX=https://mirror.example/whl/cpu), or TORCH_INDEX= to leave torch to pip's own
+# configuration (index-url, find-links). Where the index cannot be reached, pip warns, retries once (15 s each,
+# not pip's configured timeout) and takes torch from what its configuration offers. torch's own dependencies
+# come in the next step, from pip's index.
+# Then everything in one resolve: the client distribution (client/, editable) satisfies the server's
 # `genworker-client` dependency, and the `worker` extra brings the model stack (torch, diffusers).
 # The production lock is a constraints file here, so the tests run the exact versions a worker image
 # installs; the test/dev/bench extras, which no image installs, are left to the resolver.
+# pip prints what it collects and a bar while it installs: the first run fills ~2 GB (README, "make up").
 LOCK := requirements/worker.lock
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
+	@echo "installing the Python environment into $(VENV) (the first run takes minutes: README.md, \"make up\")"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c $(LOCK) -e './client[cli]' -e '.[worker,test,dev,bench]'
+	$(if $(TORCH_INDEX),$(PIP) install --no-deps --timeout 15 --retries 1 --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
+	$(PIP) install --progress-bar on -c $(LOCK) -e './client[cli]' -e '.[worker,test,dev,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)

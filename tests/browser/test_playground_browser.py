@@ -25,10 +25,23 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from foundation.core.contract import Stage
 from tests.browser.conftest import Up
 
 JOB_TIMEOUT_S = 180
 TIMELINES: list[list[str]] = []  # the stage keys each generation's timeline showed, in order
+
+
+# The order a timeline may show a generation's states in, one attempt: queued, running, each stage as the
+# worker reaches it, then one terminal status, last.
+_ORDER = ["queued", "running"] + [f"running:{stage}" for stage in Stage if stage not in ("queued", "done")]
+
+
+def assert_in_order(stages: list[str]) -> None:
+    assert stages[0] == "queued" and stages[-1] in {"succeeded", "failed", "canceled"}, stages
+    assert len(set(stages)) == len(stages), stages  # nothing shown twice
+    body = stages[:-1]
+    assert body == sorted(body, key=_ORDER.index), stages
 
 
 def wait_for(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], Any], timeout: float = 30) -> Any:
@@ -84,7 +97,8 @@ def generate(driver: webdriver.Chrome, shots: Path, name: str, *, keyboard: bool
     wait_for(driver, lambda d: js(d, "return document.body.dataset.status") in {"succeeded", "failed"}, JOB_TIMEOUT_S)
     assert js(driver, "return document.body.dataset.status") == "succeeded", driver.find_element(By.ID, "error").text
     stages = js(driver, "return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.key)")
-    assert stages[0] == "queued" and stages[-1] == "succeeded", stages
+    assert stages[-1] == "succeeded", stages
+    assert_in_order(stages)
     TIMELINES.append(stages)
     assert float(driver.find_element(By.ID, "progress").get_attribute("value")) == 1.0
     # The hold shown before submitting is the one the server took.
@@ -243,6 +257,11 @@ def test_playground_makes_and_plays_videos(chrome: webdriver.Chrome, up: Up, sho
     wait_for(driver, lambda d: js(d, "return document.body.dataset.status") in terminal, JOB_TIMEOUT_S)
     assert js(driver, "return document.body.dataset.status") == "canceled"
     assert not driver.find_element(By.ID, "cancel").is_displayed()
+    # The cancel's own answer and the stream both report it: the timeline ends with one "canceled", and
+    # no running stage the stream delivered late is appended after it.
+    canceled = js(driver, "return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.key)")
+    assert canceled[-1] == "canceled", canceled
+    assert_in_order(canceled)
     driver.save_screenshot(str(shots / "08-canceled.png"))
     phases["08-canceled.png"] = round(time.monotonic() - started, 1)
 

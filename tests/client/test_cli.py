@@ -78,7 +78,9 @@ def test_wait_timeout_exits_3(run: Invoke) -> None:
     generation_id = json.loads(created.stdout)["generation"]["id"]
     waited = run("wait", generation_id, "--timeout", "0.5")
     assert waited.exit_code == 3
-    assert "not terminal" in waited.stderr
+    # The status the wait last saw on the live stream (its bar shows it too), not "unknown": the wait
+    # followed the stream and polled no record.
+    assert f"generation {generation_id} not terminal after 0.5 s (last status: queued)" in waited.stderr
     assert run("cancel", generation_id).exit_code == 0
 
 

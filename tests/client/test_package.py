@@ -154,3 +154,24 @@ def test_the_api_tier_resolves_without_the_model_stack(tmp_path: Path) -> None:
     assert behind_extra >= MODEL_STACK, sorted(MODEL_STACK - behind_extra)
     assert not unconditional & MODEL_STACK
     assert "torch==2.13.0" in {r.split(";")[0].strip() for r in server["requires_dist"]}
+
+
+def test_the_cli_extra_installs_the_genworker_client_command(client_venv: ClientVenv, server: Server) -> None:
+    """``pip install './client[cli]'`` gives a working ``genworker-client``; the bare client has the
+    script too, and it names the extra to add instead of an import error."""
+    command = client_venv.python.parent / "genworker-client"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "GENWORKER_BASE_URL": f"http://127.0.0.1:{server.port}",
+        "GENWORKER_API_KEY": server.api_key,
+    }
+    bare = subprocess.run([str(command), "models"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == 1
+    assert "pip install 'genworker-client[cli]'" in bare.stderr
+
+    _pip("--python", str(client_venv.python), "install", "--quiet", f"{client_venv.wheel}[cli]")
+    models = subprocess.run([str(command), "models"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert models.returncode == 0, models.stderr[-3000:]
+    assert FAST_MODEL in {m["id"] for m in json.loads(models.stdout)}
+    usage = subprocess.run([str(command), "--help"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert "genworker-client" in usage.stdout and "wait" in usage.stdout

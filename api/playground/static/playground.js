@@ -6,10 +6,15 @@
   const API = "/playground/api";
   const TOKEN = document.querySelector('meta[name="csrf-token"]').content;
   const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+  // The worker's stages in the order it goes through them (foundation/core/contract.py, Stage).
+  const STAGES = ["queued", "loading", "extending_prompt", "denoising", "decoding", "encoding", "uploading"];
   const $ = (id) => document.getElementById(id);
 
   let models = [];
   let watching = null; // {id, abort}: the generation this page follows now
+  // How far along the timeline shows the generation: answers arrive over three paths (the stream, polls,
+  // the cancel's own answer), and one that is behind what is shown must not be appended after it.
+  let shown = -1;
   let quoteSeq = 0;
   let quoteTimer = null;
 
@@ -223,6 +228,7 @@
   function watch(record, response) {
     stopWatching();
     $("timeline").replaceChildren();
+    shown = -1;
     $("preview").hidden = true; // the last generation's previews stay with it
     $("preview").removeAttribute("src");
     $("video").removeAttribute("data-generation");
@@ -354,9 +360,26 @@
     return r.progress > 0 ? ` ${Math.round(r.progress * 100)} %` : "";
   }
 
+  // Where a record or event stands in its generation's life, as a number that only grows: attempt by
+  // attempt, queued < running < each stage in the worker's order (then its progress), a re-queue after
+  // attempt N before attempt N + 1 runs, and a terminal status last. The stream's time stamps cannot
+  // order a record against an event: a record's updated_at does not move with each stage.
+  function position(r) {
+    if (TERMINAL.has(r.status)) return Infinity;
+    const attempt = r.attempt || 0;
+    if (r.status !== "running") return attempt > 0 ? attempt + 0.5 : 0;
+    const stage = STAGES.indexOf(r.stage);
+    return attempt + (stage > 0 ? stage : 0) / 100 + (r.progress || 0) / 1000 + 0.001;
+  }
+
   // A record, or an event of the stream: a status event carries no stage or progress (a running
   // one shows "running" until its first progress event), a progress event no queue position.
   function renderProgress(r) {
+    // A state behind the one shown is old news: the stream still delivering "running" after the cancel's
+    // answer said "running: denoising" (or "canceled") changes nothing.
+    const where = position(r);
+    if (where < shown) return;
+    shown = where;
     $("current").hidden = false;
     const running = r.status === "running";
     const stage = running && r.stage && r.stage !== "queued" ? r.stage : null;

@@ -172,7 +172,7 @@ class AsyncClient:
         if last is not None and last.terminal:
             return last
         deadline = self._clock() + timeout_s
-        if stream and await self._follow(generation_id, deadline, timeout_s, on_event):
+        if stream and await self._follow(generation_id, deadline, timeout_s, on_event, last):
             final = await self.get(generation_id)
             if on_progress is not None:
                 on_progress(final)
@@ -202,14 +202,19 @@ class AsyncClient:
                 yield event
 
     async def _follow(
-        self, generation_id: str, deadline: float, timeout_s: float, on_event: Callable[[StreamEvent], None] | None
+        self,
+        generation_id: str,
+        deadline: float,
+        timeout_s: float,
+        on_event: Callable[[StreamEvent], None] | None,
+        last: Generation | None,
     ) -> bool:
         """``wait``'s streaming half: True once the terminal event came, False to poll instead."""
         follower = StreamFollower()
         while follower.terminal is None:
             remaining = deadline - self._clock()
             if remaining <= 0:
-                raise WaitTimeout(generation_id, timeout_s, None)
+                raise WaitTimeout(generation_id, timeout_s, last, last_status=follower.status)
             read_timeout_s = min(remaining, STREAM_READ_TIMEOUT_S)
             try:
                 async with self._open_stream(generation_id, follower, read_timeout_s=read_timeout_s) as r:
@@ -222,7 +227,7 @@ class AsyncClient:
                         if on_event is not None:
                             on_event(event)
                         if self._clock() >= deadline and not event.terminal:
-                            raise WaitTimeout(generation_id, timeout_s, None)
+                            raise WaitTimeout(generation_id, timeout_s, last, last_status=follower.status)
             except (httpx.TransportError, TransportFailed):
                 pass  # a dropped or stalled connection: resume from the last id, or poll
             if follower.terminal is None:

@@ -75,9 +75,14 @@ class WaitTimeout(ClientError):
 
     code = "wait_timeout"
 
-    def __init__(self, generation_id: str, timeout_s: float, last: Generation | None) -> None:
-        status = last.status if last is not None else "unknown"
-        super().__init__(f"generation {generation_id} not terminal after {timeout_s:g} s (last status: {status})")
+    def __init__(
+        self, generation_id: str, timeout_s: float, last: Generation | None, *, last_status: str | None = None
+    ) -> None:
+        # The live stream's last status is newer than any record in hand: a wait on the stream has
+        # polled nothing since the record it started from.
+        self.last_status = last_status or (last.status if last is not None else None)
+        seen = self.last_status or "unknown"
+        super().__init__(f"generation {generation_id} not terminal after {timeout_s:g} s (last status: {seen})")
         self.generation_id = generation_id
         self.timeout_s = timeout_s
         self.last = last

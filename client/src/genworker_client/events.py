@@ -92,12 +92,14 @@ class SseParser:
 @dataclass
 class StreamFollower:
     """Where one ``wait`` stands on the stream: the last id seen (sent back as ``Last-Event-ID``) and
-    how many connections in a row ended without a terminal event or any new message."""
+    how many connections in a row ended without a terminal event or any new message, and the last status
+    it carried (what a ``WaitTimeout`` reports)."""
 
     max_failures: int = 3
     last_id: str | None = None
     failures: int = 0
     terminal: StreamEvent | None = None
+    status: str | None = None
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -107,6 +109,7 @@ class StreamFollower:
 
     def seen(self, event: StreamEvent) -> None:
         self.last_id = event.id or self.last_id
+        self.status = event.status or self.status
         self.failures = 0
         if event.terminal:
             self.terminal = event
