@@ -1,9 +1,9 @@
 """The generic diffusers adapter (pipelines/families/generic.py) on its tiny families, and a model added by a catalog
 entry alone.
 
-Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered resolution, ratio and
-duration through ``genworker generate``'s path with the MP4 decoded independently, seed determinism, cancel within
-one step.
+Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered resolution and ratio,
+the shortest and the longest duration through ``genworker generate``'s path with the MP4 decoded independently, seed
+determinism, cancel within one step.
 """
 
 from __future__ import annotations
