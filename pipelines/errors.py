@@ -10,7 +10,8 @@ Exception tree (the classes of this module, under their bases from ``foundation.
     ├── FollowerStopped          rank 0 stopped the job at this step: a follower rank leaves its denoise
     ├── CheckpointCorrupt        bytes that are no denoising checkpoint this version reads (also ``ValueError``)
     │   └── CheckpointMismatch   a checkpoint of this job that does not fit its loop (shapes, dtypes, counts)
-    └── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+    ├── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+    └── WarmupDone               a compile warm-up denoise ran what it had to: it leaves the loop early
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "ParallelSetupError",
     "PromptExtendError",
     "UnsupportedState",
+    "WarmupDone",
 ]
 
 
@@ -60,3 +62,9 @@ class CheckpointMismatch(CheckpointCorrupt):
 
 class UnsupportedState(GenworkerError, TypeError):
     """A scheduler holds state a checkpoint cannot carry (the job runs on, without checkpoints)."""
+
+
+class WarmupDone(GenworkerError):
+    """A compile warm-up denoise ran every denoiser it had to (``pipelines.runtime.compile``): raised from its step
+    callback to leave the denoising loop before the schedule ends, and caught by the warm-up. Control flow, not a
+    failure: no job sees it."""

@@ -144,9 +144,10 @@ def work_root(settings: Settings) -> Path:
 
 
 def preload(ctx: WorkerContext) -> None:
-    """Load the preloaded models before the worker reports ready; a compiled one is also warmed for the
-    shapes it advertises (``pipelines.runtime.compile``), so its jobs do not compile, from the compile
-    caches an earlier start kept (``worker.compile_cache``)."""
+    """Load the preloaded models before the worker reports ready; a compiled one is also warmed, every graph kind
+    of the variants it serves (LoRA on or off, each expert, image modes) at the shapes it advertises
+    (``pipelines.runtime.compile``), so its jobs do not compile, from the compile caches an earlier start kept
+    (``worker.compile_cache``)."""
     for model in ctx.settings.worker.preload:
         started = time.perf_counter()
         spec = ctx.catalog.models[model]
@@ -158,14 +159,16 @@ def preload(ctx: WorkerContext) -> None:
         ctx.metrics.model_load_seconds.labels(model).observe(seconds)
         log.info("preloaded", extra={"model": model, "elapsed_ms": round(seconds * 1000)})
         if adapter.profile.compile:
-            from pipelines.runtime.compile import warm_up, warmup_jobs
+            from pipelines.runtime.compile import warm_up, warmup_plan
             from worker.compile_cache import compile_cache
 
             started = time.perf_counter()
+            plan = warmup_plan(spec, ctx.catalog, left_out=ctx.unserved_variants.get(model, ()))
             with compile_cache(ctx.settings, ctx.store, spec, adapter):  # a restart finds what this compiles
-                graphs = warm_up(adapter, warmup_jobs(spec, ctx.catalog))
+                graphs = warm_up(adapter, plan)
             elapsed_ms = round((time.perf_counter() - started) * 1000)
-            log.info("compile warm-up done", extra={"model": model, "graphs": graphs, "elapsed_ms": elapsed_ms})
+            extra = {"model": model, "graphs": graphs, "jobs": len(plan), "elapsed_ms": elapsed_ms}
+            log.info("compile warm-up done", extra=extra)
 
 
 def start_worker_context(settings: Settings, shutdown: Shutdown) -> WorkerContext:

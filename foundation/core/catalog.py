@@ -331,6 +331,11 @@ class ModelSpec(BaseModel):
     # `genworker plan` reports. Never a branch name: a moving branch is what pinning avoids.
     revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None
     tiny: bool = False  # built offline by scripts/make_tiny_models.py
+    # A tiny entry: the ids of the real entries it stands for on CPU. It offers at least what each of them offers
+    # (modes, variant kinds, durations, ratios, audio, prompt extension) at tiny sizes, so tests run every choice a
+    # client has on the real model. Read by tests only (tests/unit/test_tiny_width.py holds the shipped catalog to
+    # it); the worker and the API ignore it, so an entry copied into another catalog keeps working.
+    stands_for: list[str] = Field(default_factory=list)
     fps: Annotated[int, Field(ge=1, le=120)]
     frame_rule: FrameRule
     stride: Annotated[int, Field(ge=2, le=256)]

@@ -22,6 +22,7 @@ from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media
 from pipelines.errors import ModelLoadError
+from pipelines.runtime.compile import compile_blocks
 from pipelines.runtime.options import check_profile
 from pipelines.runtime.registry import hub_revision, resolve_weights
 
@@ -125,9 +126,8 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
     if profile.fp8 != "none":  # before compile: the compiled blocks then include the casts
         apply_fp8(models, profile.fp8, device)
     if profile.compile:
-        for model in models:
-            # Regional compilation: one compiled block reused N times; far shorter cold start than whole-model.
-            model.compile_repeated_blocks(fullgraph=True)
+        # Regional compilation: one compiled block reused N times; far shorter cold start than whole-model.
+        compile_blocks(models)
     if profile.vae_tiling:
         pipe.vae.enable_tiling()
     offload = profile.offload

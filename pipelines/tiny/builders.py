@@ -1,5 +1,6 @@
-"""Tiny random-weight models, built offline from configs: ``tiny-wan``, ``tiny-ltx2`` and ``tiny-chat-llm``
-(the image-to-video layouts are in ``pipelines.tiny.i2v``).
+"""Tiny random-weight models, built offline from configs: ``tiny-ltx2`` and ``tiny-chat-llm`` here, the Wan
+text-to-video layouts in ``pipelines.tiny.wan``, the image-to-video ones in ``pipelines.tiny.i2v`` and the generic
+adapter's families in ``pipelines.tiny.generic``.
 
 They use the production classes (``UMT5EncoderModel`` + ``ByT5Tokenizer`` for Wan; Gemma-3 with a tokenizer
 built in code, a 32x/8x video VAE and a x240 vocoder for LTX-2; Qwen3 with a byte-level BPE tokenizer and a
@@ -25,14 +26,16 @@ from filelock import FileLock
 from pipelines.runtime.profile import quiet_progress_bars
 from pipelines.tiny.generic import GENERIC_BUILDERS
 from pipelines.tiny.i2v import I2V_BUILDERS
-from pipelines.tiny.parts import TINY_TEXT_DIM, TINY_WAN_LORA, save_tiny_wan_lora, seeded, tiny_umt5
+from pipelines.tiny.parts import seeded
+from pipelines.tiny.wan import WAN_BUILDERS
 
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
-BUILDER_VERSION = 4  # 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA
+# 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA; 5: tiny-wan-a14b (two experts).
+BUILDER_VERSION = 5
 MARKER = "genworker-tiny-build.json"
-TINY_MODELS: tuple[str, ...] = ("tiny-wan", "tiny-ltx2", "tiny-chat-llm")
+TINY_MODELS: tuple[str, ...] = (*WAN_BUILDERS, "tiny-ltx2", "tiny-chat-llm")  # Wan text-to-video: pipelines/tiny/wan.py
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
 TINY_MODELS += tuple(GENERIC_BUILDERS)  # families of the generic adapter (pipelines/tiny/generic.py)
 
@@ -54,7 +57,7 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     builders: dict[str, Callable[[Path], None]] = {
-        "tiny-wan": _build_wan,
+        **WAN_BUILDERS,
         "tiny-ltx2": _build_ltx2,
         "tiny-chat-llm": _build_chat_llm,
         **I2V_BUILDERS,
@@ -77,45 +80,6 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)  # a model dir that exists is complete
     return paths
-
-
-# ----------------------------------------------------------------------------------------------------- Wan
-
-
-def _build_wan(out: Path) -> None:
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
-
-    tokenizer, text_encoder = tiny_umt5(0)
-    seeded(1)
-    transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=TINY_TEXT_DIM,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        # The RoPE table caps H/16, W/16 and latent frames; its buffers are not saved, so 1024 is free.
-        rope_max_seq_len=1024,
-    )
-    seeded(2)
-    # z_dim stays 16: the pipeline reshapes the (16-entry) latents_mean/std with view(1, z_dim, ...).
-    vae = AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    )
-    # What the real Wan 2.1 checkpoints ship; the adapter rebuilds it with each variant's shift.
-    scheduler = UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0, num_train_timesteps=1000
-    )
-    pipe = WanPipeline(
-        tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler, transformer=transformer
-    )
-    pipe.save_pretrained(out)
-    save_tiny_wan_lora(out, transformer, TINY_WAN_LORA, seed=18)  # for variants with a ``lora``
 
 
 # ----------------------------------------------------------------------------------------------------- LTX-2

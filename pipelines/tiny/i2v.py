@@ -15,52 +15,19 @@ LTX-2 image-to-video needs no model of its own: ``LTX2ImageToVideoPipeline`` tak
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pipelines.tiny.parts import TINY_TEXT_DIM, TINY_WAN_LORA, save_tiny_wan_lora, seeded, tiny_umt5
+from pipelines.tiny.parts import (
+    TINY_EXPERT_LORAS,
+    TINY_WAN_LORA,
+    save_tiny_wan_lora,
+    seeded,
+    tiny_umt5,
+    tiny_unipc,
+    tiny_wan21_vae,
+    tiny_wan_transformer,
+)
 
-__all__ = ["I2V_BUILDERS", "TINY_EXPERT_LORAS"]
-
-# tiny-wan-i2v-a14b's LoRA files: (high-noise ``transformer``, low-noise ``transformer_2``).
-TINY_EXPERT_LORAS = ("tiny-step-lora-high.safetensors", "tiny-step-lora-low.safetensors")
-
-
-def _transformer(seed: int, *, channels_in: int, channels_out: int, image_dim: int | None = None) -> Any:
-    from diffusers import WanTransformer3DModel
-
-    seeded(seed)
-    return WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=channels_in,
-        out_channels=channels_out,
-        text_dim=TINY_TEXT_DIM,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        image_dim=image_dim,
-        rope_max_seq_len=1024,
-    )
-
-
-def _wan21_vae(seed: int) -> Any:
-    from diffusers import AutoencoderKLWan
-
-    seeded(seed)
-    return AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    )
-
-
-def _scheduler() -> Any:
-    from diffusers import UniPCMultistepScheduler
-
-    return UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0, num_train_timesteps=1000
-    )
+__all__ = ["I2V_BUILDERS"]
 
 
 def _build_wan_i2v(out: Path) -> None:
@@ -82,12 +49,12 @@ def _build_wan_i2v(out: Path) -> None:
         )
     ).eval()
     image_processor = CLIPImageProcessorPil(crop_size={"height": 32, "width": 32}, size={"shortest_edge": 32})
-    transformer = _transformer(32, channels_in=36, channels_out=16, image_dim=8)
+    transformer = tiny_wan_transformer(32, channels_in=36, channels_out=16, image_dim=8)
     pipe = WanImageToVideoPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
-        vae=_wan21_vae(2),
-        scheduler=_scheduler(),
+        vae=tiny_wan21_vae(2),
+        scheduler=tiny_unipc(),
         image_processor=image_processor,
         image_encoder=image_encoder,
         transformer=transformer,
@@ -104,14 +71,14 @@ def _build_wan_i2v_a14b(out: Path) -> None:
     pipe = WanImageToVideoPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
-        vae=_wan21_vae(2),
-        scheduler=_scheduler(),
-        transformer=_transformer(33, channels_in=36, channels_out=16),
-        transformer_2=_transformer(34, channels_in=36, channels_out=16),
+        vae=tiny_wan21_vae(2),
+        scheduler=tiny_unipc(),
+        transformer=tiny_wan_transformer(33, channels_in=36, channels_out=16),
+        transformer_2=tiny_wan_transformer(34, channels_in=36, channels_out=16),
         boundary_ratio=0.9,  # Wan2.2-I2V-A14B's boundary (wan/configs/wan_i2v_A14B.py)
     )
     pipe.save_pretrained(out)
-    # One step-distillation-style LoRA per expert, as lightx2v ships Wan 2.2's (a catalog ``lora.weight_name_2``).
+    # One step-distillation-style LoRA per expert, as lightx2v ships Wan 2.2's.
     save_tiny_wan_lora(out, pipe.transformer, TINY_EXPERT_LORAS[0], seed=35)
     save_tiny_wan_lora(out, pipe.transformer_2, TINY_EXPERT_LORAS[1], seed=36)
 
@@ -142,8 +109,8 @@ def _build_wan_ti2v(out: Path) -> None:
         tokenizer=tokenizer,
         text_encoder=text_encoder,
         vae=vae,
-        scheduler=_scheduler(),
-        transformer=_transformer(36, channels_in=48, channels_out=48),
+        scheduler=tiny_unipc(),
+        transformer=tiny_wan_transformer(36, channels_in=48, channels_out=48),
         expand_timesteps=True,  # TI2V-5B: per-token timesteps, the image latent is frame 0 at t=0
     )
     pipe.save_pretrained(out)

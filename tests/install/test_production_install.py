@@ -49,7 +49,7 @@ SLOW_S = 600.0
 IMAGE = "in.png"
 JOBS: list[dict[str, Any]] = [
     {"model": "tiny-wan", "variant": "fast", "prompt_extend": True},  # Wan; the chat LLM extends the prompt
-    {"model": "tiny-wan", "variant": "cached"},  # First Block Cache
+    {"model": "tiny-wan-a14b", "variant": "cached"},  # Wan 2.2 T2V: two experts, TaylorSeer on both
     {"model": "tiny-wan-i2v", "variant": "fast", "image": IMAGE},  # Wan 2.1 I2V: CLIP image encoder
     {"model": "tiny-wan-i2v-a14b", "variant": "distilled", "image": IMAGE},  # two experts, a LoRA each, order 1
     {"model": "tiny-wan-ti2v", "variant": "fast", "image": IMAGE},  # Wan 2.2 TI2V: its own VAE

@@ -1,8 +1,9 @@
 """Shared checks every text-to-video family passes on its tiny model (the generic families' tests and the tests
 ``genworker pipeline new`` writes call these; nothing here is family-specific).
 
-- ``check_offered_outputs``: every offered resolution x ratio x duration through ``genworker generate``'s path
-  (resolve -> run_pipeline -> ffmpeg), the MP4 decoded independently with PyAV: exact size, frame count, duration;
+- ``check_offered_outputs``: every offered resolution and ratio, the shortest and the longest duration through
+  ``genworker generate``'s path (resolve -> run_pipeline -> ffmpeg), the MP4 decoded independently with PyAV: exact
+  size, frame count, duration;
 - ``check_seed_determinism``: same seed, same latents; another seed, other latents;
 - ``check_decode_repeats``: decoding one denoise twice gives the same frames, of the job's shape;
 - ``check_cancel_within_one_step``: an ``on_step`` that raises at step 1 stops the loop before step 2.
@@ -10,9 +11,9 @@
 
 from __future__ import annotations
 
-import itertools
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -25,6 +26,9 @@ from foundation.settings import Settings
 from pipelines.runtime.adapter import Adapter
 from tests.pipelines.helpers import StepLog, frames_of
 
+if TYPE_CHECKING:
+    from pipelines.runtime.cache import ModelCache
+
 __all__ = [
     "check_cancel_within_one_step",
     "check_decode_repeats",
@@ -32,13 +36,39 @@ __all__ = [
     "check_seed_determinism",
     "latents_of",
     "offered_shapes",
+    "output_shapes",
     "request",
 ]
 
 
 def offered_shapes(spec: ModelSpec) -> list[tuple[str, str, int]]:
-    """Every (resolution, ratio, duration) the entry offers: keep a tiny entry's sets small."""
-    return list(itertools.product(spec.resolutions, spec.ratios, spec.durations))
+    """Every resolution, ratio and duration the entry offers, each at least once: the i-th shape takes the i-th
+    of each list (the shorter lists start over), so a tiny entry as wide as its real one (five ratios, five
+    durations) costs five jobs rather than the 25 of the whole product."""
+    count = max(len(spec.resolutions), len(spec.ratios), len(spec.durations))
+    return [
+        (
+            spec.resolutions[i % len(spec.resolutions)],
+            spec.ratios[i % len(spec.ratios)],
+            spec.durations[i % len(spec.durations)],
+        )
+        for i in range(count)
+    ]
+
+
+def output_shapes(spec: ModelSpec) -> list[tuple[str, str, int]]:
+    """``offered_shapes`` at the shortest duration, the last at the longest: every resolution and ratio and both ends
+    of the durations through the MP4 path. The decode grows with the frames (a 5 s tiny clip decodes for seconds on
+    a CPU), and the durations between resolve the same way (tests/unit/test_resolve.py checks each one's frames)."""
+    shortest, longest = min(spec.durations), max(spec.durations)
+    shapes = [(resolution, ratio, shortest) for resolution, ratio, _ in offered_shapes(spec)]
+    if longest != shortest:
+        resolution, ratio, _ = shapes[-1]
+        if len(shapes) == 1:  # one size: it runs at both ends
+            shapes.append((resolution, ratio, longest))
+        else:
+            shapes[-1] = (resolution, ratio, longest)
+    return shapes
 
 
 def request(
@@ -56,29 +86,45 @@ def request(
 
 
 def check_offered_outputs(settings: Settings, spec: ModelSpec, out_dir: Path) -> None:
-    """Each offered shape through the one-shot path: the MP4 has the exact size, frames and duration."""
+    """Each offered resolution and ratio, the shortest and the longest duration (``output_shapes``) through the
+    one-shot path: the MP4 has the exact size, frames and duration. The model loads once for all of them, as
+    ``genworker generate --jobs`` does."""
+    from pipelines.runtime.cache import ModelCache
+    from worker.memory import planned_peak
+
+    cache = ModelCache(settings.models, planned_peak=planned_peak(settings))
+    try:
+        for shape in output_shapes(spec):
+            _check_offered_output(settings, spec, out_dir, shape, cache)
+    finally:
+        cache.clear()
+
+
+def _check_offered_output(
+    settings: Settings, spec: ModelSpec, out_dir: Path, shape: tuple[str, str, int], cache: ModelCache
+) -> None:
     import av
 
     from worker.generate import generate_once, prepare_job
 
-    for resolution, ratio, seconds in offered_shapes(spec):
-        job = prepare_job(settings, request(spec.id, resolution=resolution, ratio=ratio, duration_seconds=seconds))
-        out = out_dir / f"{spec.id}-{resolution}-{ratio.replace(':', 'x')}-{seconds}.mp4"
-        result = generate_once(settings, job, out)
-        with av.open(str(result.video)) as container:
-            stream = container.streams.video[0]
-            decoded = sum(1 for _ in container.decode(video=0))
-            size = (stream.codec_context.width, stream.codec_context.height)
-            assert stream.average_rate is not None and stream.duration is not None and stream.time_base is not None
-            rate = Fraction(stream.average_rate)
-            duration = float(stream.duration * stream.time_base)
-        where = (resolution, ratio, seconds)
-        assert size == (job.width, job.height), where
-        assert decoded == job.keep_frames == seconds * spec.fps, where
-        assert rate == spec.fps, where
-        assert duration == pytest.approx(seconds, abs=1e-3), where
-        video = next(a for a in result.artifacts if a["kind"] == "video")
-        assert (video["width"], video["height"], video["frames"]) == (job.width, job.height, job.keep_frames)
+    resolution, ratio, seconds = shape
+    job = prepare_job(settings, request(spec.id, resolution=resolution, ratio=ratio, duration_seconds=seconds))
+    out = out_dir / f"{spec.id}-{resolution}-{ratio.replace(':', 'x')}-{seconds}.mp4"
+    result = generate_once(settings, job, out, cache=cache)
+    with av.open(str(result.video)) as container:
+        stream = container.streams.video[0]
+        decoded = sum(1 for _ in container.decode(video=0))
+        size = (stream.codec_context.width, stream.codec_context.height)
+        assert stream.average_rate is not None and stream.duration is not None and stream.time_base is not None
+        rate = Fraction(stream.average_rate)
+        duration = float(stream.duration * stream.time_base)
+    where = (resolution, ratio, seconds)
+    assert size == (job.width, job.height), where
+    assert decoded == job.keep_frames == seconds * spec.fps, where
+    assert rate == spec.fps, where
+    assert duration == pytest.approx(seconds, abs=1e-3), where
+    video = next(a for a in result.artifacts if a["kind"] == "video")
+    assert (video["width"], video["height"], video["frames"]) == (job.width, job.height, job.keep_frames)
 
 
 def check_seed_determinism(adapter: Adapter, job: ResolvedJob) -> None:

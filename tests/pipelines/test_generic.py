@@ -1,8 +1,9 @@
 """The generic diffusers adapter (pipelines/families/generic.py) on its tiny families, and a model added by a catalog
 entry alone.
 
-Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered shape through
-``genworker generate``'s path with the MP4 decoded independently, seed determinism, cancel within one step.
+Each generic family runs the shared checks (tests/pipelines/family_checks.py): every offered resolution and ratio,
+the shortest and the longest duration through ``genworker generate``'s path with the MP4 decoded independently, seed
+determinism, cancel within one step.
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def test_every_offered_shape_is_exact_through_generate(
     model: str, settings: Settings, catalog: Catalog, tmp_path: Path
 ) -> None:
     check_offered_outputs(settings, catalog.models[model], tmp_path)
+
+
+def test_the_generate_command_makes_a_two_second_portrait_clip(tiny_models_dir: Path, tmp_path: Path) -> None:
+    """What a new user tries on tiny-hunyuan15, which once offered 1 s and two ratios: the exact command, in
+    process, and its MP4 decoded independently (PyAV: 9:16 at 144p, 2 s at 4 fps)."""
+    from typer.testing import CliRunner
+
+    from foundation.settings import settings_env
+    from genworker.cli import app
+    from tests.integration.worker_media import assert_playable_mp4
+
+    out = tmp_path / "clip.mp4"
+    args = ["generate", "--model", "tiny-hunyuan15", "--ratio", "9:16", "--duration", "2", "--prompt", "a red fox"]
+    env = settings_env({"models": {"tiny_models_dir": str(tiny_models_dir)}, "data_dir": str(tmp_path / "var")})
+    result = CliRunner().invoke(app, [*args, "-o", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    assert_playable_mp4(out.read_bytes(), width=144, height=256, frames=8, duration_s=2.0, audio_channels=None)
 
 
 @pytest.mark.parametrize("model", FAMILIES)
@@ -109,6 +127,7 @@ def test_a_new_model_of_a_served_class_by_catalog_entry_alone(
         id="my-hunyuan15-finetune",
         display_name="A fine-tune with its own recipe",
         ratios=["1:1"],
+        durations=[1],
         defaults={"resolution": "144p", "ratio": "1:1", "duration_seconds": 1},
         modes={"text_to_video": {"variants": {"fast": {"steps": 3, "guidance_scale": 1.0, "flow_shift": 7.0}}}},
     )

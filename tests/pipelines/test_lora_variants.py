@@ -16,7 +16,7 @@ from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
 from pipelines.runtime.profile import lora_adapter_name
 from pipelines.runtime.registry import load_adapter
-from pipelines.tiny.builders import TINY_WAN_LORA
+from pipelines.tiny.parts import TINY_WAN_LORA
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 

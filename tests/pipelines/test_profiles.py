@@ -184,16 +184,3 @@ def test_fp8_compute_is_refused_at_load_off_hopper(tiny_runtime: ModelRuntimeSet
     runtime = tiny_runtime.model_copy(update={"profile_overrides": {"tiny-wan": {"fp8": "compute"}}})
     with pytest.raises(ModelLoadError, match=r"fp8 compute needs a CUDA device of compute capability 8.9"):
         load_adapter(catalog.models["tiny-wan"], runtime)
-
-
-def test_the_compile_warm_up_varies_every_latent_dimension(catalog: Catalog) -> None:
-    """One single-step job per distinct shape, covering both ends of width, height and frames (the long test,
-    make test-long, shows no size compiles after them)."""
-    from pipelines.runtime.compile import warmup_jobs
-
-    spec = catalog.models["tiny-wan"]
-    jobs = warmup_jobs(spec, catalog)
-    shapes = {(j.gen_width, j.gen_height, j.num_frames) for j in jobs}
-    assert len(shapes) == len(jobs) and all(j.steps == 1 for j in jobs)
-    for axis in range(3):
-        assert len({shape[axis] for shape in shapes}) >= 2, axis

@@ -42,7 +42,8 @@ def test_the_check_sees_every_form() -> None:
 
 
 def test_no_source_file_imports_a_private_module_of_a_dependency() -> None:
-    allowed = {"pipelines/runtime/compile.py": ["torch._dynamo.utils"]}  # no public count of compiled graphs
+    # torch has no public count of compiled graphs, nor a public recompile limit (torch.compiler.config lacks it)
+    allowed = {"pipelines/runtime/compile.py": ["torch._dynamo.utils", "torch._dynamo.config"]}
     offenders = {}
     for folder in SOURCES:
         for path in sorted((ROOT / folder).rglob("*.py")):
