@@ -106,6 +106,7 @@ def test_every_parameter_but_the_seed_tells_parameter_sets_apart() -> None:
         "audio": True,
         "prompt_extend": True,
         "negative_prompt": "grainy",
+        "preview": False,
     }
     assert set(other_value) == set(Parameters.model_fields) - {"seed"}  # a new parameter must be listed here
     for name, value in other_value.items():
