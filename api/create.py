@@ -77,12 +77,14 @@ def request_hash(request: CreateRequest, *, image_sha256: str | None = None) -> 
 
     An input image counts by its content (``image_sha256`` of the stored copy), not by how it came: the
     same key with another image is a conflict, the same image by URL or by data URI a replay. A webhook
-    counts (another ``webhook_url`` is a conflict); a request without one hashes as it did before webhooks
-    were a field, so a create retried across an upgrade is still a replay."""
+    counts (another ``webhook_url`` is a conflict); a request without one, and without ``parameters.preview``,
+    hashes as it did before those were fields, so a create retried across an upgrade is still a replay."""
     data = request.model_dump(mode="json")
     for name in ("webhook_url", "webhook_events"):
         if data[name] is None:
             del data[name]
+    if data["parameters"].get("preview") is None:  # likewise the preview switch, unset
+        data["parameters"].pop("preview", None)
     data["input"].pop("image_url", None)
     data["input"].pop("image", None)
     if image_sha256 is not None:
