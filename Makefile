@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv scan-venv lock deps test test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
+.PHONY: venv scan-venv lock deps test test-install test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0,
 # taken first, alone, from TORCH_INDEX: PyTorch's CPU index, so that no machine's default index hands out the
@@ -86,7 +86,13 @@ tiny-models: venv
 	$(PY) scripts/make_tiny_models.py --out var/models
 
 test: venv deps scan-venv
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not install"
+
+# The worker exactly as a GPU node installs it (a venv from the lock and the wheels, outside the checkout): every
+# kind of job and a killed worker resumed there, 3-5 minutes. make test keeps the short version
+# (tests/install/test_wheel.py); .ci/run runs this too.
+test-install: venv deps
+	$(PY) -m pytest -m install
 
 # The inner loop: the unit tests and the queue contract suite on SQLite, in under two minutes. make test stays
 # the complete suite (and what .ci/run calls).

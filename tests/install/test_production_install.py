@@ -43,6 +43,8 @@ from worker.checkpoints import checkpoint_key
 # The first test pays the install and runs beside everything the others wait for. Bounds, not expectations: on
 # 2 cores that other work shares, a process importing torch and diffusers can take minutes instead of seconds.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# The install and what runs in it: make test-install (also in .ci/run); make test keeps test_wheel.py's short version.
+in_the_install = pytest.mark.install
 SLOW_S = 600.0
 
 # One job per kind that matters; test_the_jobs_cover_the_catalog keeps it complete as the catalog grows.
@@ -94,6 +96,7 @@ def runs(prod: ProdInstall, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
         background.stop()
 
 
+@in_the_install
 def test_a_killed_worker_s_job_resumes_from_its_checkpoint(
     prod: ProdInstall, runs: dict[str, Any], tiny_models_dir: Path, tmp_path: Path
 ) -> None:
@@ -136,6 +139,7 @@ def test_a_killed_worker_s_job_resumes_from_its_checkpoint(
         assert_playable_mp4(mp4, width=256, height=144, frames=4, duration_s=1.0, audio_channels=None)
 
 
+@in_the_install
 def test_every_module_the_shipped_code_imports_imports(runs: dict[str, Any]) -> None:
     """No module is exempt: our code imports no GPU-only kernel package itself (diffusers imports flash_attn or
     sageattention by name only when a profile selects that attention backend, which this scan does not see).
@@ -154,6 +158,7 @@ def test_every_module_the_shipped_code_imports_imports(runs: dict[str, Any]) -> 
     assert not missing, header + "\n".join(missing)
 
 
+@in_the_install
 def test_catalog_and_plan_read_the_configs_shipped_in_the_wheel(prod: ProdInstall, runs: dict[str, Any]) -> None:
     catalog, plan = runs["catalog"].result(), runs["plan"].result()
     assert catalog.returncode == 0, catalog.stderr[-3000:]
@@ -165,6 +170,7 @@ def test_catalog_and_plan_read_the_configs_shipped_in_the_wheel(prod: ProdInstal
     assert "no arch config" not in plan.stdout  # every real model planned from configs/arch in the wheel
 
 
+@in_the_install
 def test_every_kind_of_job_generates(runs: dict[str, Any]) -> None:
     proc = runs["jobs"].result()
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
