@@ -174,6 +174,7 @@ def test_the_catalog_gives_each_wan_chat_llm_its_own_versions_prompts(catalog: C
         "wan2.1-t2v-14b": "wan2.1",
         "wan2.2-t2v-a14b": "wan2.2-t2v-a14b",
         "tiny-wan": "wan2.1",
+        "tiny-wan-a14b": "wan2.2-t2v-a14b",
     }
     assert not any("image_to_video" in catalog.models[model].modes for model in chosen)
 

@@ -51,7 +51,12 @@ def pair(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
     replica = start_redis(tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port))
     try:
         deadline = time.monotonic() + 15
-        while replica.client().info("replication").get("master_link_status") != "up":
+        # Linked on both ends: the replica's link is up and the primary counts it online (WAIT 0 0, what the
+        # queue asks to settle wait_replicas); the primary sees it a moment after the replica's side is up.
+        while not (
+            replica.client().info("replication").get("master_link_status") == "up"
+            and int(primary.client().execute_command("WAIT", 0, 0)) >= 1
+        ):
             assert time.monotonic() < deadline, "replica did not sync"
             time.sleep(0.05)
         yield primary, replica
