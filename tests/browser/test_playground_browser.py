@@ -168,15 +168,21 @@ def test_playground_makes_and_plays_videos(chrome: webdriver.Chrome, up: Up, sho
     # tiny-wan: no audio offered.
     fill_form(driver, "tiny-wan", "a red fox running through snow")
     assert not driver.find_element(By.ID, "audio").is_displayed()
-    # The live preview: one <img>, its picture replaced in place at each step (every src it took is noted).
+    # The live preview: one <img>, its picture replaced in place at each step. Every step it showed is noted from
+    # the mutation records of its data-step (each record keeps the value it replaced): previews that arrive in one
+    # read of the stream are shown one after another in one task, and the observer then sees them all at once.
     js(
         driver,
-        "window.previewSteps = []; const img = document.getElementById('preview');"
-        "new MutationObserver(() => img.getAttribute('src') && window.previewSteps.push(Number(img.dataset.step)))"
-        ".observe(img, {attributes: true, attributeFilter: ['src']});",
+        "window.replacedSteps = []; const img = document.getElementById('preview');"
+        "new MutationObserver((records) => records.forEach((r) => window.replacedSteps.push(r.oldValue)))"
+        ".observe(img, {attributes: true, attributeFilter: ['data-step'], attributeOldValue: true});",
     )
     wan = generate(driver, shots, "02-tiny-wan", keyboard=True)
-    steps = js(driver, "return window.previewSteps")
+    steps = js(
+        driver,
+        "const shown = window.replacedSteps.filter((v) => v !== null);"
+        "return [...shown, document.getElementById('preview').dataset.step].map(Number);",
+    )
     assert len(steps) >= 2 and steps == sorted(set(steps)), steps
     preview = driver.find_element(By.ID, "preview")
     assert preview.is_displayed() and len(driver.find_elements(By.CSS_SELECTOR, "img#preview")) == 1
