@@ -143,13 +143,18 @@ def run_job(queue: JobQueue, catalog: Catalog, project: str, status: Status = St
     record = make_record(catalog, "tiny-wan", resolution="144p", duration_seconds=1)
     record = record.model_copy(update={"project": project})
     queue.enqueue(record)
+    return finish_job(queue, record.id, status)
+
+
+def finish_job(queue: JobQueue, job_id: str, status: Status = Status.succeeded) -> GenerationRecord:
+    """Take the queued job through claim → finish on the real queue, as a worker would (its real events)."""
     claim = queue.claim(f"w-{uuid.uuid4().hex[:6]}", ["tiny-wan"])
-    assert claim is not None and claim.job_id == record.id
+    assert claim is not None and claim.job_id == job_id
     outcome = Outcome(status=status)
     if status is Status.succeeded:
         artifact = Artifact(
             kind="video",
-            key=f"generations/{record.id}/1/video.mp4",
+            key=f"generations/{job_id}/1/video.mp4",
             content_type="video/mp4",
             bytes=1234,
             sha256="0" * 64,
@@ -163,6 +168,6 @@ def run_job(queue: JobQueue, catalog: Catalog, project: str, status: Status = St
     elif status is Status.failed:
         outcome = Outcome(status=status, error=ErrorInfo(code=ErrorCode.pipeline_error, message="boom"))
     assert queue.finish(claim, outcome)
-    stored = queue.get(record.id)
+    stored = queue.get(job_id)
     assert stored is not None
     return stored

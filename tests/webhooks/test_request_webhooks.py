@@ -5,7 +5,6 @@ the project's secret and verified with the ``standardwebhooks`` library."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -18,10 +17,8 @@ from api.webhooks.breaker import after_attempt
 from api.webhooks.models import Delivery, EventType, origin_id
 from api.webhooks.sender import Sender, fresh_origin, signed_headers
 from api.webhooks.transport import PostResult
-from foundation.core.contract import Artifact, Status, Usage
-from foundation.queue.base import JobQueue, Outcome
 from foundation.settings import WebhookSettings
-from tests.webhooks.conftest import Receiver
+from tests.webhooks.conftest import Receiver, finish_job
 from tests.webhooks.test_routes import Api
 
 
@@ -40,26 +37,6 @@ BODY = {
     "parameters": {"resolution": "144p", "ratio": "16:9", "duration_seconds": 1},
     "input": {"prompt": "a fox"},
 }
-
-
-def finish(queue: JobQueue, job_id: str) -> None:
-    """Take the created job through claim → finish on the real queue, as a worker would."""
-    claim = queue.claim(f"w-{uuid.uuid4().hex[:6]}", ["tiny-wan"])
-    assert claim is not None and claim.job_id == job_id
-    artifact = Artifact(
-        kind="video",
-        key=f"generations/{job_id}/1/video.mp4",
-        content_type="video/mp4",
-        bytes=1234,
-        sha256="0" * 64,
-        width=256,
-        height=144,
-        fps=16.0,
-        frames=16,
-        duration_seconds=1.0,
-    )
-    usage = Usage(output_seconds=1.0, gpu_seconds=0.5)
-    assert queue.finish(claim, Outcome(status=Status.succeeded, artifacts=[artifact], usage=usage))
 
 
 def deliver(api: Api, receiver: Receiver, count: int) -> None:
@@ -87,7 +64,7 @@ def test_a_create_with_a_webhook_url_gets_its_events_signed_with_the_project_sec
         assert "webhook" not in r.text and "webhook" not in c.get(f"/v1/generations/{gen_id}").text
         assert "webhook" not in c.get("/v1/generations").text
 
-        finish(api.queue, gen_id)
+        finish_job(api.queue, gen_id)
         deliver(api, receiver, 1)
         [got] = receiver.received  # generation.running was not chosen
         assert reader.get("/v1/webhooks/signing-secret").status_code == 403  # a read key cannot forge one
@@ -128,7 +105,7 @@ def test_every_event_by_default_and_the_idempotency_key_counts_the_webhook(api: 
         assert c.post("/v1/generations", json=BODY, headers=headers).status_code == 409
 
     gen_id = made.json()["id"]
-    finish(api.queue, gen_id)
+    finish_job(api.queue, gen_id)
     deliver(api, receiver, 2)
     assert sorted(r.payload["type"] for r in receiver.received) == ["generation.running", "generation.succeeded"]
 
