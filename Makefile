@@ -85,8 +85,13 @@ deps:
 tiny-models: venv
 	$(PY) scripts/make_tiny_models.py --out var/models
 
+# The complete suite, one pytest-xdist worker per core by default. --dist loadfile keeps each file on one worker,
+# so a module's fixtures (a tiny pipeline, a server) are set up once, as in a serial run. TEST_WORKERS=0 runs it
+# serially in this process (a pdb session, one test's output).
+TEST_WORKERS ?= $(shell nproc)
+SUITE := -m "not install" -n $(TEST_WORKERS) --dist loadfile
 test: venv deps scan-venv
-	$(PY) -m pytest -m "not install"
+	$(PY) -m pytest $(SUITE)
 
 # The worker exactly as a GPU node installs it (a venv from the lock and the wheels, outside the checkout): every
 # kind of job and a killed worker resumed there, 3-5 minutes. make test keeps the short version
@@ -99,16 +104,16 @@ test-install: venv deps
 test-fast: venv deps
 	$(PY) -m pytest -q tests/unit tests/integration/test_queue_contract.py -k "not (test_queue_contract and redis)"
 
-# The flake hunt: the whole suite RUNS times in a row while one spinning process per core keeps every core busy.
+# The flake hunt: make test's suite RUNS times in a row while one spinning process per core keeps every core busy.
 # Each run prints its result and wall time; a failure here is a bug in a test or the code (wait on a condition,
 # never on a longer sleep). Not part of make test.
 RUNS ?= 3
-test-stress: venv deps
+test-stress: venv deps scan-venv
 	@spinners=""; for _ in $$(seq $$(nproc)); do python3 -c 'while True: pass' & spinners="$$spinners $$!"; done; \
 	trap 'kill $$spinners' EXIT; status=0; \
 	for run in $$(seq $(RUNS)); do \
 	  start=$$(date +%s); \
-	  if $(PY) -m pytest -q; then result=passed; else result=FAILED; status=1; fi; \
+	  if $(PY) -m pytest -q $(SUITE); then result=passed; else result=FAILED; status=1; fi; \
 	  echo "stress run $$run of $(RUNS): $$result in $$(( $$(date +%s) - start )) s"; \
 	done; exit $$status
 

@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -411,9 +412,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if sub is not None:
                     final.update(poll_all(urls, token, [sub], submit_deadline + args.drain_s))
 
-        with ThreadPoolExecutor(args.clients) as pool:
-            for f in [pool.submit(client_loop) for _ in range(args.clients)]:
-                f.result()
+        # Daemon threads rather than a pool: on SIGTERM the ExitStack unwinds (stopping every server) at once,
+        # where a pool's exit would first wait for clients that poll on until the drain deadline.
+        client_errors: list[BaseException] = []
+
+        def client() -> None:
+            try:
+                client_loop()
+            except BaseException as exc:
+                client_errors.append(exc)
+
+        clients = [threading.Thread(target=client, name=f"soak-client-{i}", daemon=True) for i in range(args.clients)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        if client_errors:
+            raise client_errors[0]
         elapsed = time.monotonic() - started
         if injector is not None:
             injector.stop.set()
@@ -474,6 +489,10 @@ def failures(report: dict[str, Any]) -> list[str]:
     return [name for name in names if report[name]]
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -488,6 +507,9 @@ def main() -> int:
     parser.add_argument("--models-dir", default=None, help="prebuilt tiny models (else built in a temp dir)")
     parser.add_argument("--out", default=None, help="write the JSON report here too")
     args = parser.parse_args()
+    # A SIGTERM (a test's time limit, a CI cancel) unwinds run()'s ExitStack like Ctrl-C does, so every
+    # server and fleet process it started is stopped by PID instead of outliving this script.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     report = run(args)
     text = json.dumps(report, indent=2)
     print(text)

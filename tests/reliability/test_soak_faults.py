@@ -25,16 +25,36 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_soak(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the soak to its end; if the test is stopped first (its time limit, Ctrl-C), SIGTERM it and wait.
+
+    ``subprocess.run`` would SIGKILL the script alone on the way out, and its Redis group, SeaweedFS and
+    fleet would outlive the suite; on SIGTERM the script stops each of them by PID (``scripts/soak.py``).
+    """
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = proc.communicate(timeout=540)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+    return proc.returncode, stderr
+
+
 def test_fault_soak_loses_nothing(tmp_path: Path, tiny_models_dir: Path) -> None:
     out = tmp_path / "soak.json"
     cmd = [sys.executable, "scripts/soak.py", "--faults", "--jobs", "120", "--clients", "8"]
     cmd += ["--fault-interval-s", "5", "--time-limit-s", "240", "--drain-s", "90"]
     cmd += ["--models-dir", str(tiny_models_dir), "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path)}
-    done = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
-    assert out.exists(), done.stderr[-3000:]
+    returncode, stderr = run_soak(cmd, env)
+    assert out.exists(), stderr[-3000:]
     report = json.loads(out.read_text())
-    assert done.returncode == 0, (report, done.stderr[-3000:])
+    assert returncode == 0, (report, stderr[-3000:])
     assert report["jobs_accepted"] == 120
     assert set(report["fault_counts"]) == set(FAULTS), report["fault_schedule"]
     for name in ("jobs_lost", "jobs_left_running", "duplicated_terminal_records", "unaccounted_202"):
