@@ -17,11 +17,21 @@ import uuid
 import pytest
 
 from genworker_client import Generation, WaitTimeout
-from tests.client.conftest import NEVER_RUNS_MODEL, RETRY_AFTER_EARLY_S, RETRY_AFTER_LATE_S, Server
+from tests.client.conftest import (
+    NEVER_RUNS_MODEL,
+    RETRY_AFTER_EARLY_S,
+    RETRY_AFTER_LATE_S,
+    RETRY_AFTER_WINDOW_S,
+    Server,
+)
 from tests.client.recording import RecordingTransport
 
 FIRST_S, MIN_S, MAX_S = 0.2, 0.3, 0.45
-TIMEOUT_S = 3.5
+# The deadline leaves room for two of the server's late delays after its early window and one more of our own:
+# the first late answer comes up to MAX_S plus a round trip or two after the window closes, and the delay it
+# decides must still end before the deadline (else it is cut to the deadline and no delay is the server's).
+# With 3.5 s that held only while a round trip took under ~0.1 s: at 0.26 s (make test-stress) it was cut.
+TIMEOUT_S = RETRY_AFTER_WINDOW_S + 2 * RETRY_AFTER_LATE_S + MAX_S
 SEED = 1234
 # How late a request may leave after its sleep ends: Python overhead on a busy 2-core CI box.
 LATENESS_S = 0.25
