@@ -121,8 +121,15 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
     pipe.set_progress_bar_config(disable=True)
     models = [m for name in denoisers if (m := getattr(pipe, name, None)) is not None]
     if profile.attention_backend:
-        for model in models:
-            model.set_attention_backend(profile.attention_backend)
+        from diffusers import attention_backend
+
+        # diffusers' set_attention_backend also makes its backend the process's active one, which every model
+        # without a backend of its own then runs on: another model this worker hosts, or one made context
+        # parallel, which refuses a backend without context parallel (_native_math). The context restores
+        # the active backend on exit, so the profile's backend stays this pipeline's own.
+        with attention_backend(profile.attention_backend):
+            for model in models:
+                model.set_attention_backend(profile.attention_backend)
     if profile.fp8 != "none":  # before compile: the compiled blocks then include the casts
         apply_fp8(models, profile.fp8, device)
     if profile.compile:

@@ -39,13 +39,16 @@ def test_the_backend_tables_match_diffusers() -> None:
 def test_a_mask_rejecting_backend_crashes_ltx2_in_diffusers(tiny_models_dir: Path) -> None:
     """The failure the catalog rule prevents: LTX-2's cross-attention passes a mask to a flash kernel."""
     import torch
-    from diffusers import LTX2Pipeline
+    from diffusers import LTX2Pipeline, attention_backend
 
     pipe = LTX2Pipeline.from_pretrained(tiny_models_dir / "tiny-ltx2", dtype=torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
-    pipe.transformer.set_attention_backend("_native_flash")
-    with pytest.raises(ValueError, match="`attn_mask` is not supported"):
-        pipe(prompt="a fox", height=64, width=64, num_frames=9, num_inference_steps=1, output_type="latent")
+    # set_attention_backend makes its backend the process's active one too: the context gives the old one back,
+    # so the other tests of this process keep theirs.
+    with attention_backend("_native_flash"):
+        pipe.transformer.set_attention_backend("_native_flash")
+        with pytest.raises(ValueError, match="`attn_mask` is not supported"):
+            pipe(prompt="a fox", height=64, width=64, num_frames=9, num_inference_steps=1, output_type="latent")
 
 
 def _catalog_with(tmp_path: Path, model: str, **runtime: Any) -> Path:
@@ -99,6 +102,31 @@ def test_ltx2_runs_with_a_mask_accepting_backend(
         assert isinstance(adapter, LTX2TextToVideo)
         media = generate(adapter, make_job("tiny-ltx2", variant="fast", **SMALL), StepLog())
         assert frames_of(media).shape == (media.num_frames, media.height, media.width, 3)
+    finally:
+        adapter.unload()
+
+
+def test_a_profile_backend_stays_its_own_pipeline(tiny_runtime: ModelRuntimeSettings, catalog: Catalog) -> None:
+    """A profile's backend is set on its pipeline's transformers and nowhere else: the process's active backend
+    (what every model without one of its own runs on, and what context parallel checks) is left as it was.
+    diffusers' set_attention_backend alone makes it ``_native_math`` for the whole process, and a tiny-wan made
+    context parallel later in that process was refused (make test-stress)."""
+    from diffusers.models import attention_dispatch
+
+    def active() -> str:
+        return attention_dispatch._AttentionBackendRegistry.get_active_backend()[0].value
+
+    before = active()
+    runtime = tiny_runtime.model_copy(
+        update={"profile_overrides": {"tiny-ltx2": {"attention_backend": "_native_math"}}}
+    )
+    adapter = load_adapter(catalog.models["tiny-ltx2"], runtime)
+    try:
+        assert isinstance(adapter, LTX2TextToVideo)
+        assert {p._attention_backend.value for p in adapter.pipe.transformer.attn_processors.values()} == {
+            "_native_math"
+        }
+        assert active() == before != "_native_math"
     finally:
         adapter.unload()
 
