@@ -73,16 +73,24 @@ class PostProcessor:
         """Encode, upload and finish; any failure is settled. Never raises except ``FatalWorkerError``."""
         attempt = handoff.attempt
         try:
-            artifacts = self.encode(handoff)
-            stored = self.upload(handoff, artifacts)
+            stored = self.deliver(handoff)
             self.succeed(handoff, stored)
         except Exception as e:
             # The one catch-all of this line: it runs in the post-processing thread, which must outlive
             # any job. The settler classifies every exception (ours, ffmpeg's, a bug) into an outcome.
             self._settler.settle(attempt, e)
         finally:
-            shutil.rmtree(handoff.work_dir, ignore_errors=True)
             self._settler.close(attempt)
+
+    def deliver(self, handoff: HandOff) -> list[Artifact]:
+        """Encode and upload; the attempt's work directory is gone when this returns or raises.
+
+        Removed before the attempt's terminal write, never after: whoever sees the record terminal
+        (a client, an operator, a test) finds none of its files left on the worker's disk."""
+        try:
+            return self.upload(handoff, self.encode(handoff))
+        finally:
+            shutil.rmtree(handoff.work_dir, ignore_errors=True)
 
     def encode(self, handoff: HandOff) -> list[tuple[Artifact, Path]]:
         """Encode the clip (and its poster) into the attempt's work directory."""
