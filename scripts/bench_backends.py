@@ -102,11 +102,13 @@ def _sync(device: str) -> None:
 
 @contextlib.contextmanager
 def _backend(module: Any, name: str, reference: str) -> Iterator[dict[str, int]]:
-    module.set_attention_backend(name)
+    from pipelines.runtime.profile import use_attention_backend
+
+    use_attention_backend([module], name)
     try:
         yield {}
     finally:
-        module.set_attention_backend(reference)
+        use_attention_backend([module], reference)
 
 
 @contextlib.contextmanager
@@ -193,7 +195,7 @@ def attention_variants(device: str, reference: str) -> list[Variant]:
 def compare(ctx: dict[str, Any], rm: Any, mj: Any, captured: Any, results: Any) -> None:
     """Every variant on the captured call of ``rm``'s first denoiser, each result written as it comes; a
     variant is skipped when the time left does not cover about two forwards of the reference."""
-    from pipelines.runtime.profile import apply_fp8
+    from pipelines.runtime.profile import apply_fp8, use_attention_backend
 
     device, deadline = ctx["device"], ctx["deadline"]
     pipe, name = rm.adapter.pipe, rm.denoisers[0]
@@ -246,7 +248,7 @@ def compare(ctx: dict[str, Any], rm: Any, mj: Any, captured: Any, results: Any) 
         module = None
         _free(device)
         rebuilt = rm.rebuild(name)
-        rebuilt.set_attention_backend(reference)
+        use_attention_backend([rebuilt], reference)
         apply_fp8([rebuilt], "compute", device)
         setattr(pipe, name, rebuilt)
         return (*timed_forward(rebuilt, captured, device), {})

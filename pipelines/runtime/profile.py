@@ -58,6 +58,7 @@ __all__ = [
     "synchronize",
     "torch_dtype",
     "uint8_chunks",
+    "use_attention_backend",
     "variants_without_weights",
 ]
 
@@ -111,6 +112,20 @@ def load_dtypes(profile: RuntimeProfile, dtype: str) -> dict[str, Any]:
     return {"default": torch_dtype(dtype), **{name: torch_dtype(d) for name, d in profile.dtypes.items()}}
 
 
+def use_attention_backend(models: list[Any], backend: str) -> None:
+    """Run ``models``' attention on ``backend``, and only theirs.
+
+    diffusers' ``set_attention_backend`` also makes its backend the process's active one, which every model
+    without a backend of its own then runs on: another model this worker hosts, or one made context parallel,
+    which refuses a backend without context parallel (``_native_math``). diffusers' ``attention_backend``
+    context restores the active backend on exit."""
+    from diffusers import attention_backend
+
+    with attention_backend(backend):
+        for model in models:
+            model.set_attention_backend(backend)
+
+
 def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers: list[str]) -> None:
     """Place ``pipe`` on ``device`` with its runtime profile (attention backend, FP8, compile, tiling, offload).
 
@@ -121,15 +136,7 @@ def apply_profile(pipe: Any, profile: RuntimeProfile, device: str, *, denoisers:
     pipe.set_progress_bar_config(disable=True)
     models = [m for name in denoisers if (m := getattr(pipe, name, None)) is not None]
     if profile.attention_backend:
-        from diffusers import attention_backend
-
-        # diffusers' set_attention_backend also makes its backend the process's active one, which every model
-        # without a backend of its own then runs on: another model this worker hosts, or one made context
-        # parallel, which refuses a backend without context parallel (_native_math). The context restores
-        # the active backend on exit, so the profile's backend stays this pipeline's own.
-        with attention_backend(profile.attention_backend):
-            for model in models:
-                model.set_attention_backend(profile.attention_backend)
+        use_attention_backend(models, profile.attention_backend)
     if profile.fp8 != "none":  # before compile: the compiled blocks then include the casts
         apply_fp8(models, profile.fp8, device)
     if profile.compile:
