@@ -19,8 +19,8 @@ LTX-2 facts handled here:
   audio VAE's 16 kHz, and slightly shorter than the video: it is trimmed or padded to the kept frames;
 - without ``audio`` the audio latents are still denoised (the streams attend to each other), but the
   audio VAE and vocoder never run;
-- ``image_to_video`` runs ``LTX2ImageToVideoPipeline`` built once over the loaded modules (``from_pipe``, no
-  copy): the image, re-compressed as H.264 at the checkpoint's CRF (33 for the Gemma-3 generation, as
+- ``image_to_video`` runs ``LTX2ImageToVideoPipeline`` built once over the loaded modules (``pipeline_over``: no
+  copy, no cast): the image, re-compressed as H.264 at the checkpoint's CRF (33 for the Gemma-3 generation, as
   ltx-pipelines' ``load_image_and_preprocess``), is latent frame 0, never noised; in the two-stage recipe
   the refinement gets the image encoded again at full size as its frame 0.
 """
@@ -59,6 +59,7 @@ from pipelines.runtime.profile import (
 from pipelines.runtime.prompt_extend import finish_extension, seeded_rng
 from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
+from pipelines.runtime.sibling import pipeline_over
 
 if TYPE_CHECKING:
     import torch
@@ -405,8 +406,7 @@ class LTX2TextToVideo(Adapter):
         if self._image_pipe is None:
             from diffusers import LTX2ImageToVideoPipeline
 
-            self._image_pipe = LTX2ImageToVideoPipeline.from_pipe(self._pipe())
-            self._image_pipe.set_progress_bar_config(disable=True)
+            self._image_pipe = pipeline_over(LTX2ImageToVideoPipeline, self._pipe())
         return self._image_pipe
 
     def _scheduler(self, *, as_is: bool) -> Any:

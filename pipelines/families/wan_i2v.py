@@ -10,7 +10,7 @@ negative prompt, decoding, memory); what differs per checkpoint is read from its
   the boundary ratio (0.9 in the official config, from the variant's ``pipeline_kwargs``);
 - Wan 2.2 TI2V 5B (``expand_timesteps``): its own VAE (z_dim 48, 16x spatial, so sizes are multiples of 32);
   the image latent *is* latent frame 0, held at timestep 0 while the other frames denoise. Its
-  ``text_to_video`` mode runs ``WanPipeline`` over the same modules (``from_pipe``, no second copy).
+  ``text_to_video`` mode runs ``WanPipeline`` over the same modules (``pipeline_over``: no copy, no cast).
 A job of mode ``image_to_video`` must bring its image (``denoise(..., image=)``, RGB, already fitted to the
 generation size by the worker); one of mode ``text_to_video`` must not.
 """
@@ -31,6 +31,7 @@ from pipelines.runtime.profile import (
     runtime_profile,
 )
 from pipelines.runtime.registry import hub_revision, resolve_weights
+from pipelines.runtime.sibling import pipeline_over
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -92,8 +93,7 @@ class WanImageToVideo(WanTextToVideo):
         if self._text_pipe is None:
             from diffusers import WanPipeline
 
-            self._text_pipe = WanPipeline.from_pipe(pipe)
-            self._text_pipe.set_progress_bar_config(disable=True)
+            self._text_pipe = pipeline_over(WanPipeline, pipe)
         return self._text_pipe
 
     def unload(self) -> None:
