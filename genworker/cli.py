@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +19,36 @@ if TYPE_CHECKING:
 
 __all__ = ["app"]
 
-app = App(name="genworker", help="GPU worker daemon and HTTP tier for video generation.", no_args_is_help=True)
+
+class _Root(App):
+    """The command tree, run as the console script: a settings error is told in one line per bad field and exits
+    2 on every command (its traceback only with ``--debug``)."""
+
+    debug = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as e:
+            from foundation.settings import Settings
+            from foundation.settings.problems import settings_problems
+
+            problems = settings_problems(e, Settings)
+            if not problems or self.debug:
+                raise
+            for line in problems:
+                typer.echo(f"genworker: {line}", err=True)
+            raise SystemExit(2) from None
+
+
+app = _Root(name="genworker", help="GPU worker daemon and HTTP tier for video generation.", no_args_is_help=True)
+
+
+@app.callback()
+def _root_options(
+    debug: Annotated[bool, typer.Option("--debug", help="On an error, print its whole traceback.")] = False,
+) -> None:
+    _Root.debug = debug
 
 
 @app.command()
