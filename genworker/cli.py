@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from foundation.core.harmless import quiet_known_harmless
 from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class _Root(App):
             raise SystemExit(2) from None
 
 
+quiet_known_harmless()  # before any command imports torch, diffusers or transformers
 app = _Root(name="genworker", help="GPU worker daemon and HTTP tier for video generation.", no_args_is_help=True)
 
 
