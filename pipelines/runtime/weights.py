@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -133,7 +134,7 @@ def pull(
     against their source's hashes before the manifest says they are good. Returns the repo folders."""
     folders = []
     for wanted in needed(spec):
-        source = _CacheMirror(from_cache, wanted) if from_cache is not None else _Hub(wanted)
+        source = _CacheMirror(from_cache, wanted) if from_cache is not None else _Hub(wanted, spec.id)
         folder = weights_dir / wanted.repo
         files = source.fetch(folder, progress)
         problems = list(_check(folder, files, quick=False, progress=progress))
@@ -190,21 +191,48 @@ class _CacheMirror:
         return files
 
 
+# The hub client's transport errors (its httpx's TransportError family, the socket's OSError) and its refusal under
+# HF_HUB_OFFLINE, matched by class name: the client's HTTP library is its own choice and changes between releases.
+_UNREACHABLE = frozenset({"TransportError", "OfflineModeIsEnabled"})
+
+
+@contextmanager
+def _reaching_hub(repo: str, model: str) -> Iterator[None]:
+    """Tells a hub that cannot be reached in one sentence: which host, and the offline way (``--from-cache``)."""
+    try:
+        yield
+    except Exception as e:
+        if not (isinstance(e, OSError) or {c.__name__ for c in type(e).__mro__} & _UNREACHABLE):
+            raise
+        from huggingface_hub import constants
+
+        raise ModelLoadError(
+            f"cannot reach the hub at {constants.ENDPOINT} for {repo} ({e}); on a machine without access, copy "
+            f"from a directory laid out like the hub cache: genworker weights pull {model} --from-cache DIR"
+        ) from e
+
+
 class _Hub:
     """The hub itself: the listing with its hashes from the API, the files through the hub client (with its
     own progress bars), into ``folder`` directly."""
 
-    def __init__(self, wanted: RepoFiles) -> None:
+    def __init__(self, wanted: RepoFiles, model: str) -> None:
         from huggingface_hub import HfApi
 
         self.wanted = wanted
+        self.model = model
         self.api = HfApi()
-        info = self.api.model_info(wanted.repo, revision=wanted.revision)
+        with _reaching_hub(wanted.repo, model):
+            info = self.api.model_info(wanted.repo, revision=wanted.revision)
         if info.sha is None:
             raise ModelLoadError(f"{wanted.repo}: the hub states no commit for revision {wanted.revision!r}")
         self.commit = info.sha
 
     def fetch(self, folder: Path, progress: Progress) -> list[SourceFile]:
+        with _reaching_hub(self.wanted.repo, self.model):
+            return self._fetch(folder, progress)
+
+    def _fetch(self, folder: Path, progress: Progress) -> list[SourceFile]:
         from huggingface_hub import RepoFile, hf_hub_download, snapshot_download
 
         listing = {

@@ -221,3 +221,36 @@ def test_the_commands_pull_and_verify(mirror: Path, tmp_path: Path, monkeypatch:
     failed = runner.invoke(app, ["weights", "verify", "ltx-2"])
     assert failed.exit_code == 1
     assert "ltx-2-19b-distilled-lora-384.safetensors: 5 bytes, expected" in failed.output
+
+
+@pytest.mark.parametrize("offline", [True, False], ids=["HF_HUB_OFFLINE", "refused"])
+def test_a_hub_out_of_reach_is_one_line_naming_it_and_the_offline_way(tmp_path: Path, offline: bool) -> None:
+    """No traceback of the hub client: the host it could not reach and ``--from-cache``, in one line."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as closed:  # a loopback port nothing listens on: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env |= {
+        "HF_ENDPOINT": endpoint,
+        "GENWORKER_MODELS__WEIGHTS_DIR": str(tmp_path),
+        "GENWORKER_DATA_DIR": str(tmp_path),
+    }
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("genworker")), "weights", "pull", "wan2.1-t2v-1.3b"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    lines = (result.stdout + result.stderr).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"genworker weights pull: cannot reach the hub at {endpoint} for Wan-AI/")
+    assert lines[0].endswith("genworker weights pull wan2.1-t2v-1.3b --from-cache DIR")
