@@ -215,6 +215,32 @@ def test_delete_removes_the_files_and_then_the_id_is_not_found(stack: Stack, sdk
     assert video.id not in [v.id for v in client.videos.list(limit=100)]
 
 
+def test_another_project_finds_no_video_on_any_route_and_changes_nothing(stack: Stack, sdk: SDK) -> None:
+    """Every ``/v1/videos/{id}`` route answers another project's id as not found, never forbidden (which would say
+    it exists), and leaves the video whole: retrieve, both contents, delete, the list; the owner's after."""
+    owner = sdk(stack)
+    video = owner.videos.create_and_poll(model="tiny-wan", prompt="a kite", seconds="1", poll_interval_ms=200)
+    assert video.status == "completed", video.error
+    stranger = sdk(stack, "beta")
+    for route, attempt in {
+        "retrieve": lambda: stranger.videos.retrieve(video.id),
+        "content": lambda: stranger.videos.download_content(video.id),
+        "thumbnail": lambda: stranger.videos.download_content(video.id, variant="thumbnail"),
+        "delete": lambda: stranger.videos.delete(video.id),
+    }.items():
+        with pytest.raises(openai.NotFoundError) as refused:
+            attempt()
+        assert refused.value.code == "not_found", route
+    assert video.id not in [v.id for v in stranger.videos.list(limit=100)]
+    # Nothing was deleted or changed: the owner still retrieves and downloads it.
+    assert list(stack.store.list_objects(artifact_prefix(video.id)))
+    assert owner.videos.retrieve(video.id).status == "completed"
+    record = generation(stack, video.id)
+    mp4 = owner.videos.download_content(video.id)
+    video_sha = next(a["sha256"] for a in record["artifacts"] if a["kind"] == "video")
+    assert hashlib.sha256(mp4.content).hexdigest() == video_sha
+
+
 def test_an_uploaded_image_makes_an_image_to_video_that_deletes_once_canceled(
     stack: Stack, tmp_path: Path, sdk: SDK
 ) -> None:

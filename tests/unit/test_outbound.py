@@ -133,3 +133,26 @@ def test_an_allow_list_entry_without_a_port_is_refused_at_start(entry: str) -> N
         "images.internal:8080",
         "[::1]:*",
     ]
+
+
+def test_every_redirect_hop_is_checked_not_only_the_first() -> None:
+    """Two loopback servers: a chain that stays on the allowed one for two hops, then leaves it. The third hop is
+    refused before any connection to it; with both allowed, the same chain ends at the second server's body."""
+    from api.outbound import fetch
+    from tests.fixtures.image_server import Route, serve_images
+
+    with serve_images({"/final": Route(b"elsewhere")}) as other:
+        routes = {
+            "/start": Route(status=302, headers={"Location": "/next"}),
+            "/next": Route(status=302, headers={"Location": other.url("/final")}),
+        }
+        with serve_images(routes) as first:
+            allowed = frozenset({f"127.0.0.1:{first.port}"})
+            policy = OutboundPolicy(allow_http_hosts=allowed, allow_private_hosts=allowed, max_redirects=3)
+            with pytest.raises(UrlNotAllowed, match=f"port {other.port} is not one"):
+                fetch(first.url("/start"), policy)
+            assert first.hits == ["/start", "/next"] and other.hits == []
+
+            both = allowed | {f"127.0.0.1:{other.port}"}
+            fetched = fetch(first.url("/start"), OutboundPolicy(both, both, max_redirects=3))
+            assert (fetched.body, fetched.url) == (b"elsewhere", other.url("/final"))

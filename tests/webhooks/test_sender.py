@@ -104,6 +104,27 @@ def test_one_logical_delivery_per_event_through_5xx(env: Env, receiver: Receiver
     assert [a.status_code for a in max(log, key=lambda d: d.attempt_count).attempts][-1] == 200
 
 
+def test_a_retry_long_after_creation_is_signed_at_its_attempt(env: Env, receiver: Receiver, catalog: Catalog) -> None:
+    """A Standard Webhooks receiver refuses a timestamp over 5 minutes off its clock: a retry of a delivery made
+    an hour ago must carry the retry's own time, or every late retry is refused."""
+    endpoint, secret = env.hooks.add_endpoint("alpha", receiver.url, [EventType.generation_succeeded])
+    receiver.script = [500]
+    run_job(env.queue, catalog, "alpha")
+    env.drain(lambda: len(receiver.received) == 1)
+    [failed] = env.hooks.store.list_deliveries(endpoint.id)
+    assert failed.state is DeliveryState.pending and failed.attempt_count == 1
+    # The delivery as it would be an hour later: made then, due now.
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    env.hooks.store.save_delivery(
+        failed.model_copy(update={"created_at": an_hour_ago, "next_attempt_at": datetime.now(UTC)})
+    )
+    env.drain(lambda: states(env, endpoint) == [DeliveryState.delivered])
+    retry = receiver.received[-1]
+    assert retry.webhook_id == failed.id
+    assert abs(int(retry.headers["webhook-timestamp"]) - time.time()) < 60
+    assert Webhook(secret).verify(retry.body, retry.headers)["type"] == "generation.succeeded"
+
+
 def test_canceled_and_new_endpoints(env: Env, receiver: Receiver, catalog: Catalog) -> None:
     from tests.integration.worker_harness import make_record
 
