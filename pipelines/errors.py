@@ -11,6 +11,7 @@ Exception tree (the classes of this module, under their bases from ``foundation.
     ├── CheckpointCorrupt        bytes that are no denoising checkpoint this version reads (also ``ValueError``)
     │   └── CheckpointMismatch   a checkpoint of this job that does not fit its loop (shapes, dtypes, counts)
     ├── UnsupportedState         a scheduler state a checkpoint cannot carry (also ``TypeError``)
+    ├── CompileCacheRefused      a compile cache blob not sealed by this worker's key, or unsafe (also ``ValueError``)
     └── WarmupDone               a compile warm-up denoise ran what it had to: it leaves the loop early
 """
 
@@ -21,6 +22,7 @@ from foundation.core.errors import ErrorCode, GenworkerError, JobError
 __all__ = [
     "CheckpointCorrupt",
     "CheckpointMismatch",
+    "CompileCacheRefused",
     "FollowerStopped",
     "ModelLoadError",
     "ParallelSetupError",
@@ -68,3 +70,8 @@ class WarmupDone(GenworkerError):
     """A compile warm-up denoise ran every denoiser it had to (``pipelines.runtime.compile``): raised from its step
     callback to leave the denoising loop before the schedule ends, and caught by the warm-up. Control flow, not a
     failure: no job sees it."""
+
+
+class CompileCacheRefused(GenworkerError, ValueError):
+    """A compile cache blob that is not loaded: not sealed by this worker's key for its cache key, of a layout this
+    torch does not write, or naming an artifact like a path. The model compiles afresh."""

@@ -59,6 +59,7 @@ def start(work: Path, name: str, cache_dir: Path, store_root: Path, tiny: Path, 
             "tiny_models_dir": str(tiny),
             "compile_cache_dir": str(cache_dir),
             "compile_cache_in_store": in_store,
+            "compile_cache_key": "bench-compile-cache-shared-key",  # every start is one fleet's worker: one key
             "profile_overrides": {"tiny-wan": {"compile": True}},
         },
         "worker": {"hosted_models": ["tiny-wan"], "preload": ["tiny-wan"], "build_tiny_models": False},

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foundation.stores.factory import load_or_create_secret
 from pipelines.runtime.compile_cache import (
     ArtifactSource,
     CompileCacheDir,
     Persisted,
     model_key,
     persisted,
+    refusal,
     use_inductor_dir,
     versions,
 )
@@ -27,10 +29,11 @@ if TYPE_CHECKING:
     from foundation.settings import Settings
     from foundation.stores.base import ArtifactStore
 
-__all__ = ["STORE_PREFIX", "StoreArtifacts", "compile_cache"]
+__all__ = ["KEY_FILE", "STORE_PREFIX", "StoreArtifacts", "compile_cache"]
 
 log = logging.getLogger("genworker.worker.compile_cache")
 
+KEY_FILE = "compile-cache.key"  # in data_dir, beside the caches' directory, not in it
 STORE_PREFIX = "compile-cache/"  # beside generations/, which the sweeper walks; nothing else is kept here
 MAX_BLOB_BYTES = 1 << 30  # a larger read is cut short, fails to load, and the warm-up compiles
 
@@ -51,6 +54,13 @@ class StoreArtifacts:
             self.store.put_file(f"{STORE_PREFIX}{key}.bin", path, content_type="application/octet-stream")
 
 
+def _sealing_key(settings: Settings) -> bytes:
+    """``models.compile_cache_key``, else the key file in the data dir (made once, 0600)."""
+    if settings.models.compile_cache_key is not None:
+        return settings.models.compile_cache_key.get_secret_value().encode()
+    return load_or_create_secret(Path(settings.data_dir) / KEY_FILE)
+
+
 @contextmanager
 def compile_cache(settings: Settings, store: ArtifactStore, spec: ModelSpec, adapter: Any) -> Iterator[Persisted]:
     """Around a compiled model's warm-up: inductor's directory under ``models.compile_cache_dir`` and the
@@ -62,11 +72,17 @@ def compile_cache(settings: Settings, store: ArtifactStore, spec: ModelSpec, ada
         return
     cache = CompileCacheDir(Path(models.compile_cache_dir))
     name = versions(adapter.device)
+    refused = next(filter(None, map(refusal, [cache.root, cache.root / name, cache.inductor_dir(name)])), None)
+    if refused is not None:  # inductor would unpickle what another user put there: compile, keep nothing
+        log.warning("compile cache directory refused", extra={"model": spec.id, "reason": refused})
+        yield Persisted(key="")
+        return
     inductor = use_inductor_dir(cache, name)
     sources: list[ArtifactSource] = [cache]
     if models.compile_cache_in_store:
         sources.append(StoreArtifacts(store))
-    with persisted(f"{name}/{model_key(spec, adapter.profile, adapter.device)}", sources) as done:
+    key = f"{name}/{model_key(spec, adapter.profile, adapter.device)}"
+    with persisted(key, sources, secret=_sealing_key(settings)) as done:
         yield done
     log.info(
         "compile cache",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 __all__ = ["ModelRuntimeSettings"]
 
@@ -41,6 +41,15 @@ class ModelRuntimeSettings(BaseModel):
             "inductor's cache directory and each model's cache artifacts, keyed by model, runtime profile and "
             "versions, so a restart or a second worker on the same volume starts without compiling "
             "(pipelines/runtime/compile_cache.py). Empty: off. TORCHINDUCTOR_CACHE_DIR, where set, wins."
+        ),
+    )
+    compile_cache_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "The worker-only key that seals each compiled model's cache artifacts (an HMAC: a blob another key made, "
+            "or an altered one, is not loaded and the model compiles afresh). Unset: `<data_dir>/compile-cache.key`, "
+            "made on first use. Workers that share artifacts through the store or a volume need the same key; "
+            "never give it to the API."
         ),
     )
     compile_cache_in_store: bool = Field(

@@ -14,6 +14,15 @@ work between processes, and both live under ``models.compile_cache_dir`` (``<dat
   on, in the artifact store (the worker's ``worker.compile_cache``), so a worker on another machine starts
   from them. ``persisted`` loads them before the warm-up and saves them after a warm-up that had none.
 
+Trust: a cache artifact is code. torch writes each artifact it loads into its caches under the artifact's own
+key, and unpickles it when a compile looks it up, so a blob planted in the store (anyone holding its credentials)
+or in the directory would run in every worker that loads it. So every blob is sealed with an HMAC-SHA256 under a
+worker-only key (``models.compile_cache_key``, else ``<data_dir>/compile-cache.key``), kept apart from the blobs,
+and a blob is loaded only when its seal holds for its own cache key and every artifact key in it is a plain name
+(``artifact_keys``: no ``..``, no absolute path). The directory itself must be this process's own and writable by
+no one else (``refusal``): inductor unpickles what is in it too. A refused blob or directory is logged and the
+model compiles afresh; a job never fails for it.
+
 The key: ``versions`` names what makes compiled code incompatible (torch, its CUDA and Triton, diffusers,
 Python, the device kind), ``model_key`` what changes the graphs of one model (its weights, sizes and
 runtime profile). A stale or foreign entry is never wrong to load (torch checks its own keys on use): it is
@@ -23,14 +32,17 @@ image's) are removed once untouched for ``STALE_AFTER``, so the directory does n
 
 from __future__ import annotations
 
+import base64
 import getpass
 import hashlib
+import hmac
 import json
 import logging
 import os
 import platform
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -42,6 +54,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from pipelines.errors import CompileCacheRefused
+
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
 
@@ -51,8 +65,12 @@ __all__ = [
     "ArtifactSource",
     "CompileCacheDir",
     "Persisted",
+    "artifact_keys",
     "model_key",
     "persisted",
+    "refusal",
+    "seal",
+    "unseal",
     "use_inductor_dir",
     "versions",
 ]
@@ -61,6 +79,83 @@ log = logging.getLogger("genworker.pipelines.compile_cache")
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 STALE_AFTER = timedelta(days=14)  # a <versions> directory untouched this long belongs to an image no longer run
+
+_SEALED = b"genworker-compile-cache/1\n"  # then the HMAC-SHA256 of (cache key, torch's blob), then torch's blob
+_DIGEST = hashlib.sha256().digest_size
+# One or two path parts of letters, digits and ``_.:-``, none starting with a dot: what torch 2.13 names its
+# artifacts (inductor and AOTAutograd: one base32 hash; autotune: ``<2 chars>/<hash>.best_config``).
+_ARTIFACT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*(/[A-Za-z0-9][A-Za-z0-9_.:-]*)?")
+
+
+def seal(secret: bytes, key: str, blob: bytes) -> bytes:
+    """``blob`` as stored: marked, and authenticated for ``key`` (a blob moved to another key does not open)."""
+    return _SEALED + hmac.new(secret, key.encode() + b"\n" + blob, hashlib.sha256).digest() + blob
+
+
+def unseal(secret: bytes, key: str, sealed: bytes) -> bytes:
+    """torch's blob out of a sealed one, or ``CompileCacheRefused`` when it is not one this key made for ``key``
+    or an artifact in it is named like a path out of its cache."""
+    if not sealed.startswith(_SEALED):
+        raise CompileCacheRefused("not a sealed compile cache (an older worker's, or not ours)")
+    start = len(_SEALED) + _DIGEST
+    mac, blob = sealed[len(_SEALED) : start], sealed[start:]
+    if not hmac.compare_digest(mac, hmac.new(secret, key.encode() + b"\n" + blob, hashlib.sha256).digest()):
+        raise CompileCacheRefused("its seal does not hold (another key made it, or it was altered)")
+    for name in artifact_keys(blob):
+        if not _ARTIFACT_KEY.fullmatch(name):
+            raise CompileCacheRefused(f"an artifact key is not a plain name: {name[:80]!r}")
+    return blob
+
+
+def artifact_keys(blob: bytes) -> list[str]:
+    """The artifact keys in torch's cache blob, read without loading anything (``CompileCacheRefused`` where it
+    does not parse). The layout is torch 2.13's (``torch.compiler.save_cache_artifacts``): a CRC32, a version
+    (1), then per artifact type its name, a count and (key, content) pairs; lengths are 8-byte big-endian, names
+    and keys base64. Another torch's layout fails to parse, and the model compiles afresh."""
+    position = 4
+    keys: list[str] = []
+
+    def number() -> int:
+        nonlocal position
+        if position + 8 > len(blob):
+            raise CompileCacheRefused("a compile cache blob ends early")
+        value = int.from_bytes(blob[position : position + 8], "big")
+        position += 8
+        return value
+
+    def chunk() -> bytes:
+        nonlocal position
+        size = number()
+        if position + size > len(blob):
+            raise CompileCacheRefused("a compile cache blob ends early")
+        position += size
+        return blob[position - size : position]
+
+    if number() != 1:
+        raise CompileCacheRefused("a compile cache blob of another layout version")
+    try:
+        while position < len(blob):
+            chunk()  # the artifact type
+            for _ in range(number()):
+                keys.append(base64.b64decode(chunk(), validate=True).decode())
+                chunk()  # the content, loaded only once the blob is accepted
+    except ValueError as e:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise CompileCacheRefused(f"a compile cache blob that does not parse: {e}") from None
+    return keys
+
+
+def refusal(directory: Path) -> str | None:
+    """Why ``directory`` must not hold caches this process loads (None: it may): it must be this process's own
+    and writable by no one else, or another local user could plant code in it."""
+    try:
+        info = directory.stat()
+    except FileNotFoundError:
+        return None
+    if info.st_uid != os.getuid():
+        return f"{directory} is owned by uid {info.st_uid}, not this process's ({os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{directory} is writable by its group or by everyone (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 def _version(dist: str) -> str | None:
@@ -132,7 +227,7 @@ class CompileCacheDir:
     def write(self, key: str, blob: bytes) -> None:
         """Whole or not at all: a concurrent reader never sees half a blob (temp file, then a rename)."""
         target = self.path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -175,7 +270,7 @@ def use_inductor_dir(cache: CompileCacheDir, versions_name: str) -> Path:
     if chosen and os.path.abspath(chosen) != os.path.abspath(_torch_default_dir()):
         return Path(chosen)
     target = cache.inductor_dir(versions_name)
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.utime(target.parent)  # touched at each start: prune keeps what is still run
     os.environ[INDUCTOR_ENV] = str(target)
     for stale in cache.prune(keep=versions_name):
@@ -194,13 +289,13 @@ class Persisted:
     saved: list[str] = field(default_factory=list)
 
 
-def _load(key: str, sources: list[ArtifactSource], done: Persisted) -> None:
+def _load(key: str, sources: list[ArtifactSource], secret: bytes, done: Persisted) -> None:
     import torch
 
     for source in sources:
         try:
-            blob = source.read(key)
-            info = torch.compiler.load_cache_artifacts(blob) if blob else None
+            sealed = source.read(key)
+            info = torch.compiler.load_cache_artifacts(unseal(secret, key, sealed)) if sealed else None
         except Exception as e:  # a cache is an optimization: any failure to read it means compiling
             where = type(source).__name__
             log.warning("compile cache not loaded", extra={"key": key, "source": where, "error": str(e)})
@@ -211,7 +306,7 @@ def _load(key: str, sources: list[ArtifactSource], done: Persisted) -> None:
             return
 
 
-def _save(key: str, sources: list[ArtifactSource], done: Persisted) -> None:
+def _save(key: str, sources: list[ArtifactSource], secret: bytes, done: Persisted) -> None:
     import torch
 
     made = torch.compiler.save_cache_artifacts()
@@ -219,20 +314,20 @@ def _save(key: str, sources: list[ArtifactSource], done: Persisted) -> None:
         return
     for source in sources:
         try:
-            source.write(key, made[0])
+            source.write(key, seal(secret, key, made[0]))
             done.saved.append(type(source).__name__)
         except Exception as e:
             log.warning("compile cache not saved", extra={"key": key, "source": type(source).__name__, "error": str(e)})
 
 
 @contextmanager
-def persisted(key: str, sources: list[ArtifactSource]) -> Iterator[Persisted]:
-    """Around a warm-up: load the first artifacts found under ``key`` (in ``sources`` order), and after a
-    warm-up that found none, save what it compiled to every source. Nothing is saved when the body raises.
-    ``sources`` empty: a no-op."""
+def persisted(key: str, sources: list[ArtifactSource], *, secret: bytes) -> Iterator[Persisted]:
+    """Around a warm-up: load the first artifacts found under ``key`` (in ``sources`` order) whose seal holds
+    under ``secret``, and after a warm-up that found none, save what it compiled, sealed, to every source.
+    Nothing is saved when the body raises. ``sources`` empty: a no-op."""
     done = Persisted(key=key)
     if sources:
-        _load(key, sources, done)
+        _load(key, sources, secret, done)
     yield done
     if sources and done.found is None:
-        _save(key, sources, done)
+        _save(key, sources, secret, done)
