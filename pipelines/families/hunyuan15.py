@@ -6,18 +6,41 @@ processor (``diffusers.attention_processor``), which the adapter puts in place o
 Model facts behind it (diffusers 0.42.1 ``models/transformers/transformer_hunyuan_video15.py``):
 - each of the 54 double-stream blocks attends over one sequence: the video tokens, then 1,985 text-side tokens
   (729 SigLIP image slots, 256 byT5 and 1,000 Qwen2.5-VL tokens, always padded to those lengths); the
-  transformer reorders the text side so its valid tokens come first and the padding last;
+  transformer reorders the text side so its valid tokens come first and the padding last, so the valid keys of
+  a row are a prefix of its sequence (video tokens, valid text, then padding);
 - ``HunyuanVideo15AttnProcessor2_0`` turns the (B, L) key-padding mask into a dense (B, 1, L, L) bool mask on
-  every call (``mask_q & mask_k``): L = 50,345 at 832x480 x 121 frames, so two L^2-byte tensors (4.7 GiB) in the
-  processor, and SDPA's memory-efficient kernel turns a bool mask into an additive one of its own shape (another
-  2 L^2 bytes, padded to an 8-aligned last dimension: one more copy). At 720p x 121 frames (L = 113,585) that is
-  over 48 GiB per attention call, on top of the weights;
-- the mask only needs to hide padded *keys*: a padded query row's output is a padded text token's, which no
-  valid token ever attends to (it is masked as a key in every block) and which never reaches the output
-  (``proj_out`` reads the video tokens only). So a (B, 1, 1, L) mask broadcast over the queries gives the video
-  and valid text tokens exactly what the dense mask gives them. SDPA broadcasts it without copying (the boolean
-  conversion and the alignment padding apply to the (B, 1, 1, L) tensor, then it is expanded as a view), and
-  diffusers' varlen backends reduce either shape to per-key lengths.
+  every call (``mask_q & mask_k``, two L^2-byte tensors held through the call), and SDPA's memory-efficient kernel
+  turns a bool mask into an additive bfloat16 one of its own shape, then pads that to an 8-aligned last dimension
+  (one more copy). Per attention call: 14.2 GiB at 832x480 x 121 frames (L = 50,345); 72 GiB at 1280x720 x 121
+  frames (L = 113,585: 24 GiB of bool masks, 2 x 24 GiB of bias at the peak);
+- the pipeline runs CFG's two branches as two forward calls (its ``ClassifierFreeGuidance`` guider yields one
+  batch per condition), so each call has batch 1; ``num_videos_per_prompt`` rows repeat one prompt (one length).
+
+What this processor does instead:
+- **a padding tail is cut off**: when every row's valid keys are a prefix and all rows share its length (always,
+  at batch 1, after the transformer's reordering), K and V are sliced to that length (views, no copy) and SDPA
+  runs with no mask: nothing is materialized, and any kernel may run. Flash refuses every mask, so the masked
+  paths never ran it; cuDNN (torch's first choice on sm90/sm100 with cuDNN newer than 9.15) takes a mask only as
+  an additive bias; memory-efficient and math take either (math materializes the L^2 scores either way). The
+  padded keys are no longer computed: for a text-to-video prompt of 100 to 300 valid text tokens, 1,685 to 1,885
+  of the 1,985 text-side keys, 1.5-1.7 % of every call's keys at 720p and 3.4-3.7 % at 480p;
+- **any other mask** (a hole, rows of a batch with different valid lengths) gets a (B, 1, 1, L) key-padding mask
+  broadcast over the queries: SDPA converts and aligns the (B, 1, 1, L) tensor, then expands it as a view (0.57
+  MB per call at 720p, where the dense mask costs 72 GiB), and diffusers' varlen backends reduce either shape to
+  per-key lengths. This is also the path under ``torch.compile`` (a ``fullgraph`` block admits no branch on a
+  tensor's values, nor a length read from one) and under context parallelism (each rank holds a slice of the
+  sequence, whose prefix is not the sequence's);
+- deciding costs one device-to-host read of three numbers per call (54 per forward), negligible beside what a
+  call computes (16 heads of 128: 4 L^2 x 2,048 = 1.1e14 floating-point operations at 720p).
+  ``slice_padding_tail=False`` keeps the mask (the A/B against the cut).
+
+Why every path gives the video and valid text tokens exactly what the dense mask gives them: a padded token only
+ever appears as a key (cut off, or hidden by the mask), and everything else in a block (the modulated norms, the
+projections, the QK norms, the feed-forward) works token by token, so a padded token's hidden state never reaches
+a valid one, in any block. The padded query rows get attention over the valid keys, on the cut path as on the
+key-padding one (a convex combination of valid values: finite, where the dense mask leaves them no key at all);
+the text stream carries them to the next block, where they are only keys again, and ``proj_out`` reads the video
+tokens only.
 """
 
 from __future__ import annotations
@@ -30,17 +53,36 @@ from diffusers.models.transformers.transformer_hunyuan_video15 import HunyuanVid
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KeyPaddingAttnProcessor"]
+__all__ = ["KeyPaddingAttnProcessor", "shared_valid_prefix"]
+
+
+def shared_valid_prefix(attention_mask: torch.Tensor) -> int | None:
+    """How many leading tokens every row of a (B, N) mask keeps, when each row keeps exactly a prefix and all rows
+    keep the same number; None otherwise (a hole, or rows of different lengths)."""
+    import torch
+
+    keep = attention_mask.bool()
+    lengths = keep.sum(dim=1)
+    prefix = torch.arange(keep.shape[1], device=keep.device) < lengths[:, None]
+    # One device-to-host read for the three numbers the decision needs.
+    is_prefix, shortest, longest = torch.stack([(prefix == keep).all().long(), lengths.min(), lengths.max()]).tolist()
+    return shortest if is_prefix and shortest == longest else None
 
 
 class KeyPaddingAttnProcessor(HunyuanVideo15AttnProcessor2_0):  # type: ignore[misc]
-    """diffusers' HunyuanVideo 1.5 processor with a (B, 1, 1, L) key-padding mask instead of the (B, 1, L, L) one.
+    """diffusers' HunyuanVideo 1.5 processor without its (B, 1, L, L) mask: the padded keys cut off when they are a
+    tail, a (B, 1, 1, L) key-padding mask otherwise.
 
     The rest is the parent's ``__call__`` unchanged: projections, QK norms, rotary embedding on the video stream,
     the text stream's projections, one attention call, the output projections."""
 
     # The diffusers processor this one stands in for (the generic adapter replaces exactly its instances).
     replaces = HunyuanVideo15AttnProcessor2_0
+
+    def __init__(self, *, slice_padding_tail: bool = True) -> None:
+        super().__init__()
+        # Off: always the key-padding mask (the A/B that keeps the cut honest, and the tests' reference).
+        self.slice_padding_tail = slice_padding_tail
 
     def __call__(
         self,
@@ -51,7 +93,6 @@ class KeyPaddingAttnProcessor(HunyuanVideo15AttnProcessor2_0):  # type: ignore[m
         image_rotary_emb: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         import torch
-        from torch.nn.functional import pad
 
         # 1. QKV projections
         query = attn.to_q(hidden_states).unflatten(2, (attn.heads, -1))
@@ -82,23 +123,8 @@ class KeyPaddingAttnProcessor(HunyuanVideo15AttnProcessor2_0):  # type: ignore[m
             key = torch.cat([key, encoder_key], dim=1)
             value = torch.cat([value, encoder_value], dim=1)
 
-        # 5. Attention. The only change: the video tokens (always valid) are prepended to the text-side mask as
-        # the parent does, and the mask stays one row per batch, broadcast over every query.
-        if attention_mask is not None:
-            batch_size, seq_len = query.shape[0], query.shape[1]
-            keys = pad(attention_mask, (seq_len - attention_mask.shape[1], 0), value=True).bool()
-            attention_mask = keys.view(batch_size, 1, 1, seq_len)
-        hidden_states = dispatch_attention_fn(
-            query,
-            key,
-            value,
-            attn_mask=attention_mask,
-            dropout_p=0.0,
-            is_causal=False,
-            backend=self._attention_backend,
-            parallel_config=self._parallel_config,
-        )
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        # 5. Attention: the only change from the parent
+        hidden_states = self._attend(query, key, value, attention_mask).flatten(2, 3).to(query.dtype)
 
         # 6. Output projections, split back into the two streams
         if encoder_hidden_states is not None:
@@ -109,3 +135,39 @@ class KeyPaddingAttnProcessor(HunyuanVideo15AttnProcessor2_0):  # type: ignore[m
             if getattr(attn, "to_add_out", None) is not None:
                 encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
         return hidden_states, encoder_hidden_states
+
+    def _attend(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Attention over the joint (B, L, heads, dim) sequence; ``attention_mask`` is the text side's (B, N)."""
+        from torch.nn.functional import pad
+
+        mask = None
+        if attention_mask is not None:
+            video = query.shape[1] - attention_mask.shape[1]  # the video tokens come first and are always valid
+            valid = self._valid_text_prefix(attention_mask)
+            if valid is not None:
+                key, value = key[:, : video + valid], value[:, : video + valid]
+            else:
+                keys = pad(attention_mask, (video, 0), value=True).bool()
+                mask = keys.view(query.shape[0], 1, 1, query.shape[1])
+        out: torch.Tensor = dispatch_attention_fn(
+            query,
+            key,
+            value,
+            attn_mask=mask,
+            dropout_p=0.0,
+            is_causal=False,
+            backend=self._attention_backend,
+            parallel_config=self._parallel_config,
+        )
+        return out
+
+    def _valid_text_prefix(self, attention_mask: torch.Tensor) -> int | None:
+        """The text tokens every row keeps, when the padded keys can be cut off here; None: mask them."""
+        import torch
+
+        # A compiled block must stay one graph of fixed shapes, and a context-parallel rank sees only its slice.
+        if not self.slice_padding_tail or torch.compiler.is_compiling() or self._parallel_config is not None:
+            return None
+        return shared_valid_prefix(attention_mask)
