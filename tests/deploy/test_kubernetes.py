@@ -294,3 +294,17 @@ def test_every_referenced_secret_is_one_the_secrets_kustomization_makes(
     assert auth_refs <= made
     ignored = (src / ".gitignore").read_text(encoding="utf-8").split()
     assert "*.env" in ignored
+
+
+def test_the_api_holds_no_worker_store_identity_nor_the_compile_cache_key(rendered: dict[str, list[Doc]]) -> None:
+    """Workers load compiled code from compile-cache/: the internet-facing API holds neither the store identity that
+    can write there nor the key that seals it; every worker holds both."""
+    for overlay, docs in rendered.items():
+        refs = {(where, name) for where, name, _key in secret_refs(docs)}
+        api = {name for where, name in refs if where == "Deployment/genworker-api"}
+        workers = {w for w, _ in refs if w.startswith("Deployment/genworker-worker")}
+        assert api and workers, overlay
+        assert "genworker-s3-api" in api and not api & {"genworker-s3", "genworker-compile-cache"}, overlay
+        for worker in workers:
+            held = {name for where, name in refs if where == worker}
+            assert {"genworker-s3", "genworker-compile-cache"} <= held and "genworker-s3-api" not in held, worker
