@@ -42,6 +42,7 @@ from foundation.queue.policy import ReleaseReason
 from foundation.settings import Settings
 from worker.context import WorkerContext, start_worker_context
 from worker.lifecycle import Shutdown
+from worker.verdict import backoff_s
 
 __all__ = ["Worker", "run_worker"]
 
@@ -150,6 +151,25 @@ class Worker:
         os._exit(self.exit_code)
 
 
+def _first_heartbeat(ctx: WorkerContext, shutdown: Shutdown) -> bool:
+    """Announce the worker, waiting out a queue that cannot be reached yet (Redis restarting, a pod scheduled
+    before it): retried with the fault backoff, not ready meanwhile, never an exit (which an orchestrator would
+    answer with a crash loop for as long as the queue is down). False when a drain came first."""
+    ws = ctx.settings.worker
+    tries = 0
+    while not shutdown.draining.is_set():
+        try:
+            ctx.heartbeat.tick()
+            return True
+        except BackendUnavailable as e:
+            tries += 1
+            delay_s = backoff_s(tries, ws.fault_backoff_s, ws.fault_backoff_max_s)
+            ctx.health.set_ready(False, "queue unavailable")
+            log.warning("queue unavailable at start, retrying in %.1f s: %s", delay_s, e, extra={"tries": tries})
+            shutdown.draining.wait(delay_s)
+    return False
+
+
 def run_worker(settings: Settings, *, install_signals: bool = True, shutdown: Shutdown | None = None) -> int:
     """Set up, run until drained, tear down. Returns the process exit code. ``shutdown``: the drain and stop
     events to obey (a worker run inside another program, which drains it); by default its own."""
@@ -167,9 +187,8 @@ def run_worker(settings: Settings, *, install_signals: bool = True, shutdown: Sh
     # out of the collector's view, a full collection no longer walks it in the middle of a claim.
     gc.collect()
     gc.freeze()
-    if not shutdown.draining.is_set():
+    if _first_heartbeat(ctx, shutdown):
         ctx.health.set_ready(True, "ready")
-        ctx.heartbeat.tick()
         log.info("ready", extra={"worker_id": ctx.worker_id, "models": ctx.hosted_models})
         gpu.start()
         worker.supervise(gpu)

@@ -39,3 +39,33 @@ def test_a_worker_starts_without_a_heartbeat_error(tmp_path: Path, tiny_models_d
     errors = [line for line in lines if line["level"] in ("error", "critical")]
     assert errors == [], errors
     assert any(line["msg"] == "ready" for line in lines)
+
+
+def test_a_worker_started_while_redis_is_down_waits_and_becomes_ready_when_it_returns(
+    tmp_path: Path, tiny_models_dir: Path
+) -> None:
+    """No exit (on Kubernetes a crash loop for as long as Redis is down): the worker answers /readyz 503 with the
+    reason, retries with backoff, and is ready once a redis-server listens on its URL."""
+    from tests.fixtures.redis_server import start_redis
+
+    redis = start_redis(tmp_path / "redis")
+    redis.stop()  # its port is known and, for now, refused
+    data = tmp_path / "var"
+    settings = {
+        "data_dir": str(data),
+        "queue": {"backend": "redis", "redis_url": redis.url},
+        "store": {"backend": "local", "local_root": str(data / "artifacts")},
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
+        "worker": {"hosted_models": ["tiny-wan"], "heartbeat_s": 0.5, "drain_grace_s": 1}
+        | {"fault_backoff_s": 0.2, "fault_backoff_max_s": 1.0},
+    }
+    worker = WorkerProcess({**settings_env(settings), "HF_HUB_OFFLINE": "1"}, tmp_path / "worker.log").start()
+    try:
+        wait_until(lambda: b"queue unavailable" in worker.get("/readyz")[1], "a not-ready worker saying why", 120)
+        wait_until(lambda: worker.log_path.read_text().count("queue unavailable at start") >= 2, "retries", 30)
+        assert worker.proc is not None and worker.proc.poll() is None
+        redis.restart()
+        worker.wait_ready(timeout_s=60)
+    finally:
+        worker.stop()
+        redis.stop()
