@@ -43,6 +43,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -56,6 +57,7 @@ __all__ = [
     "OutboundPolicy",
     "Target",
     "UrlNotAllowed",
+    "Watchdog",
     "address_refusal",
     "allows",
     "check_url",
@@ -233,7 +235,8 @@ def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> b
         raise FetchTooLarge(f"the answer declares {declared} bytes; the limit is {max_bytes}")
     chunks: list[bytes] = []
     size = 0
-    watchdog = _Watchdog(response, deadline)
+    watchdog = Watchdog(deadline)
+    watchdog.arm(response.extensions.get("network_stream"))
     try:
         for chunk in response.iter_raw():  # raw: what the wire carried, never inflated here
             size += len(chunk)
@@ -254,25 +257,48 @@ def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> b
     return b"".join(chunks)
 
 
-class _Watchdog:
-    """Shuts the answer's socket at ``deadline``. A read's own time limit was fixed when the request was
-    sent, so without this a read begun just before the deadline could wait a whole ``timeout_s`` more;
-    the shut socket ends that read at once (as an end of stream, which ``fired`` tells from a real one)."""
+class Watchdog:
+    """Shuts a connection's socket at ``deadline``. A read's own time limit was fixed when the request was
+    sent, and a peer that sends a byte just inside it keeps every read alive, so without this one exchange
+    could run far past its deadline; the shut socket ends the read in progress at once (as an end of stream or
+    an error, which ``fired`` tells from a real one). The socket is ``arm``-ed as soon as it exists: from the
+    request's ``trace`` hook when a connection is opened (an answer's very headers can trickle), or from the
+    answer's ``network_stream``. A deadline passed before the socket is known shuts it as it arrives."""
 
-    def __init__(self, response: httpx.Response, deadline: float) -> None:
+    def __init__(self, deadline: float) -> None:
         self.fired = False
-        stream = response.extensions.get("network_stream")
-        self._socket: socket.socket | None = stream.get_extra_info("socket") if stream is not None else None
+        self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
         self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
         self._timer.daemon = True
-        if self._socket is not None:
-            self._timer.start()
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpx's ``trace`` request extension: the new connection's stream, once its TCP connect completes."""
+        if event == "connection.connect_tcp.complete":
+            self.arm(info.get("return_value"))
+
+    def arm(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        with self._lock:
+            if sock is None or self._socket is not None:
+                return
+            self._socket = sock
+            fired = self.fired
+        if fired:
+            self._shut(sock)
 
     def _fire(self) -> None:
-        self.fired = True
-        assert self._socket is not None
+        with self._lock:
+            self.fired = True
+            sock = self._socket
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
         with contextlib.suppress(OSError):  # already closed: the read is over anyway
-            self._socket.shutdown(socket.SHUT_RDWR)
+            sock.shutdown(socket.SHUT_RDWR)
 
     def cancel(self) -> None:
         self._timer.cancel()

@@ -7,7 +7,8 @@ unspecified, or an IPv4 one hidden in IPv6), except for those same allowed hosts
 an address that was checked (the URL rewritten to the address literal; ``Host``, SNI and the
 certificate check keep the name), so a DNS answer that changes in between cannot move it. Redirects
 are not followed (a 3xx is a failed attempt: there is no second hop). One deadline,
-``webhooks.timeout_s``, covers connecting and the answer.
+``webhooks.timeout_s``, covers connecting and the answer, held by a watchdog that shuts the socket at it (a
+receiver that trickles its answer a byte at a time keeps every single read inside its own limit).
 
 The answer is read raw and never decoded: the POST asks for ``Accept-Encoding: identity``, the body is
 read with ``iter_raw`` (a gzip or brotli answer stays compressed bytes nobody inflates), and reading stops
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from api.errors import UrlNotAllowed, UrlRefused
-from api.outbound import OutboundPolicy, Target, check_url
+from api.outbound import OutboundPolicy, Target, Watchdog, check_url
 from api.webhooks.transport import PostResult
 from foundation.settings import Settings, WebhookSettings
 
@@ -66,8 +67,10 @@ class GuardedTransport:
         except UrlRefused as e:
             return PostResult(None, str(e), refused=True)
         deadline = started + self.settings.timeout_s
+        watchdog = Watchdog(deadline)  # one deadline for the whole exchange, a trickling peer included
         try:
-            response = self._send(target, body, headers, deadline)
+            response = self._send(target, body, headers, deadline, watchdog)
+            watchdog.arm(response.extensions.get("network_stream"))  # a pooled connection: no connect traced
             try:
                 self._drain(response, deadline)
             finally:
@@ -75,11 +78,18 @@ class GuardedTransport:
         except httpx.TimeoutException as e:
             return PostResult(None, f"{type(e).__name__}: {e}"[:300], duration_ms=_ms(started), timed_out=True)
         except httpx.HTTPError as e:
+            if watchdog.fired:
+                late = f"no answer within {self.settings.timeout_s:g} s"
+                return PostResult(None, late, duration_ms=_ms(started), timed_out=True)
             return PostResult(None, f"{type(e).__name__}: {e}"[:300], duration_ms=_ms(started))
+        finally:
+            watchdog.cancel()
         error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
         return PostResult(response.status_code, error, duration_ms=_ms(started))
 
-    def _send(self, target: Target, body: bytes, headers: dict[str, str], deadline: float) -> httpx.Response:
+    def _send(
+        self, target: Target, body: bytes, headers: dict[str, str], deadline: float, watchdog: Watchdog
+    ) -> httpx.Response:
         """POST to the first checked address that accepts a connection; the answer is not read yet."""
         parts = urlsplit(target.url)
         last: httpx.ConnectError | None = None
@@ -92,7 +102,7 @@ class GuardedTransport:
                 content=body,
                 # identity: an answer we would have to inflate is one we refuse to ask for.
                 headers={**headers, "host": parts.netloc.rpartition("@")[2], "accept-encoding": "identity"},
-                extensions={"sni_hostname": target.host},
+                extensions={"sni_hostname": target.host, "trace": watchdog.trace},
                 timeout=max(0.001, deadline - time.monotonic()),
             )
             try:
@@ -108,10 +118,15 @@ class GuardedTransport:
         if self.settings.max_response_bytes == 0:
             return received
         # iter_raw, not iter_bytes: the bytes as they came off the wire, whatever Content-Encoding says.
-        for chunk in response.iter_raw():
-            received += len(chunk)
-            if received >= self.settings.max_response_bytes or time.monotonic() > deadline:
-                break
+        try:
+            for chunk in response.iter_raw():
+                received += len(chunk)
+                if received >= self.settings.max_response_bytes or time.monotonic() > deadline:
+                    break
+        except httpx.HTTPError:
+            if time.monotonic() < deadline:
+                raise
+            # The watchdog shut a body that trickled past the deadline: the status had come in time.
         return received
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ import pytest
 from api.webhooks.outbound_transport import GuardedTransport
 from foundation.settings import WebhookSettings
 
+DRIP_S = 1.5  # under the read timeout a request is sent with: no single read ever times out
 BOMB = gzip.compress(b"\0" * 200_000_000, compresslevel=9)  # about 200 KB that inflate to 200 MB
 
 
@@ -29,6 +30,9 @@ class Answers:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", "0")))
                 answers.seen.append({k.lower(): v for k, v in self.headers.items()})
+                if self.path.startswith("/drip"):
+                    self._drip(head=self.path == "/drip-head")
+                    return
                 self.send_response(200)
                 if self.path == "/bomb":
                     self.send_header("content-encoding", "gzip")
@@ -52,6 +56,21 @@ class Answers:
                 except OSError:
                     pass
                 answers.sent.append(sent)
+
+            def _drip(self, *, head: bool) -> None:
+                """One byte every DRIP_S: of the status line and headers (``head``), or of the body after them."""
+                whole = b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n" + b"x" * 40
+                start = 0 if head else whole.index(b"\r\n\r\n") + 4
+                try:
+                    self.wfile.write(whole[:start])
+                    self.wfile.flush()
+                    for i in range(start, len(whole)):
+                        time.sleep(DRIP_S)
+                        self.wfile.write(whole[i : i + 1])
+                        self.wfile.flush()
+                except OSError:  # the client gave up: what the test wants
+                    pass
+                self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -100,3 +119,20 @@ def test_an_endless_answer_is_cut_at_the_cap(answers: Answers) -> None:
         time.sleep(0.02)
     # What the receiver got out before the client closed: the cap, plus what the sockets' buffers held.
     assert answers.sent[0] < 100_000_000
+
+
+@pytest.mark.parametrize(("path", "delivered"), [("/drip-head", False), ("/drip-body", True)])
+def test_a_trickling_receiver_ends_the_attempt_at_its_deadline(answers: Answers, path: str, delivered: bool) -> None:
+    """One byte every 1.5 s keeps every single read inside its time limit: only a watch on the whole attempt ends
+    it at ``timeout_s`` (+10 %). A status that arrived in time is the receiver's answer (its body is not needed)."""
+    transport = GuardedTransport(WebhookSettings(allowed_hosts=["127.0.0.1:*"], timeout_s=2.0))
+    try:
+        started = time.monotonic()
+        result = transport.post(answers.url(path), b"{}", {"webhook-id": "msg_1"})
+        took = time.monotonic() - started
+    finally:
+        transport.close()
+    assert took <= 2.2, (result, took)
+    assert result.ok is delivered, result
+    if not delivered:
+        assert result.timed_out and result.status_code is None, result
