@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -66,6 +67,7 @@ __all__ = [
 ]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+log = logging.getLogger("genworker.api.outbound")
 
 # Named for a clearer refusal; both are also caught by the range checks (link-local, unique-local).
 _METADATA = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
@@ -132,20 +134,36 @@ def resolve_checked(host: str, port: int, *, allow_private: bool) -> tuple[str, 
     """Every address ``host`` resolves to, each checked (unless ``allow_private``); ``UrlNotAllowed`` if any
     is not public or the name does not resolve. All must pass: a name with one public and one private
     address would otherwise let the connection land on the private one. The refusal names the rule that
-    refused, never the address (module docstring)."""
+    refused, never the address: for a name, one sentence whether it does not resolve or resolves to a private
+    address, so a caller cannot map internal names (which exist, and what class of address they have); the
+    operator's log has the reason. An address literal is the caller's own: its class is named."""
+    literal = _literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError):
+            infos = []
+        addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
+    reasons = [] if allow_private else [r for r in map(address_refusal, addresses) if r is not None]
+    if addresses and not reasons:
+        return tuple(str(a) for a in addresses)
+    if literal is not None:
+        raise UrlNotAllowed(f"{host} is {_article(reasons[0])} {reasons[0]} address; only public addresses are reached")
+    log.info("outbound host refused", extra={"host": host, "reason": reasons[0] if reasons else "does not resolve"})
+    raise UrlNotAllowed(f"the host {host!r} must resolve to public addresses only")
+
+
+def _literal(host: str) -> Address | None:
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        raise UrlNotAllowed(f"the host {host!r} does not resolve") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
-    if not addresses:
-        raise UrlNotAllowed(f"the host {host!r} does not resolve")
-    if not allow_private:
-        for address in addresses:
-            reason = address_refusal(address)
-            if reason is not None:
-                raise UrlNotAllowed(f"the host {host!r} resolves to a {reason} address, which is not allowed")
-    return tuple(str(a) for a in addresses)
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def check_url(url: str, policy: OutboundPolicy) -> Target:

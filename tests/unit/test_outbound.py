@@ -56,12 +56,12 @@ def test_public_addresses_pass(address: str) -> None:
         ("http://8.8.8.8/a.png", "https"),  # plain http to a host not allowed
         ("https://user:pw@8.8.8.8/a.png", "credentials"),
         ("https://127.0.0.1/a.png", "loopback"),
-        ("https://localhost/a.png", "loopback"),  # a name resolving to loopback
+        ("https://localhost/a.png", "public addresses only"),  # a name resolving to loopback
         ("https://169.254.169.254/latest/meta-data/", "cloud metadata"),
         ("https://[fd00:ec2::254]/latest/meta-data/", "cloud metadata"),
         ("https://10.0.0.1/a.png", "private"),
         ("https://[::1]:8443/a.png", "loopback"),
-        ("https://no-such-host.invalid/a.png", "does not resolve"),
+        ("https://no-such-host.invalid/a.png", "public addresses only"),
         ("https://8.8.8.8:99999/a.png", "valid URL"),
     ],
 )
@@ -107,8 +107,8 @@ def test_allow_lists_name_a_host_and_a_port(entries: set[str], url: str, allowed
 @pytest.mark.parametrize(
     ("url", "rule"),
     [
-        ("https://localhost/a.png", "loopback"),  # a name: what it resolves to is not the sender's to learn
-        ("https://localhost:8443/a.png", "loopback"),
+        ("https://localhost/a.png", "public addresses only"),  # a name: what it resolves to is not the sender's
+        ("https://localhost:8443/a.png", "public addresses only"),
         ("http://localhost:8000/a.png", "https"),
     ],
 )
@@ -156,3 +156,13 @@ def test_every_redirect_hop_is_checked_not_only_the_first() -> None:
             both = allowed | {f"127.0.0.1:{other.port}"}
             fetched = fetch(first.url("/start"), OutboundPolicy(both, both, max_redirects=3))
             assert (fetched.body, fetched.url) == (b"elsewhere", other.url("/final"))
+
+
+def test_an_internal_name_that_resolves_reads_as_one_that_does_not() -> None:
+    """Whether a name exists inside the network, and what class of address it has, is not told to the caller."""
+    refusals = []
+    for host in ("localhost", "no-such-host.invalid"):
+        with pytest.raises(UrlNotAllowed) as refused:
+            check_url(f"https://{host}/a.png", POLICY)
+        refusals.append(str(refused.value).replace(host, "HOST"))
+    assert refusals[0] == refusals[1] == "the host 'HOST' must resolve to public addresses only"
