@@ -168,6 +168,8 @@ def _article(word: str) -> str:
 
 def check_url(url: str, policy: OutboundPolicy) -> Target:
     """The URL's target if the rules allow it (scheme, host, every resolved address), else ``UrlNotAllowed``."""
+    if not url.isprintable() or " " in url:  # urlsplit drops CR, LF and tab: the stored string would keep them
+        raise UrlNotAllowed("the URL must not contain spaces or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -63,6 +63,8 @@ def test_public_addresses_pass(address: str) -> None:
         ("https://[::1]:8443/a.png", "loopback"),
         ("https://no-such-host.invalid/a.png", "public addresses only"),
         ("https://8.8.8.8:99999/a.png", "valid URL"),
+        ("https://8.8.8.8/a.png\r\nX-Injected: 1", "control characters"),
+        ("https://8.8.8.8/a b.png", "spaces"),
     ],
 )
 def test_urls_the_rules_refuse(url: str, why: str) -> None:

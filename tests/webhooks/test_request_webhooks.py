@@ -115,6 +115,9 @@ def test_refused_webhooks_are_coded_400s_and_enqueue_nothing(api: Api) -> None:
         for body, code, param in [
             ({**BODY, "webhook_url": "https://169.254.169.254/"}, "invalid_webhook_url", "webhook_url"),
             ({**BODY, "webhook_url": "ftp://93.184.216.34/h"}, "invalid_webhook_url", "webhook_url"),
+            # A CR/LF would be stored and sent on as is (URL parsing drops it, the stored string keeps it).
+            ({**BODY, "webhook_url": "https://93.184.216.34/h\r\nX-Injected: 1"}, "invalid_webhook_url", "webhook_url"),
+            ({**BODY, "webhook_url": "https://93.184.216.34/h\tx"}, "invalid_webhook_url", "webhook_url"),
             ({**BODY, "webhook_events": ["generation.succeeded"]}, None, None),  # events without a URL
             ({**BODY, "webhook_url": "https://93.184.216.34/h", "webhook_events": ["nope"]}, None, None),
             ({"model": "tiny-wan", "prompt": "x", "webhook_url": "https://10.0.0.1/h"}, None, "webhook_url"),
