@@ -134,7 +134,10 @@ def create_app(
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
-    app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes)
+    # A /v1/videos create uploads its image in the body (multipart): that route takes an image of the size an
+    # image_url fetch may bring, plus the usual body for its other fields.
+    upload = {("POST", "/v1/videos"): api.inputs.max_image_bytes + api.max_body_bytes}
+    app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes, routes=upload)
     metrics = install_metrics(app)
     if webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
         metrics.registry.register(webhooks.metrics.registry)

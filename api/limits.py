@@ -67,19 +67,22 @@ DRAIN_TIMEOUT_S = 5.0
 
 
 class BodyLimitMiddleware:
-    """A small ASGI middleware: 413 ``payload_too_large`` for bodies above ``max_bytes``."""
+    """A small ASGI middleware: 413 ``payload_too_large`` for bodies above ``max_bytes``, or above a route's own
+    limit in ``routes`` (``(method, path)`` → bytes: an upload route carries an image besides its fields)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: dict[tuple[str, str], int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.routes = routes or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.routes.get((scope["method"], scope["path"]), self.max_bytes)
         headers = dict(scope.get("headers", []))
         declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
+        if declared.isdigit() and int(declared) > limit:
             # A client waiting for "100 Continue" has sent no body: answer without reading (reading
             # would make the server send the 100 and invite the upload).
             expects_continue = headers.get(b"expect", b"").lower() == b"100-continue"
@@ -96,7 +99,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 more_body = bool(message.get("more_body", False))
-                if seen > self.max_bytes:
+                if seen > limit:
                     raise BodyTooLarge
             return message
 

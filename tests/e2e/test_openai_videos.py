@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import av
+import numpy as np
 import openai
 import pytest
 from PIL import Image
@@ -268,6 +269,23 @@ def test_an_uploaded_image_makes_an_image_to_video_that_deletes_once_canceled(
     assert canceled.status == "failed" and canceled.error is not None and canceled.error.code == "canceled"
     assert client.videos.delete(made["id"]).deleted
     assert list(stack.store.list_objects(prefix)) == []
+
+
+def test_an_upload_may_be_as_large_as_an_image_and_no_larger(stack: Stack, tmp_path: Path) -> None:
+    """The create's body limit (1 MB) is raised on this route alone, by ``api.inputs.max_image_bytes``: a 3 MB
+    photo-sized PNG is accepted; a body past the image limit is refused before it is read whole."""
+    frame = tmp_path / "noisy.png"
+    noise = np.random.default_rng(0).integers(0, 256, (1024, 1024, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(frame)
+    assert frame.stat().st_size > 3_000_000 > stack.settings.api.max_body_bytes
+    made = curl_create(stack, f"model={QUEUED_MODEL}", "prompt=a noisy frame", "seconds=1", f"input_reference=@{frame}")
+    assert made["status"] == "queued"
+    limit = stack.settings.api.inputs.max_image_bytes + stack.settings.api.max_body_bytes
+    with stack.client("alpha") as c:
+        refused = c.post("/v1/videos", content=b"x" * (limit + 1), headers={"content-type": "multipart/form-data"})
+        assert refused.status_code == 413 and refused.json()["error"]["code"] == "payload_too_large"
+        other = c.post("/v1/generations", content=b"x" * 3_000_000, headers={"content-type": "application/json"})
+        assert other.status_code == 413  # the other routes keep api.max_body_bytes
 
 
 def test_a_vllm_omni_style_multipart_create_with_num_frames_and_fps(stack: Stack, sdk: SDK) -> None:
