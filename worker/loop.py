@@ -33,6 +33,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import shutil
 import threading
 import time
 
@@ -40,9 +41,9 @@ from foundation.core.errors import BackendUnavailable, FatalWorkerError
 from foundation.queue.base import Claim
 from foundation.queue.policy import ReleaseReason
 from foundation.settings import Settings
-from worker.context import WorkerContext, start_worker_context
+from worker.context import WorkerContext, start_worker_context, work_root
 from worker.lifecycle import Shutdown
-from worker.verdict import backoff_s
+from worker.verdict import FaultKind, backoff_s
 
 __all__ = ["Worker", "run_worker"]
 
@@ -103,11 +104,24 @@ class Worker:
             # A store outage ends when the store answers: probe it rather than sit out the backoff.
             ctx.faults.probe_backend(lambda: ctx.store.exists(_STORE_PROBE_KEY))
             models = ctx.faults.claimable(ctx.hosted_models)
-        if not models:  # a worker-wide fault, or every model backing off: other workers take the jobs
+        if not models or not self._work_disk_has_room():
+            # A worker-wide fault, or every model backing off: other workers take the jobs.
             self.shutdown.draining.wait(max(0.05, ctx.faults.wait_s(max(block_s, 0.05))))
             return None
         prefer = [m for m in ctx.cache.loaded() if m in models]
         return ctx.queue.claim(ctx.worker_id, models, prefer=prefer, block_s=block_s)
+
+    def _work_disk_has_room(self) -> bool:
+        """Whether the work disk can take a job's output; if not, a ``disk`` fault (no claim, backoff): a job
+        claimed now would be denoised for minutes and then released when its encode cannot be written."""
+        need_mb = self.ctx.settings.worker.min_free_disk_mb
+        free_mb = shutil.disk_usage(work_root(self.ctx.settings)).free // 1_000_000
+        if free_mb >= need_mb:
+            self.ctx.faults.clear("", FaultKind.disk)  # room again: what this check reported is over
+            return True
+        reason = f"the work disk has {free_mb} MB free, under worker.min_free_disk_mb ({need_mb} MB)"
+        self.ctx.faults.report(FaultKind.disk, "", reason)
+        return False
 
     def run_job(self, claim: Claim) -> None:
         ctx = self.ctx

@@ -152,6 +152,16 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Cap of the exponential retry backoff for transient errors (base: queue.retry_backoff_s).",
     )
+    min_free_disk_mb: int = Field(
+        default=1024,
+        ge=0,
+        description=(
+            "Free space the work disk (`<data_dir>/work`) must have before the worker claims a job: the largest "
+            "job's encoded video and poster fit with room (a 10 s 1080p clip is tens of MB). Below it the worker "
+            "claims nothing (a `disk` fault: /readyz says why, retried with the fault backoff) instead of "
+            "denoising a job whose encode cannot be written. 0: no check."
+        ),
+    )
     fault_backoff_s: float = Field(
         default=10.0,
         gt=0,

@@ -69,3 +69,35 @@ def test_a_worker_started_while_redis_is_down_waits_and_becomes_ready_when_it_re
     finally:
         worker.stop()
         redis.stop()
+
+
+def test_a_worker_whose_work_disk_is_short_claims_nothing_and_says_why(tmp_path: Path, tiny_models_dir: Path) -> None:
+    """Free space under ``worker.min_free_disk_mb`` (here more than any disk has): no claim, so no job is denoised
+    for an encode that cannot be written; the job stays queued with no attempt used, and /readyz says why."""
+    from foundation.core.catalog import load_catalog
+    from foundation.core.contract import Status
+    from tests.integration.worker_harness import make_record
+
+    data = tmp_path / "var"
+    queue_settings = QueueSettings(backend="sqlite", sqlite_path=str(data / "queue.db"))
+    settings = {
+        "data_dir": str(data),
+        "queue": {"backend": "sqlite", "sqlite_path": str(data / "queue.db")},
+        "store": {"backend": "local", "local_root": str(data / "artifacts")},
+        "models": {"tiny_models_dir": str(tiny_models_dir)},
+        "worker": {"hosted_models": ["tiny-wan"], "heartbeat_s": 0.5, "drain_grace_s": 1}
+        | {"min_free_disk_mb": 10**12, "fault_backoff_s": 0.2, "fault_backoff_max_s": 0.5},
+    }
+    data.mkdir(parents=True)
+    queue = open_queue(queue_settings)
+    worker = WorkerProcess({**settings_env(settings), "HF_HUB_OFFLINE": "1"}, tmp_path / "worker.log").start()
+    try:
+        record = make_record(load_catalog(), "tiny-wan", resolution="144p", duration_seconds=1)
+        queue.enqueue(record)
+        wait_until(lambda: b"work disk has" in worker.get("/readyz")[1], "a disk fault on /readyz", 120)
+        wait_until(lambda: worker.log_path.read_text().count("work disk has") >= 3, "checks repeated", 30)
+        stored = queue.get(record.id)
+        assert stored is not None and stored.status is Status.queued and stored.attempt == 0
+    finally:
+        worker.stop()
+        queue.close()
