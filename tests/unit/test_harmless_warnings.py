@@ -24,17 +24,18 @@ for name in {names!r}:
 """
 
 
+def _output(script: str) -> str:
+    """What ``script`` prints, stdout and stderr, run in a fresh interpreter (imports and their log lines anew)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", script]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout + result.stderr
+
+
 def test_known_harmless_lines_are_quiet_and_the_rest_shows() -> None:
     names = [name for name, _fragment, _why in HARMLESS]
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(names=names)],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    output = result.stdout + result.stderr
+    output = _output(SCRIPT.format(names=names))
     for _name, fragment, _why in HARMLESS:
         assert fragment not in output
     for name in names:
@@ -44,14 +45,6 @@ def test_known_harmless_lines_are_quiet_and_the_rest_shows() -> None:
 def test_without_the_filters_the_lines_are_there() -> None:
     """The filters hide something real: the same imports without them print the known lines."""
     script = SCRIPT.replace("import genworker.cli\n", "").replace("still shown", "unfiltered")
-    result = subprocess.run(
-        [sys.executable, "-c", script.format(names=[])],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    output = result.stdout + result.stderr
+    output = _output(script.format(names=[]))
     seen = [fragment for _name, fragment, _why in HARMLESS if fragment in output]
     assert len(seen) >= 3, output[-2000:]
