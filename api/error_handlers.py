@@ -85,6 +85,7 @@ def responses_for(*statuses: int) -> dict[int | str, dict[str, Any]]:
 # "A backend cannot answer now" (503), not "the server is broken" (500). The builtin socket errors
 # stay for one that escaped a client's own wrapping.
 _UNAVAILABLE: tuple[type[Exception], ...] = (TransientError, ConnectionError, TimeoutError)
+UNAVAILABLE_RETRY_AFTER_S = 2  # the Retry-After of a 503 for a backend that did not answer
 
 
 _STATUS_CODES: dict[int, ErrorCode] = {
@@ -138,7 +139,11 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, _UNAVAILABLE):
         log.warning("backend unavailable on %s %s: %r", request.method, request.url.path, exc)
         return error_response(
-            503, ErrorCode.service_unavailable, "a backend is temporarily unavailable; retry later", None
+            503,
+            ErrorCode.service_unavailable,
+            "a backend is temporarily unavailable; retry later",
+            None,
+            {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},  # a failover or restart: seconds, not minutes
         )
     # Starlette re-raises after this response, so the server logs the traceback once.
     log.error("unhandled error on %s %s: %r", request.method, request.url.path, exc)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from foundation.stores.base import ArtifactStore
 
 __all__ = [
+    "api_bounded",
     "artifacts_app_for",
     "build_app",
     "keys_backend",
@@ -39,6 +40,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("genworker.api")
+
+
+def api_bounded(settings: Settings) -> Settings:
+    """``settings`` with the API's own Redis socket timeout (``api.queue_timeout_s``) for every client it opens."""
+    queue = settings.queue.model_copy(update={"socket_timeout_s": settings.api.queue_timeout_s})
+    return settings.model_copy(update={"queue": queue})
 
 
 def keys_backend(settings: Settings) -> Literal["sqlite", "redis"]:
@@ -103,6 +110,7 @@ def build_app(settings: Settings) -> FastAPI:
     from foundation.stores.factory import open_store
 
     store = open_store(settings.store, data_dir=settings.data_dir)
+    settings = api_bounded(settings)
     queue = open_queue(settings.queue)
     async_queue = open_async_queue(settings.queue, queue)
     webhooks = open_webhooks(settings, queue=queue if settings.webhooks.sender_in_api else None)

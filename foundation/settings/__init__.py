@@ -289,6 +289,16 @@ class ApiSettings(BaseModel):
     max_body_bytes: int = Field(
         default=1_000_000, ge=1, description="Bodies above this are refused with 413 before they are read whole."
     )
+    queue_timeout_s: float = Field(
+        default=3.0,
+        gt=1,
+        description=(
+            "The API's socket timeout on Redis (queue, keys, rate limits), in place of queue.socket_timeout_s: a "
+            "Redis that stops answering (frozen, a failover) gets each request a 503 with Retry-After within about "
+            "this long instead of holding it for the workers' longer bound. A create retried with its "
+            "Idempotency-Key after such a 503 is applied once."
+        ),
+    )
     keys_backend: Literal["auto", "sqlite", "redis"] = Field(
         default="auto",
         description='API keys: "auto" = Redis when the queue is on Redis, else SQLite at <data_dir>/keys.db.',
