@@ -10,6 +10,7 @@ batches alternating with the poll of another model's only queued job on the same
 ``retention``: Redis memory per finished job held and after its TTL passed and a purge ran; the SQLite
 file size over repeated bursts with a purge after each. ``redis_pickup_idle``: enqueue → claim into an
 idle consumer, next to bare Streams, on an idle machine and with every core kept busy (``bench_load``).
+``fairness``: the claim under fair share by project next to plain FIFO (``scripts/bench_fair.py``).
 
 ``run(quick)`` returns plain JSON-able dicts; ``python scripts/bench_queue.py [--quick]`` prints them.
 """
@@ -44,6 +45,7 @@ from foundation.queue.redis.backend import RedisQueue  # noqa: E402
 from foundation.queue.redis.entries import encode_payload  # noqa: E402
 from foundation.queue.sqlite.backend import SqliteQueue  # noqa: E402
 from foundation.queue.sqlite.clock import Clock  # noqa: E402
+from scripts import bench_fair  # noqa: E402
 from scripts.bench_load import busy_cores  # noqa: E402
 from tests.integration.thread_bursts import THREADS_PER_BURST, burst, open_fds_under  # noqa: E402
 
@@ -595,6 +597,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             depths = (0, 1_000, 10_000) if quick else (0, 10_000, 100_000)
             result["poll_by_depth"] = _poll_by_depth(port, depths, batches=5 if quick else 9)
             result["redis_retention"] = _redis_retention(port, 500 if quick else 2000)
+            client.flushall()
+            # Fair share's claim next to plain FIFO, 1 / 10 / 1,000 projects, Redis here and SQLite.
+            result["fairness"] = bench_fair.run(port, quick=quick)
             rps = result["redis_queue"]["enqueue_per_s"]
             result["enqueue_vs_xadd_1_client"] = round(rps / result["redis_benchmark_xadd"][0]["rps"], 3)
             client.close()

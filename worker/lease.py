@@ -145,6 +145,9 @@ class Heartbeat(_Ticker):
         self._queue.heartbeat(beat.model_copy(update={"at": utcnow()}), ttl_s=3 * self.interval_s)
         for model in [*beat.hosted_models, *beat.faulted_models]:  # a faulted model's jobs wait: count them
             self._metrics.queue_depth.labels(model).set(self._queue.depth(model))
+            backlog = self._queue.backlog(model)
+            self._metrics.queue_projects.labels(model).set(backlog.projects)
+            self._metrics.queue_oldest_seconds.labels(model).set(backlog.oldest_age_s or 0.0)
         self._metrics.sample_gpu_memory()
         if time.monotonic() - self._last_reclaim >= self._reclaim_interval_s:
             self._last_reclaim = time.monotonic()

@@ -70,6 +70,17 @@ class WorkerMetrics:
             registry=r,
         )
         self.queue_depth = Gauge("genworker_queue_depth", "Jobs waiting, per hosted model.", ["model"], registry=r)
+        # Fair share (queue.fair): how many projects share a pool's backlog and how long its longest-waiting
+        # job has waited; no label per project, so the series stay as few as the models.
+        self.queue_projects = Gauge(
+            "genworker_queue_projects", "Projects with queued jobs, per hosted model.", ["model"], registry=r
+        )
+        self.queue_oldest_seconds = Gauge(
+            "genworker_queue_oldest_seconds",
+            "Wait so far of the longest-waiting due job, per hosted model (0: none waits).",
+            ["model"],
+            registry=r,
+        )
         self.in_flight = Gauge("genworker_jobs_in_flight", "Jobs claimed and not yet ended.", registry=r)
         self.ready = Gauge("genworker_ready", "1 when the worker takes jobs.", registry=r)
         # One series per hosted model, so "no ready worker for model X" is one aggregation away, and a

@@ -38,9 +38,10 @@ from api.keys import Scope
 from api.query import only_query
 from api.views import GenerationList, GenerationView, generation_view, view_json
 from foundation.core.contract import CreateRequest, GenerationRecord, Status, StoredImage, WebhookEvent, utcnow
-from foundation.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob
+from foundation.core.errors import ErrorCode, GenworkerError, IdempotencyConflict, UnknownJob, public_message
 from foundation.core.images import CheckedImage
 from foundation.queue.base import Polled
+from foundation.queue.errors import ProjectQueueFull
 from foundation.settings import ApiSettings
 
 __all__ = ["CREATE_ROUTE", "POLL_ROUTE", "answer_create", "answer_poll", "build_router", "retry_after_s", "submit"]
@@ -52,6 +53,9 @@ log = logging.getLogger("genworker.api")
 CREATE_ROUTE = "/v1/generations"
 POLL_ROUTE = "/v1/generations/{generation_id}"
 _ID_DOC = "Generation id as returned by create."
+# ``Retry-After`` of a create refused for its project's ``queue.fair.max_queued``: about one short job's
+# run, after which a slot of that project's queue has likely freed (docs/operators.md).
+QUEUE_FULL_RETRY_AFTER_S = 30
 _GENERATION_ID = Path(min_length=1, max_length=128, description=_ID_DOC)
 _IDEMPOTENCY_DOC = "One stable key per logical generation; retries with it are safe for 24 h."
 _IDEMPOTENCY_PATTERN = r"^[\x20-\x7e]+$"
@@ -150,7 +154,13 @@ async def _keep_webhook(ctx: ApiContext, record: GenerationRecord, url: str, eve
 
 
 def _not_cancelable(record: GenerationRecord) -> ApiError:
-    return ApiError(409, ErrorCode.not_cancelable, f"generation {record.id!r} is already {record.status.value}", "id")
+    return ApiError(
+        409,
+        ErrorCode.not_cancelable,
+        f"generation {record.id!r} has already ended ({record.status.value}); "
+        "only a queued or running one can be canceled",
+        "id",
+    )
 
 
 def _rendered(
@@ -186,7 +196,7 @@ async def answer_create(ctx: ApiContext, request: Request) -> Response:
     idempotency_key = _header(request, IDEMPOTENCY_HEADER, _IDEMPOTENCY_KEY)
     principal = await ctx.auth.authorize(api_key, Scope.generations_write)
     idem_key = check_idempotency_key(idempotency_key)
-    created = await submit(ctx, principal, parse_body(body), idem_key)
+    created = await submit(ctx, principal, parse_body(body, ctx.catalog), idem_key)
     headers = {"Location": f"/v1/generations/{created.record.id}"}
     if created.replayed:
         headers = {"Idempotent-Replayed": "true", **headers}
@@ -232,6 +242,15 @@ async def submit(
             ErrorCode.idempotency_conflict,
             f"Idempotency-Key was already used with a different request body (generation {e.job_id})",
             IDEMPOTENCY_HEADER,
+        ) from None
+    except ProjectQueueFull:
+        # Nothing was enqueued and the key was not kept: the same create is accepted once room frees up.
+        await _discard_image(ctx, stored)
+        raise ApiError(
+            429,
+            ErrorCode.queue_full,
+            public_message(ErrorCode.queue_full),
+            headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_S)},
         ) from None
     if created.replayed:
         await _discard_image(ctx, stored)  # the replayed generation has its own copy

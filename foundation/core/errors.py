@@ -87,6 +87,7 @@ class ErrorCode(StrEnum):
     payload_too_large = "payload_too_large"  # 413
     rate_limited = "rate_limited"  # 429
     too_many_streams = "too_many_streams"  # 429: the key holds api.events_max_streams_per_key event streams
+    queue_full = "queue_full"  # 429: the project has queue.fair max_queued generations waiting for the model
     service_unavailable = "service_unavailable"  # 503: queue or store unreachable
     invalid_webhook_url = "invalid_webhook_url"  # 400: a webhook URL the outbound rules refuse
 
@@ -132,6 +133,7 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.payload_too_large: "the request body is too large",
         ErrorCode.rate_limited: "rate limit exceeded; retry later",
         ErrorCode.too_many_streams: "this API key has too many open event streams; close one or poll",
+        ErrorCode.queue_full: "this project has too many generations waiting for this model; retry later",
         ErrorCode.service_unavailable: "a backend was temporarily unavailable; retry later",
         ErrorCode.invalid_webhook_url: "the webhook URL is not allowed (https, public addresses only)",
         ErrorCode.out_of_memory: "the generation ran out of GPU memory; a smaller size or duration may fit",

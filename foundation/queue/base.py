@@ -43,6 +43,7 @@ from foundation.core.media import Preview
 __all__ = [
     "ApiQueue",
     "AsyncApiQueue",
+    "Backlog",
     "Claim",
     "DeadLetter",
     "EnqueueResult",
@@ -69,6 +70,14 @@ class Claim:
     record: GenerationRecord
     # Backend bookkeeping (stream entry id, consumer name, lease token); opaque to callers.
     token: str = ""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A model pool's waiting work as a worker's metrics show it (``WorkerQueue.backlog``)."""
+
+    projects: int  # projects with queued work (fair share's list; may count one whose queue just ran dry)
+    oldest_age_s: float | None  # age of the longest-waiting job that is due (None: nothing waits)
 
 
 @dataclass(frozen=True)
@@ -369,6 +378,10 @@ class WorkerQueue(Protocol):
 
     def depth(self, model: str) -> int:
         """Jobs of this model waiting to be claimed (a worker exports it as a metric)."""
+        ...
+
+    def backlog(self, model: str) -> Backlog:
+        """Who waits in this model's pool, for the worker's fair-share metrics (no per-project figure)."""
         ...
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from foundation.queue.fairness import FairShare
+
 __all__ = ["QueueSettings"]
 
 
@@ -109,4 +111,9 @@ class QueueSettings(BaseModel):
         gt=0,
         description="Redis: a consumer of a model's group (one per worker process and hosted model) that holds "
         "no job and has not read for this long is deleted by the sweeper (`XGROUP DELCONSUMER`).",
+    )
+    fair: FairShare = Field(
+        default_factory=FairShare,
+        description="Fair share by project inside each model pool: weights, caps (`max_running`, `max_queued`) "
+        "and per-project overrides; `enabled: false` is plain FIFO (see docs/operators.md).",
     )

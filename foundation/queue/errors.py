@@ -6,6 +6,7 @@ Exception tree (the classes of this module, under their bases from ``foundation.
     ├── UnreadableRecord     a stored record this version cannot read (also ``ValueError``)
     │   └── NewerRecord      one a newer version wrote (its record format is above this version's)
     ├── UnreadableEntry      a stream entry that is no job pointer (also ``ValueError``)
+    ├── ProjectQueueFull     a create past its project's ``max_queued`` in the pool: nothing enqueued
     └── TransientError
         └── BackendUnavailable
             └── NotDurable   a commit the replicas (or AOF) did not confirm in time
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from foundation.core.errors import BackendUnavailable, GenworkerError
 
-__all__ = ["NewerRecord", "NotDurable", "UnreadableEntry", "UnreadableRecord"]
+__all__ = ["NewerRecord", "NotDurable", "ProjectQueueFull", "UnreadableEntry", "UnreadableRecord"]
 
 
 class UnreadableRecord(GenworkerError, ValueError):
@@ -46,6 +47,18 @@ class UnreadableEntry(GenworkerError, ValueError):
         super().__init__(reason)
         self.reason = reason
         self.job_id = job_id
+
+
+class ProjectQueueFull(GenworkerError):
+    """A create refused because its project already has ``max_queued`` jobs waiting in the model's pool
+    (``queue.fair``); nothing was enqueued and no idempotency key kept, so the same create may come back
+    once room frees up. The API answers 429 ``queue_full`` with ``Retry-After``."""
+
+    def __init__(self, project: str, model: str, max_queued: int) -> None:
+        super().__init__(f"project {project} has {max_queued} jobs waiting for {model} (queue.fair max_queued)")
+        self.project = project
+        self.model = model
+        self.max_queued = max_queued
 
 
 class NotDurable(BackendUnavailable):

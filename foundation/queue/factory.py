@@ -22,6 +22,7 @@ def open_queue(settings: QueueSettings) -> JobQueue:
         "max_attempts": settings.max_attempts,
         "retry_backoff_s": settings.retry_backoff_s,
         "newer_record_wait_s": settings.newer_record_wait_s,
+        "fair": settings.fair,
     }
     record_ttl_s = settings.record_ttl_days * 86400
     if settings.backend == "redis":

@@ -26,6 +26,10 @@ __all__ = [
     "dead_stream",
     "delayed_zset",
     "events_stream",
+    "fair_parked",
+    "fair_prefix",
+    "fair_projects",
+    "fair_queue",
     "idempotency",
     "job_events",
     "job_events_of",
@@ -90,7 +94,8 @@ def job_stream(model: str) -> str:
 
 def job_stream_seq(model: str) -> str:
     """Count of the entries ever added to the model's job stream: ``commit.lua`` INCRs it with each XADD
-    and stores the value on the job's record as ``seq``; ``position.lua`` reads it (one GET) where it would
+    (and ``lua/fair.lua`` with each hand-over, naming it as the stream's name + ``:seq``) and stores the
+    value on the job's record as ``seq``; ``position.lua`` reads it (one GET) where it would
     otherwise need ``XINFO STREAM``, whose reply carries the first and last entries whole and grows slower
     with the backlog. Never expires (one small key per model)."""
     return f"gw:{pool_tag(model)}:stream:seq"
@@ -102,6 +107,32 @@ def delayed_zset(model: str) -> str:
     Moved back into ``job_stream`` by the claim path once due.
     """
     return f"gw:{pool_tag(model)}:delayed"
+
+
+def fair_prefix(model: str) -> str:
+    """What every fair-share key of the model's pool starts with (``lua/fair.lua`` appends the rest, all in
+    the pool's slot): ``projects`` (zset project → pass), ``q:<project>`` (zset of the project's parked job
+    ids, FIFO), ``parked`` (zset of every parked job id → parked at, ms), ``run:<project>`` and
+    ``wait:<project>`` (sets of the project's jobs running and queued in the stream: the caps),
+    ``resting`` (zset project → pass of projects whose queue ran dry owing part of their last turn),
+    ``clock`` (the pool's virtual clock) and
+    ``seq`` (the parking order). The scripts build the per-project names, which they learn only then."""
+    return f"gw:{pool_tag(model)}:fair:"
+
+
+def fair_parked(model: str) -> str:
+    """Every job of the pool waiting in the fair order (``fair_prefix`` + ``parked``): depth and oldest age."""
+    return f"{fair_prefix(model)}parked"
+
+
+def fair_projects(model: str) -> str:
+    """Projects of the pool in fair order (``fair_prefix`` + ``projects``): zset project → pass."""
+    return f"{fair_prefix(model)}projects"
+
+
+def fair_queue(model: str, project: str) -> str:
+    """A project's parked jobs in the pool, FIFO (``fair_prefix`` + ``q:<project>``)."""
+    return f"{fair_prefix(model)}q:{_checked(project, 'project')}"
 
 
 def events_stream(model: str) -> str:

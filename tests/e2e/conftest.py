@@ -79,10 +79,15 @@ def free_port() -> int:
 
 
 def start_stack(
-    data_dir: Path, *, api: dict[str, Any] | None = None, url_ttl_s: int = 600, redis_url: str | None = None
+    data_dir: Path,
+    *,
+    api: dict[str, Any] | None = None,
+    url_ttl_s: int = 600,
+    redis_url: str | None = None,
+    queue_settings: dict[str, Any] | None = None,
 ) -> Stack:
     """A full API over backends in ``data_dir`` (several stacks may share one dir, like API replicas);
-    the queue is SQLite there, or Redis at ``redis_url``."""
+    the queue is SQLite there, or Redis at ``redis_url``; ``queue_settings``: more of its settings."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     settings = Settings(
@@ -92,6 +97,7 @@ def start_stack(
             "sqlite_path": str(data_dir / "queue.db"),
             "redis_url": redis_url or "redis://127.0.0.1:1/0",
             "max_attempts": 2,
+            **(queue_settings or {}),
         },
         store={
             "backend": "local",

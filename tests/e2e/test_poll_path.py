@@ -203,7 +203,8 @@ def test_polls_answer_as_the_sync_path_in_every_state(pair: Pair) -> None:
             view = GenerationView.model_validate(generation_view(record, store, queue_position=position))
             assert _signed_at_any_second(body) == _signed_at_any_second(json.loads(view.model_dump_json())), name
         states = {name: fast.get(f"/v1/generations/{ids[name]}").json() for name in ids if name != "beta"}
-        assert [states[n]["queue_position"] for n in ("head", "next")] == [0, 1]
+        # Fair share: beta's job, queued last, starts first (alpha has had its turns), then alpha's two.
+        assert [states[n]["queue_position"] for n in ("head", "next")] == [1, 2]
         assert states["succeeded"]["artifacts"][0]["download_url"].startswith("http://files/")
         assert states["failed"]["error"]["message"] != "PUT http://10.0.0.7:9000/bucket refused"
         assert fast.get(f"/v1/generations/{ids['head']}").headers["Retry-After"] == "3"

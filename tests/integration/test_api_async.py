@@ -26,6 +26,7 @@ from foundation.queue import keys
 from foundation.queue.config import QueueSettings
 from foundation.queue.errors import NotDurable
 from foundation.queue.factory import open_queue
+from foundation.queue.fairness import FairShare
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
@@ -71,7 +72,8 @@ def test_commit_call_lays_out_commit_lua_as_scripts_does() -> None:
 
 
 def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
-    sync = RedisQueue(redis_url, max_attempts=2)
+    # Plain FIFO, so both jobs get a stream entry (under fair share a backlog waits parked instead).
+    sync = RedisQueue(redis_url, max_attempts=2, fair=FairShare(enabled=False))
     client = redis.Redis.from_url(redis_url, decode_responses=True)
 
     async def create() -> tuple[str, int | None, int | None]:

@@ -172,9 +172,10 @@ def test_redis_consumers_of_stopped_workers_are_removed(redis_url: str) -> None:
 def test_redis_position_reads_the_xadd_counter_and_survives_an_upgrade(redis_url: str) -> None:
     """``position.lua`` reads the stream's XADD counter (one GET, not ``XINFO STREAM``); a queue written
     before the counter existed (simulated by deleting it) continues from the stream's ``entries-added``,
-    so positions of jobs enqueued before and after the upgrade stay exact."""
+    so positions of jobs enqueued before and after the upgrade stay exact. Plain FIFO: under fair share
+    a backlog waits parked, not in the stream (tests/integration/test_queue_fairness.py)."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    queue = _tiny_ttl_queue(redis_url)
+    queue = _tiny_ttl_queue(redis_url, fair={"enabled": False})
     _run_jobs(queue, 2)  # entries added and deleted before: the count is not the stream's length
     before = [queue.enqueue(new_record()).record.id for _ in range(3)]
     counter = keys.job_stream_seq("tiny-wan")

@@ -107,7 +107,7 @@ def _wire_for(pool: aioredis.ConnectionPool) -> RedisWire:
 
 
 def _position_call(model: str, job_id: str) -> tuple[str, ...]:
-    """``position.lua``'s KEYS and ARGV, as ``Scripts.position`` passes them (4 keys, then 2 args)."""
+    """``position.lua``'s KEYS and ARGV, as ``Scripts.position`` passes them (4 keys, then 3 args)."""
     return (
         keys.job_record(model, job_id),
         keys.job_stream(model),
@@ -115,6 +115,7 @@ def _position_call(model: str, job_id: str) -> tuple[str, ...]:
         keys.job_stream_seq(model),
         keys.CONSUMER_GROUP,
         job_id,
+        keys.fair_prefix(model),
     )
 
 

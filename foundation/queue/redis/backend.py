@@ -37,6 +37,7 @@ from foundation.core.errors import BackendUnavailable, IdempotencyConflict, Unkn
 from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
+    Backlog,
     Claim,
     DeadLetter,
     EnqueueResult,
@@ -47,7 +48,8 @@ from foundation.queue.base import (
     ProgressWrite,
     WorkerHeartbeat,
 )
-from foundation.queue.errors import NewerRecord, NotDurable, UnreadableEntry, UnreadableRecord
+from foundation.queue.errors import NewerRecord, NotDurable, ProjectQueueFull, UnreadableEntry, UnreadableRecord
+from foundation.queue.fairness import FairShare
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import DeadReason, out_of_attempts
 from foundation.queue.redis import plans as redis_plans
@@ -82,6 +84,7 @@ class RedisQueue:
         consumer_idle_s: float = 3600.0,
         newer_record_wait_s: float = 900.0,
         record_format: int = records.RECORD_FORMAT,
+        fair: FairShare | None = None,
     ) -> None:
         if isinstance(client, str):
             client = redis.Redis.from_url(client, decode_responses=True, encoding_errors="replace")
@@ -96,7 +99,9 @@ class RedisQueue:
             durability or Durability(),
             record_ttl_ms=max(1, int(record_ttl_s * 1000)),
             record_format=record_format,  # a test may open two versions of the queue in one process
+            fair=fair,
         )
+        self.fair = self._scripts.fair  # fair share by project per pool (lua/fair.lua), or plain FIFO
         self._retention = RedisRetention(
             client, self._scripts, record_ttl_s=record_ttl_s, consumer_idle_s=consumer_idle_s
         )
@@ -133,6 +138,12 @@ class RedisQueue:
 
     def position(self, job_id: str) -> int | None:
         return self.reads.position(job_id)
+
+    @redis_unavailable
+    def backlog(self, model: str) -> Backlog:
+        scan = self._scripts.scan(model)  # the oldest waiting entry, or parked job when the stream has none
+        oldest = (scan.now_ms - int(scan.oldest.split("-")[0])) / 1000 if scan.oldest else None
+        return Backlog(projects=int(self._r.zcard(keys.fair_projects(model))), oldest_age_s=oldest)
 
     def live_workers(self) -> list[WorkerHeartbeat]:
         return self.reads.live_workers()
@@ -183,11 +194,28 @@ class RedisQueue:
             pipe.execute()
             index = []
         self.reads.remember_model(record.id, record.model)
-        if self._scripts.create(record, before=index).kind == "exists":
+        created = self._scripts.create(record, before=index)
+        if created.kind == "full":
+            self._refused(record, idempotency_key)
+        if created.kind == "exists":
             stored = self.reads.get(record.id)
             assert stored is not None
             return EnqueueResult(stored, replayed=replayed)
         return EnqueueResult(record, replayed=replayed)
+
+    def _refused(self, record: GenerationRecord, idempotency_key: str | None) -> None:
+        """A create past its project's ``max_queued``: undo what came before the commit (the key, the
+        index writes), so the same create is accepted once room frees up, then raise."""
+        if idempotency_key is not None:
+            name = keys.idempotency(record.project, idempotency_key)
+            stored = self._r.get(name)
+            if stored is not None and json.loads(stored)["job_id"] == record.id:
+                self._r.delete(name)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zrem(keys.project_jobs(record.project), record.id)
+        pipe.delete(keys.job_model_index(record.id))
+        pipe.execute()
+        raise ProjectQueueFull(record.project, record.model, self.fair.max_queued_of(record.project))
 
     def _reserve_idempotency(self, record: GenerationRecord, key: str, request_hash: str) -> str:
         """The id the key maps to: this record's when the key is new, else the first request's."""

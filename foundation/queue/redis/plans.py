@@ -43,6 +43,7 @@ from foundation.core.errors import ErrorCode
 from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import Claim, Outcome
+from foundation.queue.fairness import FairShare, job_cost
 from foundation.queue.policy import (
     DeadReason,
     EventReason,
@@ -151,6 +152,13 @@ class Plan:
     lease_ms: int | None = None  # a claim: the holder's lease, stored on the job hash
     # A progress write: (stage, progress) notes to append; the last may add a preview's JSON (stage, progress, preview).
     notes: tuple[tuple[str, ...], ...] | None = None
+    # A create: the project and the job's cost (``fairness.job_cost``), kept on the job hash for fair share.
+    project: str | None = None
+    cost: float | None = None
+    # A create under fair share (``fairness``): parked in the project's queue instead of a stream entry,
+    # refused past ``max_queued`` (the weights and caps a commit needs come from ``Scripts``).
+    park: str | None = None
+    max_queued: int | None = None
     plan_id: str = field(default_factory=new_plan_id)
 
 
@@ -211,8 +219,22 @@ def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) ->
 
 
 # ------------------------------------------------------------------------------------------ API side
-def create(record: GenerationRecord) -> Plan:
-    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken)."""
+def create(record: GenerationRecord, fair: FairShare | None = None) -> Plan:
+    """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken); under
+    fair share (``fair.enabled``) park it in its project's queue instead (``full`` past ``max_queued``)."""
+    if fair is None or not fair.enabled:
+        return Plan(
+            job_id=record.id,
+            model=record.model,
+            attempt=0,
+            create=True,
+            record=record,
+            status=Status.queued,
+            payload=_payload(record),
+            event=EventReason.enqueued,
+            project=record.project,
+            cost=job_cost(record),
+        )
     return Plan(
         job_id=record.id,
         model=record.model,
@@ -220,8 +242,11 @@ def create(record: GenerationRecord) -> Plan:
         create=True,
         record=record,
         status=Status.queued,
-        payload=_payload(record),
         event=EventReason.enqueued,
+        project=record.project,
+        cost=job_cost(record),
+        park=record.project,
+        max_queued=fair.max_queued_of(record.project),
     )
 
 

@@ -52,6 +52,7 @@ from redis.exceptions import NoScriptError
 
 from foundation.core.contract import GenerationRecord, utcnow
 from foundation.queue import keys, records
+from foundation.queue.fairness import FairShare
 from foundation.queue.redis.durability import Durability
 from foundation.queue.redis.plans import Plan
 from foundation.queue.redis.plans import create as create_plan
@@ -72,7 +73,7 @@ __all__ = [
 
 
 # The shared pieces each script gets prepended (a script cannot call another).
-_PRELUDES = {"commit": ("transitions",), "claim": ("isotime",)}
+_PRELUDES = {"commit": ("transitions", "fair"), "claim": ("isotime", "fair")}
 
 
 def lua_source(name: str) -> str:
@@ -183,14 +184,25 @@ def _commit_keys(model: str, job_id: str) -> tuple[str, ...]:
 
 
 def commit_call(
-    plan: Plan, *, events_maxlen: int, record_ttl_ms: int, record_format: int = records.RECORD_FORMAT
+    plan: Plan,
+    *,
+    events_maxlen: int,
+    record_ttl_ms: int,
+    record_format: int = records.RECORD_FORMAT,
+    fair: FairShare | None = None,
 ) -> tuple[list[str], list[str]]:
     """``commit.lua``'s KEYS and ARGV for ``plan`` (the table above): every commit, a create included,
-    is laid out here. A record this version built is stored with ``record_format`` beside it."""
+    is laid out here. A record this version built is stored with ``record_format`` beside it; ``fair``
+    (default: on, no overrides): whether a re-queue parks in the fair order, and the weights and caps
+    that handing a parked job to the stream applies."""
+    fair = fair or FairShare()
     spec: dict[str, Any] = {"group": keys.CONSUMER_GROUP, "events_maxlen": str(events_maxlen)}
     spec["at"] = utcnow().isoformat()
     spec["record_ttl_ms"] = record_ttl_ms
     spec["notes_cap"] = keys.PROGRESS_NOTES_CAP
+    spec["fair_base"], spec["job_prefix"] = keys.fair_prefix(plan.model), keys.job_record_prefix(plan.model)
+    spec["fair_on"], spec["fair_shares"] = fair.enabled, fair.shares
+    spec["fair_weight"], spec["fair_max_running"] = fair.weight, fair.max_running
     for name in _SPEC_FIELDS:
         value = getattr(plan, name)
         # cjson turns JSON null into a truthy sentinel: absent keys are the only safe "none".
@@ -214,8 +226,10 @@ class Scripts:
         *,
         record_ttl_ms: int = keys.RECORD_TTL_MS,
         record_format: int = records.RECORD_FORMAT,
+        fair: FairShare | None = None,
     ) -> None:
         self._client = client
+        self.fair = fair or FairShare()  # weights and caps the claim's fair pick applies (lua/fair.lua)
         # Claims and commits skip redis-py's pipeline (``redis_round_trip``) on a pooled single server.
         self._trips = RoundTrips(client) if lean(client) else None
         self._events_maxlen = events_maxlen
@@ -240,13 +254,18 @@ class Scripts:
         ``before``: idempotent commands (e.g. ``("SET", key, value)``) sent ahead of the commit in the
         same pipeline, so they take effect first and cost no round trip of their own."""
         script_keys, args = commit_call(
-            plan, events_maxlen=self._events_maxlen, record_ttl_ms=self._record_ttl_ms, record_format=self.record_format
+            plan,
+            events_maxlen=self._events_maxlen,
+            record_ttl_ms=self._record_ttl_ms,
+            record_format=self.record_format,
+            fair=self.fair,
         )
         return commit_reply(self._run_commit(plan.job_id, script_keys, args, before), plan.job_id)
 
     def create(self, record: GenerationRecord, *, before: Sequence[tuple[Any, ...]] = ()) -> Reply:
-        """Enqueue ``record``: ``commit`` of its create plan (``redis_plans.create``)."""
-        return self.commit(create_plan(record), before=before)
+        """Enqueue ``record``: ``commit`` of its create plan (``redis_plans.create``; parked in the fair order
+        when fair share is on, ``full`` past its project's ``max_queued``)."""
+        return self.commit(create_plan(record, self.fair), before=before)
 
     def durability(self) -> Durability:
         """What every commit waits for; an unset ``wait_replicas`` is settled here once, by asking the
@@ -326,10 +345,11 @@ class Scripts:
         args: list[str] = [keys.CONSUMER_GROUP, consumer, "" if lease_ms is None else str(lease_ms)]
         args += [str(self._events_maxlen), token or f"{self._claim_prefix}{next(self._claim_count)}"]
         args.append(str(self.record_format))
+        args += [self.fair.shares_json, str(self.fair.weight), str(self.fair.max_running)]
         for model in models:
             pool_keys, prefix = _claim_pool(model)
             script_keys += pool_keys
-            args += [prefix, model]
+            args += [prefix, model, keys.fair_prefix(model)]
         read: tuple[Any, ...] = ()
         if wake_from is not None and block_ms > 0:
             streams = script_keys[::5]  # each model's first key: its job stream
@@ -382,7 +402,8 @@ class Scripts:
 
     def scan(self, model: str) -> Scan:
         now_ms, oldest, due = self._scan(
-            keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]
+            keys=[keys.job_stream(model), keys.delayed_zset(model), keys.fair_parked(model)],
+            args=[keys.CONSUMER_GROUP],
         )
         return Scan(now_ms=int(now_ms), oldest=str(oldest or ""), due=int(due))
 
@@ -391,8 +412,8 @@ class Scripts:
         for loaded in (False, True):
             pipe = self._client.pipeline(transaction=False)
             for model in models:
-                script_keys = [keys.job_stream(model), keys.delayed_zset(model)]
-                pipe.execute_command("EVALSHA", self._scan.sha, 2, *script_keys, keys.CONSUMER_GROUP)
+                script_keys = [keys.job_stream(model), keys.delayed_zset(model), keys.fair_parked(model)]
+                pipe.execute_command("EVALSHA", self._scan.sha, 3, *script_keys, keys.CONSUMER_GROUP)
             try:
                 replies = pipe.execute()
             except NoScriptError:
@@ -405,7 +426,12 @@ class Scripts:
 
     def depth(self, model: str) -> int:
         """Undelivered entries plus delayed retries."""
-        return int(self._depth(keys=[keys.job_stream(model), keys.delayed_zset(model)], args=[keys.CONSUMER_GROUP]))
+        return int(
+            self._depth(
+                keys=[keys.job_stream(model), keys.delayed_zset(model), keys.fair_parked(model)],
+                args=[keys.CONSUMER_GROUP],
+            )
+        )
 
     def position(self, model: str, job_id: str) -> int | None:
         """0-based place in the model's queue (O(log n), see ``position.lua`` for where it is a lower
@@ -418,7 +444,7 @@ class Scripts:
                     keys.delayed_zset(model),
                     keys.job_stream_seq(model),
                 ],
-                args=[keys.CONSUMER_GROUP, job_id],
+                args=[keys.CONSUMER_GROUP, job_id, keys.fair_prefix(model)],
             )
         )
         return None if pos < 0 else pos

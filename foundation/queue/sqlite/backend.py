@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status, utcnow
@@ -27,6 +27,7 @@ from foundation.core.errors import ErrorCode, IdempotencyConflict, UnknownJob
 from foundation.core.media import Preview
 from foundation.queue import keys, records
 from foundation.queue.base import (
+    Backlog,
     Claim,
     DeadLetter,
     EnqueueResult,
@@ -37,7 +38,8 @@ from foundation.queue.base import (
     ProgressWrite,
     WorkerHeartbeat,
 )
-from foundation.queue.errors import UnreadableRecord
+from foundation.queue.errors import ProjectQueueFull, UnreadableRecord
+from foundation.queue.fairness import FairShare, job_cost
 from foundation.queue.newer import NewerNotes
 from foundation.queue.ordering import order_models
 from foundation.queue.policy import (
@@ -52,6 +54,7 @@ from foundation.queue.policy import (
     released_event,
     retry_event,
 )
+from foundation.queue.sqlite import fair as sqlite_fair
 from foundation.queue.sqlite.clock import Clock, rebase
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.sqlite.group import GroupCommit
@@ -93,8 +96,10 @@ class SqliteQueue:
         record_ttl_s: float = keys.RECORD_TTL_S,
         newer_record_wait_s: float = 900.0,
         record_format: int = records.RECORD_FORMAT,
+        fair: FairShare | None = None,
     ) -> None:
         self.path = str(path)
+        self.fair = fair or FairShare()  # fair share by project per pool (sqlite_fair), or plain FIFO
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.lease_ttl_s = lease_ttl_s
         self.max_attempts = max_attempts
@@ -109,7 +114,7 @@ class SqliteQueue:
         self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
         self._reclaims_lock = threading.Lock()
         self._clock = clock or Clock()
-        self.reads = SqliteReads(self._db, self._clock)
+        self.reads = SqliteReads(self._db, self._clock, fair=self.fair.enabled)
         self._creates: GroupCommit[tuple[GenerationRecord, str | None, str], EnqueueResult]
         self._creates = GroupCommit(self._db, self._create)
         try:
@@ -161,6 +166,8 @@ class SqliteQueue:
                 rec.id,
             ),
         )
+        if queued and self.fair.enabled:  # (re-)entering the queue: its project is in the fair order
+            sqlite_fair.join(conn, rec.model, rec.project)
         if event is not None:
             self._event(conn, rec, event)
 
@@ -184,6 +191,9 @@ class SqliteQueue:
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
         return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
+
+    def backlog(self, model: str) -> Backlog:
+        return self.reads.backlog(model)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)
@@ -252,6 +262,9 @@ class SqliteQueue:
         existing = self._load(conn, record.id)
         if existing is not None:
             return EnqueueResult(existing[0], replayed=False)
+        cap = self.fair.max_queued_of(record.project)
+        if self.fair.enabled and sqlite_fair.queued_count(conn, record.model, record.project) >= cap:
+            raise ProjectQueueFull(record.project, record.model, cap)  # its savepoint drops the key too
         conn.execute(
             """INSERT INTO jobs (id, model, project, status, record, record_format, created_ms)
                VALUES (?, ?, ?, 'queued', ?, ?, ?)""",
@@ -333,11 +346,7 @@ class SqliteQueue:
                 (now, *models, self._format),
             ).fetchall()
             for model in order_models({m: now - t for m, t in rows}, prefer, self.starve_after_s):
-                for job_id, raw in conn.execute(
-                    """SELECT id, record FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?
-                       AND (record_format IS NULL OR record_format <= ?) ORDER BY ready_at, queue_seq LIMIT 20""",
-                    (model, now, self._format),
-                ).fetchall():
+                for job_id, raw, project in self._candidates(conn, model, now):
                     try:
                         rec = records.parse(raw)
                     except UnreadableRecord as e:
@@ -346,8 +355,24 @@ class SqliteQueue:
                     rec = records.started(rec)
                     token = uuid.uuid4().hex
                     self._store(conn, rec, event=claimed_by(worker_id), token=token)
+                    if project is not None:
+                        sqlite_fair.served(conn, model, project, self.fair, job_cost(rec))
                     return Claim(rec.id, model, rec.attempt, rec, token=token)
         return None
+
+    def _candidates(self, conn: sqlite3.Connection, model: str, now: float) -> Iterator[tuple[str, str, str | None]]:
+        """Jobs a claim may start, in the order to try them, with the project to charge: fair order
+        (``sqlite_fair``; every queued row has its project's row: ``_store`` and, for rows from before fair
+        share, ``sqlite_schema.migrate`` at open), or the pool's FIFO order when fair share is off."""
+        if self.fair.enabled:
+            yield from sqlite_fair.candidates(conn, model, now, self._format, self.fair)
+            return
+        for job_id, raw in conn.execute(
+            """SELECT id, record FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?
+               AND (record_format IS NULL OR record_format <= ?) ORDER BY ready_at, queue_seq LIMIT 20""",
+            (model, now, self._format),
+        ).fetchall():
+            yield str(job_id), str(raw), None
 
     def _fenced(self, claim: Claim, change: _Change) -> bool:
         with self._db.tx() as conn:

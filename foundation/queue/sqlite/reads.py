@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from foundation.core.contract import GenerationRecord, Stage, Status
 from foundation.core.media import Preview
-from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
+from foundation.queue.base import Backlog, DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
 from foundation.queue.sqlite.clock import Clock
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import sqlite_unavailable
@@ -16,9 +16,10 @@ __all__ = ["SqliteReads"]
 
 
 class SqliteReads:
-    def __init__(self, db: SqliteFile, clock: Clock) -> None:
+    def __init__(self, db: SqliteFile, clock: Clock, *, fair: bool = False) -> None:
         self._db = db
         self._clock = clock
+        self._fair = fair  # claims take the fair order (foundation/queue/fairness.py): positions follow it
 
     @sqlite_unavailable
     def get(self, job_id: str) -> GenerationRecord | None:
@@ -64,6 +65,8 @@ class SqliteReads:
             return None
         model, _, ready_at, queue_seq, model_seq, waiting, added = row
         now = self._clock.monotonic()
+        if self._fair and ready_at <= now:
+            return self._fair_position(job_id, model, int(waiting))
         if ready_at > now:
             behind = conn.execute(
                 """SELECT COUNT(*) FROM jobs WHERE model = ? AND status = 'queued'
@@ -78,6 +81,43 @@ class SqliteReads:
             ).fetchone()[0]
             behind = added - model_seq + backing_off
         return max(0, int(waiting) - 1 - int(behind))
+
+    def _fair_position(self, job_id: str, model: str, waiting: int) -> int:
+        """Under fair share, an upper bound of the jobs that start before this one, exact while every
+        project with queued work has equal weight and a backlog at least as long as this job's place
+        (docs/queue-protocol.md): ``r·N + k``, where ``r`` is the project's own due jobs ahead of it,
+        ``N`` the projects with queued work and ``k`` those whose turn comes before this project's;
+        never above the other waiting jobs. Index ranges only: no scan of other projects' jobs."""
+        conn = self._db.conn()
+        row = conn.execute(
+            """SELECT j.project, j.ready_at, j.queue_seq, f.pass FROM jobs j
+               LEFT JOIN fair_projects f ON f.model = j.model AND f.project = j.project WHERE j.id = ?""",
+            (job_id,),
+        ).fetchone()
+        project, ready_at, queue_seq, pass_ = row
+        now = self._clock.monotonic()
+        mine = conn.execute(
+            """SELECT COUNT(*) FROM jobs WHERE model = ? AND project = ? AND status = 'queued' AND ready_at <= ?
+               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
+            (model, project, now, ready_at, ready_at, queue_seq),
+        ).fetchone()[0]
+        projects, before = conn.execute(
+            """SELECT COUNT(*), COALESCE(SUM(pass < ? OR (pass = ? AND project < ?)), 0)
+               FROM fair_projects WHERE model = ?""",
+            (pass_ or 0.0, pass_ or 0.0, project, model),
+        ).fetchone()
+        return max(0, min(waiting - 1, int(mine) * max(1, int(projects)) + int(before)))
+
+    @sqlite_unavailable
+    def backlog(self, model: str) -> Backlog:
+        """Projects listed in fair order (or, fair share off, none counted: 0) and the oldest due row's wait."""
+        conn = self._db.conn()
+        now = self._clock.monotonic()
+        first = conn.execute(
+            "SELECT MIN(ready_at) FROM jobs WHERE model = ? AND status = 'queued' AND ready_at <= ?", (model, now)
+        ).fetchone()[0]
+        projects = conn.execute("SELECT COUNT(*) FROM fair_projects WHERE model = ?", (model,)).fetchone()[0]
+        return Backlog(projects=int(projects), oldest_age_s=None if first is None else max(0.0, now - first))
 
     @sqlite_unavailable
     def depth(self, model: str) -> int:

@@ -92,6 +92,30 @@ CREATE TABLE IF NOT EXISTS queue_counts (
     added   INTEGER NOT NULL DEFAULT 0
 );
 
+-- Fair share (foundation/queue/fairness.py): one row per project with queued jobs in a model's pool, its
+-- virtual pass (the claim serves the lowest); a row goes when the claim finds its project's queue empty.
+CREATE TABLE IF NOT EXISTS fair_projects (
+    model   TEXT NOT NULL,
+    project TEXT NOT NULL,
+    pass    REAL NOT NULL,
+    PRIMARY KEY (model, project)
+);
+CREATE INDEX IF NOT EXISTS fair_projects_pass ON fair_projects (model, pass, project);
+-- Projects whose queue ran dry owing part of their last turn (pass above the clock): where they rejoin.
+CREATE TABLE IF NOT EXISTS fair_resting (
+    model   TEXT NOT NULL,
+    project TEXT NOT NULL,
+    pass    REAL NOT NULL,
+    PRIMARY KEY (model, project)
+);
+-- Per model: the pass the last served job started from (where a project with new work joins).
+CREATE TABLE IF NOT EXISTS fair_clock (
+    model  TEXT PRIMARY KEY,
+    vclock REAL NOT NULL
+);
+-- A project's queued jobs in claim order and its running count, without a scan of the pool.
+CREATE INDEX IF NOT EXISTS jobs_fair ON jobs (model, project, status, ready_at, queue_seq);
+
 -- One row: the boot whose monotonic clock ready_at and workers.expires_at are on (sqlite_clock.rebase).
 CREATE TABLE IF NOT EXISTS clock (
     boot_id TEXT NOT NULL
@@ -160,3 +184,10 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE jobs SET ended_ms = created_ms WHERE status IN ('succeeded', 'failed', 'canceled')")
     for statement in AFTER_MIGRATE:
         conn.execute(statement)
+    # Queued rows of a file from before fair share (or written while it was off) join the fair order at
+    # the pool's clock: nothing queued before the upgrade is left out of the claim.
+    conn.execute(
+        """INSERT OR IGNORE INTO fair_projects (model, project, pass)
+           SELECT DISTINCT j.model, j.project, COALESCE(c.vclock, 0) FROM jobs j
+           LEFT JOIN fair_clock c ON c.model = j.model WHERE j.status = 'queued'"""
+    )

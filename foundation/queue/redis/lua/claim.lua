@@ -6,9 +6,13 @@
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3] the claimer's lease in ms ('': deliver only, never
 -- start: Python starts the job with a commit.lua plan)   ARGV[4] events MAXLEN
 -- ARGV[5] this call's token ('': none)   ARGV[6] the record format this version reads (records.RECORD_FORMAT)
--- ARGV[2i+5] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
+-- ARGV[7] fair share's per-project (weight, max_running) JSON   ARGV[8] default weight   ARGV[9] default max_running
+-- ARGV[3i+7] model i's job hash prefix (keys.job_record_prefix: the job hash is the prefix and the
 -- entry's job id; it carries the pool's hash tag, so the hash is in the stream's slot)
--- ARGV[2i+6] model i
+-- ARGV[3i+8] model i   ARGV[3i+9] its fair-share prefix (keys.fair_prefix; fair.lua)
+--
+-- A stream with nothing new for the group gets the next parked job in fair order (fair.lua's top-up),
+-- which is then delivered as any entry: entries already in the stream keep going first.
 --
 -- A re-sent call is safe: each delivery is noted in the claims hash (consumer → token|entry|job id),
 -- and a call whose token is the one noted (its first reply was lost: a cut connection, redis-py's
@@ -83,8 +87,10 @@ local function start(m, id, job_id, job, cur)
   local rev = tonumber(cur[2]) + 1
   redis.call('HSET', job, 'rev', rev, 'status', 'running', 'plan', 'claim:' .. id .. ':' .. rev,
              'lease_ms', lease_ms, 'record', record, 'attempt', attempt, 'cancel', '0',
-             'model', ARGV[2 * m + 6])
+             'model', ARGV[3 * m + 8])
   redis.call('SADD', KEYS[5 * m - 1], job_id)
+  local project = redis.call('HGET', job, 'project')
+  if project then fair_follow(ARGV[3 * m + 9], project, job_id, 'running', id) end
   local ev = {'job_id', job_id, 'status', 'running', 'attempt', tostring(attempt),
               'at', isotime(sec, usec, false), 'reason', 'claimed by ' .. ARGV[2]}
   local event_id = redis.call('XADD', KEYS[5 * m - 2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))
@@ -98,7 +104,7 @@ local function again(m, id, job_id)
   local found = redis.call('XRANGE', KEYS[5 * m - 4], id, id)
   if #found == 0 then return nil end
   if job_id == '' then return {'entry', id, found[1][2], false, false, false, false, m, false} end
-  local cur = redis.call('HMGET', ARGV[2 * m + 5] .. job_id, 'record', 'rev', 'entry', 'released', 'status', 'format')
+  local cur = redis.call('HMGET', ARGV[3 * m + 7] .. job_id, 'record', 'rev', 'entry', 'released', 'status', 'format')
   if lease_ms ~= '' and cur[5] == 'running' and cur[3] == id then
     return {'started', id, job_id, cur[1], cur[2], cur[4] or '0', m}
   end
@@ -121,10 +127,17 @@ if token ~= '' then
   end
 end
 
+local shares = nil  -- decoded once, only when a top-up needs it
 for m = 1, n do
-  local stream, delayed, prefix, model = KEYS[5 * m - 4], KEYS[5 * m - 3], ARGV[2 * m + 5], ARGV[2 * m + 6]
+  local stream, delayed, prefix, model = KEYS[5 * m - 4], KEYS[5 * m - 3], ARGV[3 * m + 7], ARGV[3 * m + 8]
   if redis.call('ZCOUNT', delayed, '-inf', now_ms) > 0 then return {'due', m} end
   local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', stream, '>')
+  if not (reply and #reply > 0 and #reply[1][2] > 0) then
+    shares = shares or cjson.decode(ARGV[7])
+    if fair_top_up(ARGV[3 * m + 9], stream, ARGV[1], prefix, model, shares, tonumber(ARGV[8]), tonumber(ARGV[9])) then
+      reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', stream, '>')
+    end
+  end
   if reply and #reply > 0 and #reply[1][2] > 0 then
     local id, fields = reply[1][2][1][1], reply[1][2][1][2]
     -- The job id, as entries.read_payload would read it; anything else is left to Python to judge.

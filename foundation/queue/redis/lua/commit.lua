@@ -15,7 +15,11 @@
 -- starts the count at the stream's own `entries-added`, so old and new `seq` values agree. Retention: the change
 -- that makes a job terminal gives its hash and its own events stream a TTL of plan.record_ttl_ms.
 --
--- Replies: {'ok', entry_id, event_id} | {'applied', entry_id, ''} | {'exists'} | {'missing'}
+-- Fair share (fair.lua, prepended): a create with `park` (a project) waits in the fair order instead of
+-- getting a stream entry, and so does any re-queue of a job whose hash names its project while
+-- plan.fair_on; plan.fair_base (keys.fair_prefix(model)) and the weights and caps come with every commit.
+--
+-- Replies: {'ok', entry_id, event_id} | {'applied', entry_id, ''} | {'exists'} | {'full'} | {'missing'}
 --          | {'conflict'} | {'fenced'} | {'illegal', old_status, new_status}
 local function entries_added(stream)
   local info = redis.call('XINFO', 'STREAM', stream)
@@ -41,6 +45,10 @@ if cur[6] and cur[6] == plan.plan_id then return {'applied', cur[4] or '', ''} e
 -- 1. The record must be the one the plan was built from (optimistic check-and-set on rev).
 if plan.create then
   if cur[1] then return {'exists'} end
+  -- 1b. A project's cap of parked jobs (fairness.max_queued): refused before anything is written.
+  if plan.park and plan.max_queued and fair_queued(plan.fair_base, plan.park) >= plan.max_queued then
+    return {'full'}
+  end
 else
   if not cur[1] then return {'missing'} end
   if tonumber(cur[1]) ~= plan.rev then return {'conflict'} end
@@ -94,7 +102,11 @@ if plan.delay_ms then
   redis.call('ZADD', KEYS[3], due, plan.job_id)
   entry = ''
 end
-if plan.payload then
+-- Under fair share a job of a known project that goes back to the queue (released, re-delivered, a
+-- retry due) is parked at the end of its project's queue instead, as a create is (step 6b).
+local park = plan.park
+if plan.payload and plan.fair_on and not plan.create then park = redis.call('HGET', job, 'project') or nil end
+if plan.payload and not park then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('XGROUP', 'CREATE', KEYS[2], plan.group, '0', 'MKSTREAM')
   end
@@ -121,7 +133,27 @@ if ARGV[2] ~= '' then
   table.insert(fields, 'model'); table.insert(fields, plan.model)
   if plan.format then table.insert(fields, 'format'); table.insert(fields, plan.format) end
 end
+if plan.create and plan.project then
+  table.insert(fields, 'project'); table.insert(fields, plan.project)
+  table.insert(fields, 'cost'); table.insert(fields, tostring(plan.cost or 1))
+end
 redis.call('HSET', job, unpack(fields))
+-- 6b. Fair share (fair.lua): the project's run and wait sets follow the job,
+-- a parked job that ends unserved leaves its project's queue, and a parked create may be handed to an
+-- empty stream at once (so an idle worker's blocking read wakes on it).
+if plan.fair_base and (status ~= old or entry ~= (cur[4] or '')) then
+  local project = redis.call('HGET', job, 'project')
+  if project then
+    fair_follow(plan.fair_base, project, plan.job_id, status, entry)
+    if old == 'queued' and status ~= 'queued' then fair_unpark(plan.fair_base, project, plan.job_id) end
+  end
+end
+if park then
+  local t = redis.call('TIME')
+  fair_park(plan.fair_base, park, plan.job_id, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  fair_top_up(plan.fair_base, KEYS[2], plan.group, plan.job_prefix, plan.model, plan.fair_shares,
+              plan.fair_weight, plan.fair_max_running)
+end
 if status == 'running' then
   redis.call('SADD', KEYS[7], plan.job_id)
 elseif old == 'running' then

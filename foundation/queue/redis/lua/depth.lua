@@ -1,5 +1,6 @@
--- Jobs of one model waiting to be claimed: undelivered stream entries plus delayed retries.
--- KEYS[1] job stream   KEYS[2] delayed zset   ARGV[1] group
+-- Jobs of one model waiting to be claimed: undelivered stream entries, delayed retries and jobs parked
+-- in the fair order (fair.lua).
+-- KEYS[1] job stream   KEYS[2] delayed zset   KEYS[3] the pool's parked zset (keys.fair_parked)   ARGV[1] group
 -- Every acknowledged entry is deleted, so undelivered = XLEN - pending (the group's count, O(1):
 -- XINFO GROUPS, not the per-consumer summary of XPENDING).
 local n = 0
@@ -14,4 +15,4 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if name == ARGV[1] then n = n - pending end
   end
 end
-return n + redis.call('ZCARD', KEYS[2])
+return n + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])

@@ -1,6 +1,6 @@
 -- 0-based place of a queued job in its model's queue, in O(log n) whatever the depth (read-only).
 -- KEYS[1] job hash   KEYS[2] job stream   KEYS[3] delayed zset   KEYS[4] job stream's XADD counter
--- ARGV[1] group   ARGV[2] job id
+-- ARGV[1] group   ARGV[2] job id   ARGV[3] the pool's fair-share prefix (keys.fair_prefix; fair.lua)
 -- Reply: position, or -1 when the job is not queued.
 --
 -- Waiting entries are the stream's undelivered ones: XLEN - pending, since every acknowledged entry
@@ -29,8 +29,21 @@ local entry = cur[2] or ''
 if entry == '' then
   -- Waiting for a retry backoff: behind every waiting entry and the retries due before it.
   local rank = redis.call('ZRANK', KEYS[3], ARGV[2])
-  if not rank then return -1 end
-  return waiting + rank
+  if rank then return waiting + rank end
+  -- Parked in the fair order: behind every waiting entry, then an upper bound of the parked jobs served
+  -- before it, exact while every project with parked work has equal weight and a backlog at least as
+  -- long as this job's place: r.N + k (r: the project's own jobs ahead, N: projects listed, k: those
+  -- whose pass is not above this project's), never above the other parked jobs (docs/queue-protocol.md).
+  local project = redis.call('HGET', KEYS[1], 'project')
+  if not project or not ARGV[3] then return -1 end
+  local base = ARGV[3]
+  local r = redis.call('ZRANK', base .. 'q:' .. project, ARGV[2])
+  if not r then return -1 end
+  local pass = redis.call('ZSCORE', base .. 'projects', project) or '0'
+  local n = redis.call('ZCARD', base .. 'projects')
+  local k = redis.call('ZCOUNT', base .. 'projects', '-inf', pass) - 1
+  if k < 0 then k = 0 end
+  return waiting + math.min(r * math.max(n, 1) + k, redis.call('ZCARD', base .. 'parked') - 1)
 end
 -- Delivered but not started yet (a claim in flight): it is at the head.
 if redis.call('XPENDING', KEYS[2], ARGV[1], entry, entry, 1)[1] then return 0 end

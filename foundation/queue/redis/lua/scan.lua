@@ -1,7 +1,9 @@
 -- What one model's pool holds, for choosing which model to claim from (read-only).
--- KEYS[1] job stream   KEYS[2] delayed zset
+-- KEYS[1] job stream   KEYS[2] delayed zset   KEYS[3] the pool's parked zset (keys.fair_parked)
 -- ARGV[1] group
--- Reply: {now_ms, oldest waiting entry id or '', due delayed count}
+-- Reply: {now_ms, oldest waiting entry id or '', due delayed count}; with no entry waiting, the oldest
+-- job parked in the fair order stands for it ('<parked at ms>-0'), so a model whose work is parked is
+-- weighed by its age as well
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local oldest = ''
@@ -18,6 +20,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
       if #nxt > 0 then oldest = nxt[1][1] end
     end
   end
+end
+if oldest == '' then
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if #first > 0 then oldest = string.format('%d-0', tonumber(first[2])) end
 end
 local due = redis.call('ZCOUNT', KEYS[2], '-inf', now_ms)
 return {tostring(now_ms), oldest, due}
