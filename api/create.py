@@ -22,10 +22,10 @@ from foundation.core.contract import (
     GenerationRecord,
     RecordInput,
     RecordParameters,
-    parse_create_request,
 )
 from foundation.core.errors import ErrorCode
 from foundation.core.images import CheckedImage, check_image
+from foundation.core.intake import read_create_request
 from foundation.core.resolve import check_inputs, image_cover_size, resolve
 
 if TYPE_CHECKING:
@@ -62,13 +62,14 @@ def check_idempotency_key(value: str | None) -> str | None:
     return value
 
 
-def parse_body(body: bytes) -> CreateRequest:
-    """Decode JSON and validate it; malformed JSON is ``invalid_request``, bad fields their own code."""
+def parse_body(body: bytes, catalog: Catalog) -> CreateRequest:
+    """Decode JSON and read it against the catalog (its defaults for ``mode`` and ``variant``, its sentences:
+    ``foundation.core.intake``); malformed JSON is ``invalid_request``, bad fields their own code."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and bad UTF-8
         raise ApiError(400, ErrorCode.invalid_request, "request body is not valid JSON") from None
-    return parse_create_request(data)
+    return read_create_request(data, catalog)
 
 
 def request_hash(request: CreateRequest, *, image_sha256: str | None = None) -> str:

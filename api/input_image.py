@@ -102,7 +102,7 @@ def read_image_source(spec: InputSpec, settings: InputSettings) -> tuple[bytes, 
     try:
         fetched = fetch(spec.image_url, outbound_policy(settings))
     except UrlNotAllowed as e:
-        raise _reject(ErrorCode.image_url_not_allowed, f"image_url is not allowed: {e}", param) from None
+        raise _reject(ErrorCode.image_url_not_allowed, f"image_url refused: {e}", param) from None
     except FetchTooLarge:
         raise _reject(
             ErrorCode.image_too_large, f"the image is larger than {settings.max_image_bytes} bytes", param

@@ -53,28 +53,6 @@ def _root_options(
     _Root.debug = debug
 
 
-@app.command()
-def catalog(path: str | None = typer.Option(None, help="Catalog file (default: configs/models.yaml).")) -> None:
-    """Validate the catalog and print its models as JSON."""
-    from foundation.core.errors import CatalogError
-    from pipelines.runtime.options import load_model_catalog
-
-    try:
-        cat = load_model_catalog(path)
-    except CatalogError as e:
-        typer.echo(str(e), err=True)
-        raise typer.Exit(2) from e
-    typer.echo(json.dumps({m.id: {"family": m.family, "resolutions": m.resolutions} for m in cat.models.values()}))
-
-
-@app.command()
-def version() -> None:
-    """Print the installed genworker version."""
-    from importlib.metadata import version as _v
-
-    typer.echo(_v("genworker"))
-
-
 @app.command("up")
 def up_command(
     data_dir: Annotated[
@@ -246,6 +224,11 @@ from genworker.plan import plan_command as _plan_command  # noqa: E402
 
 app.command("plan")(_plan_command)
 
+# `genworker simulate`: every real catalog job at full size on the CPU under fake tensors (genworker/simulate.py).
+from genworker.simulate import simulate_command as _simulate_command  # noqa: E402
+
+app.command("simulate")(_simulate_command)
+
 # `genworker client ...`: the client distribution's command line (client/src/genworker_client/cli.py).
 from genworker_client.cli import app as _client_app  # noqa: E402
 
@@ -261,6 +244,30 @@ _register_api(app)
 from api.webhooks.cli import webhooks_app as _webhooks_app  # noqa: E402
 
 app.add_typer(_webhooks_app, name="webhooks")
+
+
+# Added last, so --help lists them after the service's commands: a newcomer's first command is `up`.
+@app.command()
+def catalog(path: str | None = typer.Option(None, help="Catalog file (default: configs/models.yaml).")) -> None:
+    """Validate the catalog and print its models as JSON."""
+    from foundation.core.errors import CatalogError
+    from pipelines.runtime.options import load_model_catalog
+
+    try:
+        cat = load_model_catalog(path)
+    except CatalogError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from e
+    typer.echo(json.dumps({m.id: {"family": m.family, "resolutions": m.resolutions} for m in cat.models.values()}))
+
+
+@app.command()
+def version() -> None:
+    """Print the installed genworker version."""
+    from importlib.metadata import version as _v
+
+    typer.echo(_v("genworker"))
+
 
 if __name__ == "__main__":
     app()

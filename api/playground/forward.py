@@ -23,8 +23,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.errors import ApiError
 from api.playground.guard import RequestGuard
 from foundation.core.catalog import Catalog
-from foundation.core.contract import parse_create_request
 from foundation.core.errors import ErrorCode
+from foundation.core.intake import read_create_request
 from foundation.core.resolve import resolve
 
 __all__ = ["API_PATH", "PlaygroundApi"]
@@ -116,7 +116,7 @@ class PlaygroundApi:
             raise ApiError(400, ErrorCode.invalid_request, "request body is not valid JSON") from None
         if not isinstance(data, dict):
             raise ApiError(400, ErrorCode.invalid_request, "request body must be a JSON object")
-        fields = {name: data.get(name) for name in ("model", "mode", "variant", "parameters")}
-        request = parse_create_request({**fields, "input": {"prompt": _QUOTE_PROMPT}})
+        fields = {name: data[name] for name in ("model", "mode", "variant", "parameters") if name in data}
+        request = read_create_request({**fields, "input": {"prompt": _QUOTE_PROMPT}}, self._catalog)
         _, hold = resolve(request, self._catalog)
         return JSONResponse({"price_hold": hold.model_dump(mode="json")})

@@ -104,6 +104,9 @@ class LoraSpec(BaseModel):
     weight_name_2: str | None = None  # two experts: the file for ``transformer_2`` (Wan 2.2's low-noise expert)
     revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] | None = None  # hub commit; None = unpinned
     scale: Annotated[float, Field(gt=0.0, le=2.0)] = 1.0
+    # Keys of the file (fnmatch patterns) that diffusers' conversion may drop: named on purpose, after checking
+    # upstream does without them. Any other drop refuses the LoRA at load (pipelines.runtime.profile).
+    dropped_keys: tuple[str, ...] = ()
 
 
 class SamplerSpec(BaseModel):
@@ -459,8 +462,9 @@ class ModelSpec(BaseModel):
                 if width % self.stride or height % self.stride:
                     raise ValueError(f"{where}: {width}x{height} is not on the model's stride {self.stride}")
                 target_w, target_h = SIZE_TABLE[label][ratio]
-                if abs(width - target_w) >= self.stride or abs(height - target_h) >= self.stride:
-                    raise ValueError(f"{where}: {width}x{height} is a stride or more from {target_w}x{target_h}")
+                # One stride off is upstream's own rounding (HunyuanVideo 1.5's buckets: 848x480 for 832x480).
+                if abs(width - target_w) > self.stride or abs(height - target_h) > self.stride:
+                    raise ValueError(f"{where}: {width}x{height} is more than a stride from {target_w}x{target_h}")
 
 
 class Catalog(BaseModel):
@@ -500,6 +504,15 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "<root>"
 
 
+def _quote_hint(error: Any) -> str:
+    """A text field that YAML read as a number (an all-digit ``revision``, say) is fixed by quoting it; the bare
+    "Input should be a valid string" does not say so."""
+    value = error.get("input")
+    if error["type"] == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"; YAML read {value!r} as a number: quote it ('{value}')"
+    return ""
+
+
 def load_catalog(path: str | Path | None = None) -> Catalog:
     """Load and validate a catalog file; raise ``CatalogError`` naming file, entry and field."""
     path = Path(path) if path is not None else default_catalog_path()
@@ -521,7 +534,7 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         except ValidationError as e:
             first = e.errors()[0]
             raise CatalogError(
-                f"{path}: model {name!r}: field {_field_path(first['loc'])!r}: {first['msg']}"
+                f"{path}: model {name!r}: field {_field_path(first['loc'])!r}: {first['msg']}{_quote_hint(first)}"
                 + (f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else "")
             ) from e
         if spec.id in models:

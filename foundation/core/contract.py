@@ -11,9 +11,17 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from foundation.core.errors import ErrorCode, IllegalTransition
+from foundation.core.errors import ErrorCode, IllegalTransition, RequestRejected
 
 __all__ = [
     "AUTO_RATIO",
@@ -38,6 +46,7 @@ __all__ = [
     "WebhookEvent",
     "check_transition",
     "parse_create_request",
+    "rejection",
     "utcnow",
 ]
 
@@ -346,25 +355,45 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+# The objects of a create body by where they sit, so an unknown field is answered with the ones it may be.
+_OBJECTS: dict[tuple[int | str, ...], type[BaseModel]] = {
+    (): CreateRequest,
+    ("parameters",): Parameters,
+    ("input",): InputSpec,
+}
+
+
+def _unknown_field(loc: tuple[int | str, ...]) -> str:
+    message = f"unknown field {_loc(loc)!r}"
+    owner = _OBJECTS.get(loc[:-1])
+    if owner is None:
+        return message
+    where = _loc(loc[:-1]) or "the request"
+    return f"{message}; {where} takes: {', '.join(owner.model_fields)}"
+
+
+def rejection(error: ValidationError) -> RequestRejected:
+    """A create body's validation errors as one coded refusal: every missing field at once (a client
+    fixes them in one round trip), else the first error, with the field path as ``param``."""
+    errors = error.errors(include_url=False)
+    missing = [_loc(e["loc"]) for e in errors if e["type"] == "missing"]
+    if len(missing) == 1:
+        return RequestRejected(ErrorCode.invalid_parameter, f"field {missing[0]!r} is required", missing[0])
+    if missing:
+        return RequestRejected(ErrorCode.invalid_parameter, f"fields {', '.join(missing)} are required", missing[0])
+    first = errors[0]
+    param = _loc(first["loc"]) or None
+    unknown = first["type"] == "extra_forbidden"
+    message = _unknown_field(first["loc"]) if unknown else f"{param}: {first['msg']}"
+    return RequestRejected(ErrorCode.invalid_parameter, message, param)
+
+
 def parse_create_request(data: object) -> CreateRequest:
-    """Validate a decoded JSON body; raise ``RequestRejected`` with a stable code and the field path."""
-    from pydantic import ValidationError
-
-    from foundation.core.errors import RequestRejected
-
+    """Validate a decoded JSON body; raise ``RequestRejected`` with a stable code and the field path.
+    The API reads bodies with the catalog's defaults and sentences (``foundation.core.intake``)."""
     if not isinstance(data, dict):
         raise RequestRejected(ErrorCode.invalid_request, "request body must be a JSON object", None)
     try:
         return CreateRequest.model_validate(data)
     except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        param = _loc(first["loc"]) or None
-        kind = first["type"]
-        if kind == "extra_forbidden":
-            message = f"unknown field {param!r}"
-        elif kind == "missing":
-            message = f"field {param!r} is required"
-        else:
-            message = f"{param}: {first['msg']}"
-        return_code = ErrorCode.invalid_parameter
-        raise RequestRejected(return_code, message, param) from None
+        raise rejection(e) from None

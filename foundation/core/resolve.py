@@ -12,8 +12,10 @@ image, as upstream, and the encoder crops the video to the requested ratio and s
 
 from __future__ import annotations
 
+import difflib
 import math
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
@@ -26,6 +28,7 @@ from foundation.core.errors import ErrorCode, RequestRejected
 from foundation.core.sizes import best_output_size, max_area_size, target_size
 
 __all__ = [
+    "CHOICES",
     "ImageSize",
     "ResolvedJob",
     "check_inputs",
@@ -34,7 +37,10 @@ __all__ = [
     "frames_for",
     "generation_size",
     "image_cover_size",
+    "listed",
+    "model_not_found",
     "nearest_ratio",
+    "not_offered",
     "resolve",
     "round_up",
 ]
@@ -105,7 +111,7 @@ def round_up(value: int, stride: int) -> int:
 def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: ImageSize | None = None) -> tuple[int, int]:
     """(width, height) the pipeline generates: the size upstream lists for this resolution and ratio, else the
     target rounded up to the stride; for an input image under ``image_fit`` max_area or best_output_size, the
-    image's aspect with that size's area."""
+    image's aspect with the area of the resolution's 16:9 size, as upstream, whatever ratio was asked."""
     listed = spec.generation_sizes.get(resolution, {}).get(ratio)
     if listed is not None:
         width, height = listed
@@ -114,8 +120,11 @@ def generation_size(spec: ModelSpec, resolution: str, ratio: str, image: ImageSi
         width, height = round_up(target_w, spec.stride), round_up(target_h, spec.stride)
     if image is None or spec.image_fit == "crop":
         return width, height
+    # Upstream's area is its --size's whatever the shape (Wan 2.1/2.2 generate.py: max_area=MAX_AREA_CONFIGS[size],
+    # 832*480, 1280*720, TI2V's 1280*704): the resolution's 16:9 size, not the requested ratio's.
+    area_w, area_h = generation_size(spec, resolution, "16:9")
     fit = max_area_size if spec.image_fit == "max_area" else best_output_size
-    return fit(image.width, image.height, width * height, spec.stride)
+    return fit(image.width, image.height, area_w * area_h, spec.stride)
 
 
 def frames_for(keep: int, multiple: int, offset: int) -> int:
@@ -142,43 +151,65 @@ def _pick(params: Parameters, spec: ModelSpec, name: str) -> Any:
     return spec.defaults.get(name) if value is None else value
 
 
+def listed(values: Iterable[object]) -> str:
+    """Allowed values as every error sentence writes them: ``16:9, 9:16``, never a Python list."""
+    return ", ".join(str(value) for value in values)
+
+
+# The parameters chosen from a model's list, and the list each is chosen from.
+CHOICES: dict[str, Callable[[ModelSpec], list[Any]]] = {
+    "resolution": lambda spec: spec.resolutions,
+    "ratio": lambda spec: spec.ratios,
+    "duration_seconds": lambda spec: spec.durations,
+}
+
+
+def not_offered(spec: ModelSpec, name: str, value: object) -> RequestRejected:
+    """The one sentence for a choice the model does not offer, whether well-formed (``21:9``) or not
+    (``16x9``, ``"5"``): a client needs the allowed values either way, not the pattern that failed."""
+    allowed = CHOICES[name](spec)
+    # "5" for 5: the body is read strictly, so say why a listed-looking value is refused.
+    note = " (numbers, not strings)" if isinstance(value, str) and all(isinstance(a, int) for a in allowed) else ""
+    return _reject(
+        ErrorCode.invalid_parameter,
+        f"{name} {value!r} is not offered by {spec.id}; allowed: {listed(allowed)}{note}",
+        f"parameters.{name}",
+    )
+
+
 def _check_choices(spec: ModelSpec, resolution: str, ratio: str, duration: int) -> None:
-    if resolution not in spec.resolutions:
-        raise _reject(
-            ErrorCode.invalid_parameter,
-            f"resolution {resolution!r} is not offered by {spec.id}; allowed: {spec.resolutions}",
-            "parameters.resolution",
-        )
-    if ratio not in spec.ratios:
-        raise _reject(
-            ErrorCode.invalid_parameter,
-            f"ratio {ratio!r} is not offered by {spec.id}; allowed: {spec.ratios}",
-            "parameters.ratio",
-        )
-    if duration not in spec.durations:
-        raise _reject(
-            ErrorCode.invalid_parameter,
-            f"duration_seconds {duration} is not offered by {spec.id}; allowed: {spec.durations}",
-            "parameters.duration_seconds",
-        )
+    for name, value in (("resolution", resolution), ("ratio", ratio), ("duration_seconds", duration)):
+        if value not in CHOICES[name](spec):
+            raise not_offered(spec, name, value)
+
+
+def model_not_found(model: str, catalog: Catalog) -> RequestRejected:
+    """An unknown model id, with the closest ids (a typo such as ``tiny_wan``) and where the list is."""
+    close = difflib.get_close_matches(model, list(catalog.models), n=3, cutoff=0.6)
+    hint = f"; did you mean {listed(close)}?" if close else ";"
+    return _reject(
+        ErrorCode.model_not_found,
+        f"model {model!r} is not in the catalog{hint} GET /v1/models lists every model",
+        "model",
+    )
 
 
 def _lookup(request: CreateRequest, catalog: Catalog) -> tuple[ModelSpec, VariantSpec]:
     spec = catalog.get(request.model)
     if spec is None:
-        raise _reject(ErrorCode.model_not_found, f"model {request.model!r} is not in the catalog", "model")
+        raise model_not_found(request.model, catalog)
     mode = spec.modes.get(request.mode)
     if mode is None:
         raise _reject(
             ErrorCode.unsupported_mode,
-            f"model {spec.id} has no mode {request.mode!r}; modes: {sorted(spec.modes)}",
+            f"model {spec.id} has no mode {request.mode!r}; modes: {listed(sorted(spec.modes))}",
             "mode",
         )
     variant = mode.variants.get(request.variant)
     if variant is None:
         raise _reject(
             ErrorCode.unsupported_variant,
-            f"mode {request.mode} of {spec.id} has no variant {request.variant!r}; variants: {sorted(mode.variants)}",
+            f"mode {request.mode} of {spec.id} has no variant {request.variant!r}; variants: {listed(mode.variants)}",
             "variant",
         )
     return spec, variant

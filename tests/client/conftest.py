@@ -95,6 +95,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
                 proc.wait()
 
 
+# Where docs/quickstart.md serves its image and its webhook receiver (tests/client/test_docs_examples.py).
+DOCS_IMAGE_HOST = "127.0.0.1:8765"
+DOCS_RECEIVER_HOST = "127.0.0.1:9000"
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("client-server")
@@ -114,7 +119,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> I
                     "poll_max_s": RETRY_AFTER_LATE_S,
                     # NEVER_RUNS_MODEL must be accepted: embedded mode refuses unhosted models by default.
                     "unhosted_models": "accept",
+                    # The quickstart's image server (section 5b), as the page starts the service.
+                    "inputs": {"allow_http_hosts": [DOCS_IMAGE_HOST], "allow_private_hosts": [DOCS_IMAGE_HOST]},
                 },
+                # The quickstart's webhook receiver (section 6), as the page starts the service.
+                "webhooks": {"allowed_hosts": [DOCS_RECEIVER_HOST]},
             }
         ),
     }

@@ -1,11 +1,14 @@
-"""Every example of docs/quickstart.md and docs/client.md, run against a real ``genworker up``.
+"""Every example of README.md, docs/quickstart.md, docs/client.md and docs/adding-a-pipeline.md, run against a
+real ``genworker up``.
 
 The docs are what a newcomer types, so they are run as typed: each shell block (``console``, ``bash``,
 and ``text`` transcripts whose lines start with ``$ ``) and each ``python`` block, in the order of the
 page, in one shell per page whose PATH starts with the project's venv (what ``source
 .venv/bin/activate`` gives), in a scratch directory holding the server's ``var/dev-api-key``. The one
-change made to a command: the documented ``127.0.0.1:8000`` is the test server's port. Ids a page shows
-(``gen_...``, ``wh_...``) are the ids of that page's own run, read from the output of the command that
+change made to a command: the documented ``127.0.0.1:8000`` is the test server's port. The scratch directory's
+``var`` is the server's data directory, as a checkout's ``var`` is for ``make up``, so ``genworker webhooks
+add`` registers with the running service; the server runs with the allow-lists the quickstart starts it with.
+Ids a page shows (``gen_...``, ``wh_...``) are the ids of that page's own run, read from the output of the command that
 printed them in the doc, so ``GEN=gen_52d4...`` follows the generation the test just created.
 
 What is checked, per command: it exits 0, or with the code the doc prints (``exit=N``); and where the
@@ -13,14 +16,17 @@ doc shows its output whole (no ``...``, no ``<!-- docs-test: output abridged -->
 many lines. A python block followed by a transcript that runs ``python NAME.py`` is saved as NAME.py
 for it. A block that cannot run here (``make up`` itself, installs, a receiver that serves forever)
 carries ``<!-- docs-test: skip (reason) -->`` on the line above its fence; the test lists them, and a
-page whose skipped blocks grow past what is counted here fails, so a skip is a decision in review.
+page whose skipped blocks grow past what is counted here fails, so a skip is a decision in review. A block
+that serves until stopped (an image server, a webhook receiver) carries ``<!-- docs-test: background (serves
+http://127.0.0.1:PORT ...) -->``: its commands run in the background, the page goes on once PORT accepts
+connections, and they are stopped when the page ends; what they print is not checked.
 """
 
 from __future__ import annotations
 
 import re
 import select
-import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -37,13 +43,19 @@ DOC_PORT = "127.0.0.1:8000"
 COMMAND_TIMEOUT_S = 120.0
 
 # The blocks each page may skip, with their reasons in the page; more fails (a new skip is reviewed here).
-SKIPS_ALLOWED = {"docs/quickstart.md": 8, "docs/client.md": 4}
+SKIPS_ALLOWED = {"README.md": 1, "docs/quickstart.md": 3, "docs/client.md": 3, "docs/adding-a-pipeline.md": 2}
+# The fewest commands a page runs: a page whose blocks silently stop running fails.
+RUNS_AT_LEAST = {"README.md": 3, "docs/quickstart.md": 10, "docs/client.md": 10, "docs/adding-a-pipeline.md": 1}
+BACKGROUND_START_S = 30.0
+ACTIVATE = "source .venv/bin/activate"
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
-_MARK = re.compile(r"^<!-- docs-test: (skip|output abridged) \((.+)\) -->\s*$")
+_MARK = re.compile(r"^<!-- docs-test: (skip|output abridged|background) \((.+)\) -->\s*$")
+_SERVES = re.compile(r"127\.0\.0\.1:(\d+)")
 _IDS = re.compile(r"\b(?:gen|wh)_[0-9a-f]{12,32}\b")
 _EXIT = re.compile(r"^exit=(\d+)$", re.M)
-_SAVED_AS = re.compile(r"^(?:time )?python3? (\w+\.py)$")
+# ``python NAME.py``, maybe timed or with variables set for it (``WEBHOOK_SECRET=$(cat secret.txt) python3 r.py``).
+_SAVED_AS = re.compile(r"^(?:time )?(?:[A-Z_]+=(?:\$\([^)]*\)|\S+) )*python3? (\w+\.py)$")
 SHELLS = {"console", "bash", "sh", "shell", "text"}
 
 
@@ -54,6 +66,7 @@ class Block:
     body: list[str]
     skip: str | None = None
     abridged: bool = False
+    background: str | None = None  # the mark's text: it names the port the block serves
 
 
 @dataclass
@@ -79,6 +92,7 @@ def blocks(path: Path) -> list[Block]:
             if mark is not None:
                 block.skip = mark[1] if mark[0] == "skip" else None
                 block.abridged = mark[0] == "output abridged"
+                block.background = mark[1] if mark[0] == "background" else None
             found.append(block)
             mark = None
             i = end
@@ -135,6 +149,7 @@ class Shell:
         )
         self.count = 0
         self.durations: list[tuple[float, str]] = []
+        self.background: list[int] = []  # pids of the subshells started in the background
 
     def run(self, command: str) -> tuple[int, str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -156,8 +171,31 @@ class Shell:
         shown = out.read_text(errors="replace")[-2000:] if out.exists() else "(no output)"
         pytest.fail(f"no end of {command!r} in {COMMAND_TIMEOUT_S:g} s: {shown}")
 
+    def start(self, command: str, port: int) -> None:
+        """``command`` in the background (the shell's variables seen), until the page ends; returns once
+        ``port`` on loopback accepts connections."""
+        log_file = self.cwd / f".background-{len(self.background)}"
+        rc, out = self.run(f"{{ {command}\n}} > {log_file.name} 2>&1 < /dev/null &\necho $!")
+        assert rc == 0, out
+        self.background.append(int(out.split()[-1]))
+        deadline = time.monotonic() + BACKGROUND_START_S
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.1)
+        log = log_file.read_text(errors="replace")[-2000:]
+        pytest.fail(f"{command!r} did not serve port {port} within {BACKGROUND_START_S:g} s: {log}")
+
+    def stop_background(self) -> None:
+        """Stop what ``start`` started: each subshell's children, then the subshell (by their pids)."""
+        for pid in self.background:
+            self.run(f"pkill -TERM -P {pid}; kill {pid} 2>/dev/null; wait {pid} 2>/dev/null; true")
+        self.background.clear()
+
     def close(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stop_background()
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
@@ -186,8 +224,8 @@ def test_every_example_of_the_page_runs(page: str, server: Server, finished: Gen
     # `finished`: the worker has loaded the fast model, as every earlier client test leaves it, so the time
     # printed below is the examples' own.
     work = tmp_path / "newcomer"
-    (work / "var").mkdir(parents=True)
-    shutil.copy(server.data_dir / "dev-api-key", work / "var" / "dev-api-key")
+    work.mkdir()
+    (work / "var").symlink_to(server.data_dir)  # a checkout's var/ is the data dir of its `make up`
     # The checkout's venv, where the docs say it is; the page's own `source .venv/bin/activate` puts it on
     # the PATH, which starts without it.
     (work / ".venv").symlink_to(Path(sys.prefix))
@@ -199,6 +237,8 @@ def test_every_example_of_the_page_runs(page: str, server: Server, finished: Gen
         "LANG": "C.UTF-8",
     }
     shell = Shell(work, env)
+    if ACTIVATE in (ROOT / page).read_text():
+        shell.run(ACTIVATE)  # the page tells its reader to activate the venv once per shell (its note)
     ids: dict[str, str] = {}  # the doc's id -> this run's
     skipped: list[str] = []
     ran = 0
@@ -212,12 +252,20 @@ def test_every_example_of_the_page_runs(page: str, server: Server, finished: Gen
             if block.skip is not None:
                 skipped.append(f"{where} ({block.skip})")
                 continue
+            if block.background is not None:
+                served = _SERVES.search(block.background)
+                assert served, f"{where}: a background mark names the port it serves (127.0.0.1:PORT)"
+                for command in commands(block):
+                    saved = _SAVED_AS.match(command.text)
+                    if saved and pending_python is not None:
+                        (work / saved.group(1)).write_text(_localize(pending_python, server, ids))
+                        pending_python = None
+                    shell.start(_localize(command.text, server, ids), int(served.group(1)))
+                    ran += 1
+                continue
             if block.lang == "python":
                 pending_python = "\n".join(block.body)
-                following = page_blocks[page_blocks.index(block) + 1 :]
-                first = following[0] if following else None
-                saved = _SAVED_AS.match(first.body[0].removeprefix("$ ")) if first and first.body else None
-                if saved is None or not first.body[0].startswith("$ "):
+                if not _saved_later(page_blocks, page_blocks.index(block)):
                     (work / "example.py").write_text(_localize(pending_python, server, ids))
                     rc, out = shell.run("python example.py")
                     if rc != 0:
@@ -243,8 +291,20 @@ def test_every_example_of_the_page_runs(page: str, server: Server, finished: Gen
     print(*skipped, sep="\n  ")
     print("  slowest:", *[f"{s:.1f} s {c}" for s, c in sorted(shell.durations, reverse=True)[:5]], sep="\n    ")
     assert not failures, "\n\n".join(failures)
-    assert ran >= 10
+    assert ran >= RUNS_AT_LEAST[page], ran
     assert len(skipped) <= SKIPS_ALLOWED[page], skipped
+
+
+def _saved_later(page_blocks: list[Block], index: int) -> bool:
+    """Whether a command after the python block at ``index``, before the next python block, runs it as a file
+    (``python NAME.py``): it is saved for that command then, not run on its own."""
+    for block in page_blocks[index + 1 :]:
+        if block.lang == "python":
+            return False
+        prompted = block.skip is None and block.lang in SHELLS and any(line.startswith("$ ") for line in block.body)
+        if prompted and any(_SAVED_AS.match(command.text) for command in commands(block)):
+            return True
+    return False
 
 
 def _localize(text: str, server: Server, ids: dict[str, str]) -> str:

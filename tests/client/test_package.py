@@ -167,7 +167,7 @@ def test_the_cli_extra_installs_the_genworker_client_command(client_venv: Client
     }
     bare = subprocess.run([str(command), "models"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert bare.returncode == 1
-    assert "pip install 'genworker-client[cli]'" in bare.stderr
+    assert "pip install './client[cli]'" in bare.stderr  # the distribution is on no index
 
     _pip("--python", str(client_venv.python), "install", "--quiet", f"{client_venv.wheel}[cli]")
     models = subprocess.run([str(command), "models"], env=env, capture_output=True, text=True, timeout=60, check=False)

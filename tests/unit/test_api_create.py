@@ -47,13 +47,13 @@ def test_absent_idempotency_key_is_fine() -> None:
 @pytest.mark.parametrize("raw", [b"", b"{", b"\xff\xfe", b"[" * 100_000, b'{"model": NaN'])
 def test_malformed_json_is_invalid_request(raw: bytes) -> None:
     with pytest.raises(ApiError) as e:
-        parse_body(raw)
+        parse_body(raw, load_catalog())
     assert (e.value.status, e.value.code) == (400, ErrorCode.invalid_request)
 
 
 def test_non_object_json_is_invalid_request() -> None:
     with pytest.raises(RequestRejected) as e:
-        parse_body(b"[1, 2]")
+        parse_body(b"[1, 2]", load_catalog())
     assert e.value.code is ErrorCode.invalid_request
 
 

@@ -141,6 +141,19 @@ def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
         load_catalog(_write(tmp_path, data))
 
 
+def test_an_all_digit_revision_is_told_to_be_quoted(tmp_path: Path) -> None:
+    """YAML reads an unquoted all-digit commit as a number; the error says to quote it, and quoted it loads."""
+    digits = "1234567890" * 4
+    data = _one_model()
+    data["models"][0]["revision"] = "REVISION"
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(data).replace("REVISION", digits), encoding="utf-8")
+    with pytest.raises(CatalogError, match=f"field 'revision'.*YAML read {digits} as a number: quote it"):
+        load_catalog(path)
+    path.write_text(yaml.safe_dump(data).replace("REVISION", f"'{digits}'"), encoding="utf-8")
+    assert load_catalog(path).models["tiny-wan"].revision == digits
+
+
 @pytest.mark.parametrize("content", ["models: 3", "[1, 2]", "models: [", "stray: 1\nmodels: []"])
 def test_malformed_files_are_refused(tmp_path: Path, content: str) -> None:
     path = tmp_path / "models.yaml"

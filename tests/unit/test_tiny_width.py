@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from foundation.core.catalog import ModelSpec, VariantSpec, default_catalog_path, load_catalog
+from foundation.core.catalog import Catalog, ModelSpec, VariantSpec, default_catalog_path, load_catalog
 
 CATALOG = load_catalog(default_catalog_path())
 PAIRS = [(real, tiny.id) for tiny in CATALOG.models.values() for real in tiny.stands_for]
@@ -59,11 +59,46 @@ def width_gaps(real: ModelSpec, tiny: ModelSpec) -> list[str]:
     return gaps
 
 
+def stand_in_problems(catalog: Catalog) -> list[str]:
+    """What breaks "one tiny stand-in per real entry", each said as what to change in the catalog file."""
+    pairs = [(real, tiny.id) for tiny in catalog.models.values() for real in tiny.stands_for]
+    named = [real for real, _ in pairs]
+    problems = []
+    for spec in catalog.models.values():
+        if spec.tiny or spec.id in named:
+            continue
+        kin = [m.id for m in catalog.models.values() if m.tiny and m.family == spec.family]
+        problems.append(
+            f"real entry {spec.id!r} has no tiny stand-in: add {spec.id!r} to `stands_for` of the tiny entry that "
+            f"runs its choices on CPU (family {spec.family}: {', '.join(kin) or 'none yet, add one'}); "
+            "docs/adding-a-pipeline.md, path 1"
+        )
+    real_ids = {m.id for m in catalog.models.values() if not m.tiny}
+    for real in sorted(set(named)):
+        if named.count(real) > 1:
+            problems.append(f"{real!r} is named in `stands_for` of {named.count(real)} tiny entries; keep one")
+        if real not in real_ids:
+            problems.append(f"`stands_for` names {real!r}, which is no real entry")
+    problems += [
+        f"{m.id!r} has `stands_for` but is not tiny" for m in catalog.models.values() if m.stands_for and not m.tiny
+    ]
+    return problems
+
+
 def test_every_real_entry_has_exactly_one_stand_in() -> None:
     """``stands_for`` names real entries only, each once, all of them; only tiny entries carry it."""
-    real = sorted(m.id for m in CATALOG.models.values() if not m.tiny)
-    assert sorted(r for r, _ in PAIRS) == real
-    assert not [m.id for m in CATALOG.models.values() if m.stands_for and not m.tiny]
+    assert stand_in_problems(CATALOG) == []
+
+
+def test_a_real_entry_without_a_stand_in_is_told_what_to_add() -> None:
+    """Path 1 of docs/adding-a-pipeline.md: a new real entry alone fails with the line to add."""
+    entry = CATALOG.models["wan2.1-t2v-1.3b"].model_copy(update={"id": "an-entry-without-a-stand-in"})
+    problems = stand_in_problems(Catalog(models={**CATALOG.models, entry.id: entry}))
+    assert problems == [
+        "real entry 'an-entry-without-a-stand-in' has no tiny stand-in: add 'an-entry-without-a-stand-in' to "
+        "`stands_for` of the tiny entry that runs its choices on CPU (family wan: tiny-wan, tiny-wan-a14b, "
+        "tiny-wan-i2v, tiny-wan-i2v-a14b, tiny-wan-ti2v); docs/adding-a-pipeline.md, path 1"
+    ]
 
 
 @pytest.mark.parametrize(("real", "tiny"), PAIRS, ids=[f"{t}-for-{r}" for r, t in PAIRS])

@@ -88,6 +88,31 @@
 
   const currentModel = () => models.find((m) => m.id === $("model").value);
 
+  // "Wan 2.1 T2V 14B (480p) · wan2.1-t2v-14b-480p": a display name may carry its own parentheses.
+  function modelLabel(m) {
+    return m.available ? `${m.display_name} · ${m.id}` : `${m.display_name} · ${m.id} — unavailable: no worker hosts it`;
+  }
+
+  function fillModels() {
+    const options = models.map((m) => {
+      const option = new Option(modelLabel(m), m.id);
+      option.disabled = !m.available;
+      return option;
+    });
+    $("model").replaceChildren(...options);
+    const first = models.find((m) => m.available);
+    if (first) $("model").value = first.id;
+  }
+
+  // Generate only what the server would take: a hosted model and variant, and a quote it accepted.
+  function updateSubmit() {
+    const m = currentModel();
+    const variant = m && m.modes[$("mode").value] && m.modes[$("mode").value].variants[$("variant").value];
+    const runnable = Boolean(m && m.available && variant && variant.available !== false);
+    const quoted = $("price").dataset.amount !== "";
+    $("submit").disabled = !(runnable && quoted);
+  }
+
   function modeNeedsImage(name, mode) {
     if (mode && typeof mode.image === "boolean") return mode.image;
     if (mode && Array.isArray(mode.inputs)) return mode.inputs.includes("image");
@@ -108,7 +133,7 @@
     $("extend-field").hidden = !m.prompt_extend;
     $("prompt-extend").checked = m.prompt_extend && m.defaults.prompt_extend === true;
     $("prompt").maxLength = m.prompt_max_chars;
-    const ready = m.available ? "a worker is ready" : "no worker hosts it right now: a generation would wait";
+    const ready = m.available ? "a worker is ready" : "unavailable: no worker hosts it, so Generate is off";
     $("model-hint").textContent = `${m.family}, ${m.fps} fps; ${ready}; ${m.queue_depth} waiting.`;
     onModeChange();
     countPrompt();
@@ -119,6 +144,16 @@
     const mode = m.modes[$("mode").value];
     const variants = Object.keys(mode.variants);
     fillSelect($("variant"), variants, variants.includes("standard") ? "standard" : variants[0]);
+    for (const option of $("variant").options) {
+      if (mode.variants[option.value].available === false) {
+        option.disabled = true;
+        option.textContent += " — unavailable: no worker has its weights";
+      }
+    }
+    if ($("variant").selectedOptions[0] && $("variant").selectedOptions[0].disabled) {
+      const usable = [...$("variant").options].find((o) => !o.disabled);
+      if (usable) $("variant").value = usable.value;
+    }
     $("image-field").hidden = !modeNeedsImage($("mode").value, mode);
     onVariantChange();
   }
@@ -158,6 +193,7 @@
     quoteSeq += 1;
     $("price").classList.add("stale");
     $("price").dataset.amount = "";
+    updateSubmit();
     quoteTimer = setTimeout(quote, 120);
   }
 
@@ -174,9 +210,11 @@
     } catch (err) {
       if (seq !== quoteSeq) return;
       price.classList.remove("stale");
-      price.textContent = `Price hold unavailable: ${err.code}: ${err.message}`;
+      // The quote runs the create's own checks: what it refuses, Generate would be refused too.
+      price.textContent = `Cannot generate this: ${err.code}: ${err.message}`;
       price.dataset.amount = "";
     }
+    updateSubmit();
   }
 
   function readDataUri(file) {
@@ -210,7 +248,7 @@
     } catch (err) {
       showError(err);
     } finally {
-      button.disabled = false;
+      updateSubmit();
     }
   }
 
@@ -337,6 +375,7 @@
   // A live preview of the latents (event: preview): the same <img> updated in place, step after step.
   function showPreview(p) {
     if (!p || typeof p.image !== "string" || !p.image.startsWith("data:image/jpeg;base64,")) return;
+    if (!$("result").hidden) return; // a late preview never covers the finished video
     const img = $("preview");
     img.src = p.image;
     img.dataset.step = String(p.step);
@@ -381,6 +420,7 @@
     if (where < shown) return;
     shown = where;
     $("current").hidden = false;
+    $("placeholder").hidden = true;
     const running = r.status === "running";
     const stage = running && r.stage && r.stage !== "queued" ? r.stage : null;
     let text = stage ? `running: ${stage}${percent(r)}` : r.status;
@@ -433,6 +473,7 @@
     $("final-price").textContent = r.price ? `$${r.price.amount} (hold $${r.price_hold.amount})` : `hold $${r.price_hold.amount}`;
     $("download").href = video.download_url;
     $("download").download = `${r.id}.mp4`;
+    $("preview").hidden = true; // the last latent preview gives way to the video
     $("result").hidden = false;
   }
 
@@ -534,12 +575,9 @@
       showError(err);
       return;
     }
-    models = data.data;
-    const first = models.find((m) => m.available) || models[0];
-    fillSelect($("model"), models.map((m) => m.id), first && first.id, (id) => {
-      const m = models.find((x) => x.id === id);
-      return m.available ? `${m.display_name} (${m.id})` : `${m.display_name} (${m.id}), no worker`;
-    });
+    // Runnable models first (a worker hosts them); the others are listed, disabled, with why.
+    models = [...data.data.filter((m) => m.available), ...data.data.filter((m) => !m.available)];
+    fillModels();
     $("model").addEventListener("change", onModelChange);
     $("mode").addEventListener("change", onModeChange);
     $("variant").addEventListener("change", onVariantChange);
@@ -547,6 +585,8 @@
       $(id).addEventListener("change", scheduleQuote);
     }
     $("prompt").addEventListener("input", countPrompt);
+    // Typed values are quoted as they are typed: a refused one turns Generate off before it is pressed.
+    for (const id of ["seed", "negative"]) $(id).addEventListener("input", scheduleQuote);
     $("create-form").addEventListener("submit", submit);
     $("cancel").addEventListener("click", cancel);
     $("refresh").addEventListener("click", refreshRecent);

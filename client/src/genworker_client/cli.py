@@ -141,7 +141,9 @@ def create(
     idempotency_key: Annotated[str | None, typer.Option(help="Reuse a key to retry a create safely.")] = None,
     name: Annotated[str | None, typer.Option(help="Logical name in --ledger: a rerun reuses its key.")] = None,
     ledger: Annotated[Path | None, typer.Option(help="JSON key ledger file (with --name).")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Poll until terminal, with a progress bar.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until it ends (its event stream), with a progress bar.")
+    ] = False,
     download: Annotated[Path | None, typer.Option(help="Directory for the artifacts (implies --wait).")] = None,
     timeout: Timeout = 1800.0,
     base_url: BaseUrl = None,
@@ -177,7 +179,8 @@ def get(generation_id: GenerationId, base_url: BaseUrl = None) -> None:
 
 @app.command("wait")
 def wait_cmd(generation_id: GenerationId, timeout: Timeout = 1800.0, base_url: BaseUrl = None) -> None:
-    """Poll a generation until terminal (progress bar on stderr) and print the final record."""
+    """Wait until a generation ends, following its event stream (polling where the server has none), with a
+    progress bar on stderr; print the final record."""
     with _client(base_url) as client:
         generation = _wait_with_bar(client, client.get(generation_id), timeout)
         _emit(_record(generation))
