@@ -25,6 +25,13 @@ class ModelRuntimeSettings(BaseModel):
     weights_dir: str | None = Field(
         default=None, description="optional local root for real weights (hub ids map under it)"
     )
+    weights_pin: Literal["refuse", "warn"] = Field(
+        default="refuse",
+        description=(
+            "A local weights folder whose manifest (`genworker weights pull`) names another commit than the "
+            "catalog's pin, or lacks files, is refused at load; warn: logged, and loaded anyway."
+        ),
+    )
     cache_budget_gb: float = Field(default=0.0, ge=0, description="0 = no budget beyond one model at a time")
     gpus_per_job: int = Field(
         default=1,

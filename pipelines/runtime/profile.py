@@ -8,6 +8,7 @@ Frames leave the device as uint8 a few at a time, so the host never holds the vi
 
 from __future__ import annotations
 
+import fnmatch
 import gc
 import logging
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from foundation.core.media import AudioTrack, Media
 from pipelines.errors import ModelLoadError
 from pipelines.runtime.compile import compile_blocks
 from pipelines.runtime.options import check_profile
-from pipelines.runtime.registry import hub_revision, resolve_weights
+from pipelines.runtime.registry import hold_to_pin, hub_revision, resolve_weights
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +54,7 @@ __all__ = [
     "module_bytes",
     "pipeline_options",
     "quiet_progress_bars",
+    "refuse_dropped_keys",
     "runtime_profile",
     "step_reporter",
     "synchronize",
@@ -247,7 +249,11 @@ def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings
             adapter = lora_adapter_name(mode, name)
             try:
                 path = resolve_weights(lora.weights, runtime, tiny=spec.tiny)
+                hold_to_pin(path, lora.weights, lora.revision, runtime)
                 pinned = hub_revision(lora.weights, path, lora.revision)
+                for weight_name in (lora.weight_name, lora.weight_name_2):
+                    if weight_name is not None:
+                        refuse_dropped_keys(pipe, path, weight_name, pinned, allowed=lora.dropped_keys)
                 pipe.load_lora_weights(path, weight_name=lora.weight_name, adapter_name=adapter, **pinned)
                 if lora.weight_name_2 is not None:  # the second expert's own LoRA, under the same adapter name
                     second = {"weight_name": lora.weight_name_2, "load_into_transformer_2": True, **pinned}
@@ -259,6 +265,35 @@ def load_variant_loras(pipe: Any, spec: ModelSpec, runtime: ModelRuntimeSettings
             loaded = True
     if loaded:
         pipe.disable_lora()
+
+
+def refuse_dropped_keys(
+    pipe: Any, path: str, weight_name: str, pinned: dict[str, str], *, allowed: tuple[str, ...]
+) -> None:
+    """Refuse a LoRA file some of whose keys diffusers' conversion drops: its Wan converter drops LightX2V's
+    ``.diff`` weight deltas (logged at info only) and norm deltas, which LightX2V applies, so the variant would
+    run another recipe than upstream's. The catalog entry accepts drops by naming the keys
+    (``lora.dropped_keys``, ``fnmatch`` patterns): up to as many as the file has keys matching them."""
+    from safetensors.torch import load_file
+
+    file = Path(path) / weight_name if Path(path).is_dir() else Path(_hub_file(path, weight_name, pinned))
+    raw = load_file(str(file))
+    converted = pipe.lora_state_dict(dict(raw))
+    converted = converted[0] if isinstance(converted, tuple) else converted
+    # Every key converts to one key, except the alphas, folded into the LoRA's scales.
+    dropped = len(raw) - sum(key.endswith(".alpha") for key in raw) - len(converted)
+    named = sum(any(fnmatch.fnmatch(key, pattern) for pattern in allowed) for key in raw)
+    if dropped > named:
+        raise ModelLoadError(
+            f"{weight_name}: diffusers' LoRA conversion drops {dropped} of its {len(raw)} keys "
+            f"({named} named in lora.dropped_keys); the variant would not run the LoRA as published"
+        )
+
+
+def _hub_file(repo: str, filename: str, pinned: dict[str, str]) -> str:
+    from huggingface_hub import hf_hub_download
+
+    return str(hf_hub_download(repo, filename, revision=pinned.get("revision")))
 
 
 def _drop_adapter(pipe: Any, adapter: str) -> None:

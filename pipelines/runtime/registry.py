@@ -8,6 +8,8 @@ Weights resolution (``resolve_weights``), in order:
 - an existing local path (absolute, or relative to the working directory);
 - ``<runtime.weights_dir>/<hub id>`` when ``weights_dir`` is set and that directory exists;
 - the hub id itself, left to ``from_pretrained`` (with ``HF_HUB_OFFLINE=1`` it must be in the local cache).
+A local folder pulled by ``genworker weights pull`` is held to the catalog's pin when the model loads
+(``hold_to_pin``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, cast
 from foundation.core.errors import JobError, is_out_of_memory
 from pipelines.errors import ModelLoadError
 from pipelines.runtime.adapter import Adapter
+from pipelines.runtime.weights import pin_problems
 
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "adapter_class",
+    "hold_to_pin",
     "hub_revision",
     "load_adapter",
     "resolve_device",
@@ -78,6 +82,19 @@ def resolve_weights(ref: str, runtime: ModelRuntimeSettings, *, tiny: bool) -> s
     return ref
 
 
+def hold_to_pin(path: str, ref: str, revision: str | None, runtime: ModelRuntimeSettings) -> None:
+    """Refuse a local folder whose manifest shows another commit than the catalog pins, or a half-copied one
+    (``models.weights_pin: warn`` only logs it): the worker would otherwise run other weights than the recipe's."""
+    problems = pin_problems(Path(path), revision) if Path(path).is_dir() else []  # a hub id: the hub's own pin
+    if not problems:
+        return
+    message = f"weights of {ref} in {path}: {'; '.join(problems)}"
+    if runtime.weights_pin == "warn":
+        log.warning("%s (loaded anyway: models.weights_pin is warn)", message)
+        return
+    raise ModelLoadError(f"{message}; pull them again (genworker weights pull), or set models.weights_pin: warn")
+
+
 def hub_revision(ref: str, path: str, revision: str | None) -> dict[str, str]:
     """``from_pretrained``'s ``revision=`` for ``ref`` when it is loaded from the hub (``path`` is still the hub
     id); a local directory is whatever it holds, so it gets none."""
@@ -103,7 +120,8 @@ def resolve_dtype(runtime_dtype: str, catalog_dtype: str, device: str) -> str:
 def load_adapter(spec: ModelSpec, runtime: ModelRuntimeSettings) -> Adapter:
     """Load ``spec``'s adapter on the configured device; out-of-memory propagates unchanged (for the retry)."""
     cls = adapter_class(spec.adapter)
-    resolve_weights(spec.weights, runtime, tiny=spec.tiny)  # fail with a clear message before heavy imports
+    path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)  # fail with a clear message before heavy imports
+    hold_to_pin(path, spec.weights, spec.revision, runtime)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, spec.dtype, device)
     started = time.perf_counter()

@@ -13,10 +13,15 @@ What a model loads (``needed``):
 - a ``chat_llm`` prompt extender's repo (``prompt_extend.llm`` at ``llm_revision``).
 
 Each repo lands in ``<models.weights_dir>/<hub id>`` (where ``pipelines.runtime.registry.resolve_weights``
-looks first) with a manifest, ``genworker-weights.json``: the commit, and every file's size and the hash
-its source states (sha256 for LFS files, the git blob sha1 for the rest). ``verify`` holds the directory to
-that manifest and to what the model needs. The source is the hub, or a local mirror laid out like the hub
-cache (``--from-cache``: an operator's shared cache, and how the tests run offline).
+looks first) with a manifest, ``genworker-weights.json``: the commit, and every file's size, its sha256 and
+the git blob sha1 the hub lists for a non-LFS file. A file's sha256 is the one its source states (the hub's LFS
+hash, a mirror blob's name) or, where the source names none (a mirror copied with its links dereferenced, a
+non-LFS file), computed from the source's bytes: a manifest never lacks one, so ``verify`` always hashes.
+``verify`` holds the directory to that manifest and to what the model needs; the worker holds it to the
+catalog's pin at every load (``pin_problems``). The source is the hub, or a local mirror laid out like the hub
+cache (``--from-cache``: an operator's shared cache, and how the tests run offline). A mirror file already in
+place with the same sha256 is not copied again; a mirror link, or a manifest path, that resolves outside its
+folder is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from pipelines.errors import ModelLoadError
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
 
-__all__ = ["MANIFEST", "RepoFiles", "needed", "pull", "verify"]
+__all__ = ["MANIFEST", "RepoFiles", "needed", "pin_problems", "pull", "verify"]
 
 MANIFEST = "genworker-weights.json"
 # What from_pretrained reads in a component folder (transformers and diffusers, tokenizers included).
@@ -73,8 +78,8 @@ class SourceFile:
 
     path: str
     size: int
-    sha256: str | None  # LFS files
-    git_sha1: str | None  # the others (git blob id)
+    sha256: str | None  # stated (LFS files, mirror blobs) or computed; None only before ``pull`` fills it in
+    git_sha1: str | None  # non-LFS files on the hub (git blob id)
 
 
 def needed(spec: ModelSpec) -> list[RepoFiles]:
@@ -140,6 +145,8 @@ def pull(
         problems = list(_check(folder, files, quick=False, progress=progress))
         if problems:
             raise ModelLoadError(f"{wanted.repo}: the pulled files do not match their source: {problems[0]}")
+        # A hub file without LFS is stated by its git blob id only, just checked: its sha256 comes from its bytes.
+        files = [_with_sha256(folder, f) for f in files]
         manifest = {
             "repo": wanted.repo,
             "revision": source.commit,
@@ -174,21 +181,31 @@ class _CacheMirror:
         model_index = json.loads(index.read_text(encoding="utf-8")) if index.is_file() else None
         files = []
         for path in selected(self.wanted, listing, model_index):
-            link = self.snapshot / path
-            blob = Path(os.path.realpath(link)).name
-            files.append(
-                SourceFile(
-                    path,
-                    link.stat().st_size,
-                    sha256=blob if len(blob) == 64 else None,
-                    git_sha1=blob if len(blob) == 40 else None,
-                )
-            )
+            source = self._source(path)
             target = folder / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            progress(f"copy {self.wanted.repo}/{path}")
-            shutil.copyfile(link, target)
+            if _same_bytes(target, source):
+                progress(f"have {self.wanted.repo}/{path}")
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                progress(f"copy {self.wanted.repo}/{path}")
+                shutil.copyfile(self.snapshot / path, target)
+            files.append(source)
         return files
+
+    def _source(self, path: str) -> SourceFile:
+        """``path`` as the mirror states it: the hash its blob is named by, else the sha256 of its bytes (a copy
+        of the cache made with links dereferenced names nothing)."""
+        link = self.snapshot / path
+        real = Path(os.path.realpath(link))
+        root = Path(os.path.realpath(self.snapshot.parent.parent))  # models--org--name
+        if not real.is_relative_to(root):
+            raise ModelLoadError(f"{self.wanted.repo}: {path} in the mirror links outside it, to {real}")
+        size = real.stat().st_size
+        named = link.is_symlink() and real.parent == root / "blobs"
+        if named and len(real.name) == 64:
+            return SourceFile(path, size, sha256=real.name, git_sha1=None)
+        git_sha1 = real.name if named and len(real.name) == 40 else None
+        return SourceFile(path, size, sha256=_digest(real, hashlib.sha256()), git_sha1=git_sha1)
 
 
 # The hub client's transport errors (its httpx's TransportError family, the socket's OSError) and its refusal under
@@ -262,6 +279,19 @@ class _Hub:
         return files
 
 
+def _same_bytes(target: Path, source: SourceFile) -> bool:
+    """``target`` already holds ``source``'s bytes (an interrupted pull resumes without copying them again)."""
+    if not target.is_file() or target.is_symlink() or target.stat().st_size != source.size:
+        return False
+    return source.sha256 is not None and _digest(target, hashlib.sha256()) == source.sha256
+
+
+def _with_sha256(folder: Path, f: SourceFile) -> SourceFile:
+    if f.sha256 is not None:
+        return f
+    return SourceFile(f.path, f.size, sha256=_digest(folder / f.path, hashlib.sha256()), git_sha1=f.git_sha1)
+
+
 # ----------------------------------------------------------------------------------------------- verify
 def verify(spec: ModelSpec, weights_dir: Path, *, quick: bool = False, progress: Progress = print) -> list[str]:
     """What is wrong with ``spec``'s weights under ``weights_dir`` (empty: all there and intact). ``quick``
@@ -287,6 +317,21 @@ def verify(spec: ModelSpec, weights_dir: Path, *, quick: bool = False, progress:
     return problems
 
 
+def pin_problems(folder: Path, revision: str | None) -> list[str]:
+    """What ``folder``'s manifest shows against the catalog's pin, cheaply enough for every load: the commit it
+    was pulled at, and files missing or of another size (a half-finished copy). Hashes are ``verify``'s job.
+    A folder without a manifest was not pulled by genworker: nothing to hold it to."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        return []
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    problems = []
+    if revision is not None and manifest.get("revision") != revision:
+        problems.append(f"pulled at {manifest.get('revision')}, the catalog pins {revision}")
+    files = [SourceFile(path, **facts) for path, facts in manifest["files"].items()]
+    return problems + list(_check(folder, files, quick=True, progress=lambda line: None))
+
+
 def _required(wanted: RepoFiles, model_index: dict[str, object] | None) -> list[str]:
     """Patterns that must each match a pulled file: named files, and every component's config."""
     named = [p for p in wanted.allow if not any(ch in p for ch in "*?[")]
@@ -300,8 +345,12 @@ def _required(wanted: RepoFiles, model_index: dict[str, object] | None) -> list[
 
 
 def _check(folder: Path, files: list[SourceFile], *, quick: bool, progress: Progress) -> Iterator[str]:
+    root = Path(os.path.realpath(folder))
     for f in files:
         path = folder / f.path
+        if not Path(os.path.realpath(path)).is_relative_to(root):  # "../x" in a manifest, or a link out
+            yield f"{f.path}: resolves outside {folder}"
+            continue
         if not path.is_file():
             yield f"{f.path}: missing"
             continue
@@ -312,9 +361,11 @@ def _check(folder: Path, files: list[SourceFile], *, quick: bool, progress: Prog
             continue
         if f.size > 1 << 30:
             progress(f"hash {f.path} ({f.size / 1e9:.1f} GB)")
-        if f.sha256 is not None and _digest(path, hashlib.sha256()) != f.sha256:
+        if f.sha256 is None and f.git_sha1 is None:  # a manifest from before sha256 was always computed
+            yield f"{f.path}: the manifest states no hash to check (pull it again)"
+        elif f.sha256 is not None and _digest(path, hashlib.sha256()) != f.sha256:
             yield f"{f.path}: sha256 differs from the source's"
-        elif f.sha256 is None and f.git_sha1 is not None and _git_blob_sha1(path, f.size) != f.git_sha1:
+        elif f.git_sha1 is not None and _git_blob_sha1(path, f.size) != f.git_sha1:
             yield f"{f.path}: git blob id differs from the source's"
 
 

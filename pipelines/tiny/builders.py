@@ -32,8 +32,9 @@ from pipelines.tiny.wan import WAN_BUILDERS
 __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
-# 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA; 5: tiny-wan-a14b (two experts).
-BUILDER_VERSION = 5
+# 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA; 5: tiny-wan-a14b (two experts);
+# 6: tiny-ltx2 ships LTX-2's own scheduler config (dynamic shift).
+BUILDER_VERSION = 6
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS: tuple[str, ...] = (*WAN_BUILDERS, "tiny-ltx2", "tiny-chat-llm")  # Wan text-to-video: pipelines/tiny/wan.py
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
@@ -83,6 +84,19 @@ def build_all(out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
 
 
 # ----------------------------------------------------------------------------------------------------- LTX-2
+# Lightricks/LTX-2's scheduler/scheduler_config.json (the revision the catalog pins): the token-count shift and
+# terminal stretch the pipeline applies when no sigmas are given, so a tiny job sees what a real one would.
+LTX2_SCHEDULER: dict[str, Any] = {
+    "num_train_timesteps": 1000,
+    "shift": 1.0,
+    "use_dynamic_shifting": True,
+    "base_shift": 0.95,
+    "max_shift": 2.05,
+    "base_image_seq_len": 1024,
+    "max_image_seq_len": 4096,
+    "shift_terminal": 0.1,
+    "time_shift_type": "exponential",
+}
 
 _GEMMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -305,7 +319,7 @@ def _build_ltx2(out: Path) -> None:
         image_seq_length=text_encoder.config.mm_tokens_per_image,
     )
     pipe = LTX2Pipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(),
+        scheduler=FlowMatchEulerDiscreteScheduler(**LTX2_SCHEDULER),
         vae=vae,
         audio_vae=audio_vae,
         text_encoder=text_encoder,

@@ -96,6 +96,12 @@ def _image_job(model: str, width: int, height: int, **params: object) -> Resolve
         ("wan2.2-ti2v-5b", (1920, 1080), "16:9", (1248, 704)),
         ("wan2.2-ti2v-5b", (1024, 768), "16:9", (1088, 800)),
         ("wan2.2-ti2v-5b", (1000, 1000), "9:16", (960, 928)),
+        # The area is upstream's --size's whatever ratio is asked (Wan2.1 @9737cba9 generate.py:432, Wan2.2
+        # @42bf4cf generate.py:533, max_area=MAX_AREA_CONFIGS[args.size]), not the 1:1, 4:3 or 3:4 size's:
+        ("wan2.1-i2v-14b-480p", (1024, 768), "1:1", (720, 544)),
+        ("wan2.2-i2v-a14b", (768, 1024), "1:1", (544, 720)),
+        ("wan2.1-i2v-14b-720p", (1024, 768), "4:3", (1104, 816)),
+        ("wan2.1-i2v-14b-720p", (1000, 1000), "3:4", (960, 960)),
         # LTX-2 crops the image to the generation size, as ltx_pipelines does: the size is the ratio's.
         ("ltx-2", (1024, 768), "16:9", (832, 512)),
     ],

@@ -18,7 +18,7 @@ from pipelines.errors import ModelLoadError
 from pipelines.runtime.weights import MANIFEST, needed, pull, verify
 
 WAN_COMMIT = "1" * 40
-QWEN_COMMIT = "2" * 40
+QWEN_COMMIT = "a09a35458c702b33eeacc393d103063234e8bc28"  # the shipped pin of the Wan prompt extender's LLM
 LORA_COMMIT = "3" * 40
 
 WAN_REPO = {
@@ -120,7 +120,7 @@ def mirror(tmp_path: Path, catalog: Catalog) -> Path:
 
 
 def _wan(catalog: Catalog) -> ModelSpec:
-    """Wan 2.1 T2V 14B as shipped, with its main repo pinned at the mirror's commit (the LoRA and LLM unpinned)."""
+    """Wan 2.1 T2V 14B as shipped, with its main repo pinned at the mirror's commit (the LoRA unpinned)."""
     return catalog.models["wan2.1-t2v-14b"].model_copy(update={"revision": WAN_COMMIT})
 
 
@@ -254,3 +254,100 @@ def test_a_hub_out_of_reach_is_one_line_naming_it_and_the_offline_way(tmp_path: 
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"genworker weights pull: cannot reach the hub at {endpoint} for Wan-AI/")
     assert lines[0].endswith("genworker weights pull wan2.1-t2v-1.3b --from-cache DIR")
+
+
+# ---------------------------------------------------------------- weights that prove what they are (issue 46 item 3)
+def test_a_dereferenced_mirror_is_hashed_from_its_bytes(catalog: Catalog, mirror: Path, tmp_path: Path) -> None:
+    """A copy of the cache made with its links dereferenced names no hash: each file's sha256 comes from its
+    bytes, so a shard overwritten with same-size garbage fails ``verify``."""
+    import shutil
+
+    flat = tmp_path / "flat-cache"
+    shutil.copytree(mirror, flat, symlinks=False)
+    weights = tmp_path / "weights"
+    pull(_wan(catalog), weights, from_cache=flat, progress=lambda line: None)
+    repo = weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+    manifest = json.loads((repo / MANIFEST).read_text())
+    assert {path: facts["sha256"] for path, facts in manifest["files"].items()} == {
+        path: hashlib.sha256(WAN_REPO[path]).hexdigest() for path in manifest["files"]
+    }
+    shard = repo / "transformer/diffusion_pytorch_model-00001-of-00002.safetensors"
+    shard.write_bytes(b"\0" * shard.stat().st_size)
+    assert verify(_wan(catalog), weights, progress=lambda line: None) == [
+        "Wan-AI/Wan2.1-T2V-14B-Diffusers: transformer/diffusion_pytorch_model-00001-of-00002.safetensors: "
+        "sha256 differs from the source's"
+    ]
+
+
+def test_files_already_pulled_are_not_copied_again(catalog: Catalog, mirror: Path, tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    pull(_wan(catalog), weights, from_cache=mirror, progress=lambda line: None)
+    shard = weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers/transformer/diffusion_pytorch_model-00002-of-00002.safetensors"
+    shard.write_bytes(b"X" + shard.read_bytes()[1:])  # an interrupted or damaged copy: this one goes again
+    lines: list[str] = []
+    pull(_wan(catalog), weights, from_cache=mirror, progress=lines.append)
+    copied = [line for line in lines if line.startswith("copy ")]
+    assert copied == [f"copy Wan-AI/Wan2.1-T2V-14B-Diffusers/{shard.relative_to(shard.parents[1]).as_posix()}"]
+    assert verify(_wan(catalog), weights, progress=lambda line: None) == []
+
+
+def test_a_mirror_link_outside_the_mirror_is_refused(catalog: Catalog, mirror: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(b"not from the mirror")
+    root = mirror / "models--Wan-AI--Wan2.1-T2V-14B-Diffusers"
+    link = root / "snapshots" / WAN_COMMIT / "vae/diffusion_pytorch_model.safetensors"
+    link.unlink()
+    link.symlink_to(outside)
+    weights = tmp_path / "weights"
+    with pytest.raises(ModelLoadError, match=r"vae/diffusion_pytorch_model\.safetensors in the mirror links outside"):
+        pull(_wan(catalog), weights, from_cache=mirror, progress=lambda line: None)
+    assert not (weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers/vae/diffusion_pytorch_model.safetensors").exists()
+
+
+def test_a_manifest_path_outside_its_folder_is_refused(catalog: Catalog, mirror: Path, tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    pull(_wan(catalog), weights, from_cache=mirror, progress=lambda line: None)
+    repo = weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(b"{}")
+    manifest = json.loads((repo / MANIFEST).read_text())
+    escape = os.path.relpath(secret, repo)
+    manifest["files"][escape] = {"size": 2, "sha256": hashlib.sha256(b"{}").hexdigest(), "git_sha1": None}
+    (repo / MANIFEST).write_text(json.dumps(manifest))
+    assert verify(_wan(catalog), weights, progress=lambda line: None) == [
+        f"Wan-AI/Wan2.1-T2V-14B-Diffusers: {escape}: resolves outside {repo}"
+    ]
+
+
+@pytest.mark.parametrize("policy", ["refuse", "warn"])
+def test_a_folder_pulled_under_another_pin_is_refused_at_load(
+    catalog: Catalog, mirror: Path, tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker holds a pulled folder to the catalog's pin when it loads the model, naming both commits; with
+    ``models.weights_pin: warn`` it only logs it (and goes on to load)."""
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.registry import load_adapter
+
+    weights = tmp_path / "weights"
+    pull(_wan(catalog), weights, from_cache=mirror, progress=lambda line: None)
+    repinned = _wan(catalog).model_copy(update={"revision": "9" * 40})
+    runtime = ModelRuntimeSettings(device="cpu", weights_dir=str(weights), weights_pin=policy)
+    stale = f"pulled at {WAN_COMMIT}, the catalog pins {'9' * 40}"
+    with pytest.raises(ModelLoadError) as refused:
+        load_adapter(repinned, runtime)
+    if policy == "refuse":
+        assert stale in str(refused.value)
+    else:  # loaded past the pin, the fake weights fail in the loader itself
+        assert stale not in str(refused.value)
+        assert any(stale in record.getMessage() for record in caplog.records)
+
+
+def test_a_half_copied_folder_is_refused_at_load(catalog: Catalog, mirror: Path, tmp_path: Path) -> None:
+    from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.registry import load_adapter
+
+    weights = tmp_path / "weights"
+    pull(_wan(catalog), weights, from_cache=mirror, progress=lambda line: None)
+    (weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers/vae/diffusion_pytorch_model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match=r"vae/diffusion_pytorch_model\.safetensors: missing"):
+        load_adapter(_wan(catalog), ModelRuntimeSettings(device="cpu", weights_dir=str(weights)))
