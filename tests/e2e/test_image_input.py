@@ -136,7 +136,7 @@ def _refused(stack: Stack, body: dict[str, Any], code: str, param: str) -> str:
         ("/drip.png", "image_fetch_failed", "timed out"),
         ("/redirect-twice", "image_fetch_failed", "redirects more than 1"),
         ("/redirect-metadata", "image_url_not_allowed", "cloud metadata"),
-        ("/redirect-localhost", "image_url_not_allowed", "loopback"),
+        ("/redirect-localhost", "image_url_not_allowed", "public addresses only"),  # a name: its class untold
         ("/gzip-bomb.png", "image_fetch_failed", "encoded (gzip)"),
         ("/gzip-ok.png", "image_fetch_failed", "encoded (gzip)"),
     ],
@@ -162,7 +162,7 @@ def test_unreachable_urls_are_image_fetch_failed(stack: Stack, images: ImageServ
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("http://localhost:{port}/ok.png", "loopback"),  # a name that resolves to loopback
+        ("http://localhost:{port}/ok.png", "public addresses only"),  # a name that resolves to loopback
         ("https://127.0.0.2:{port}/ok.png", "loopback"),
         ("https://169.254.169.254/latest/meta-data/", "cloud metadata"),
         ("https://[fd00:ec2::254]/latest/meta-data/", "cloud metadata"),

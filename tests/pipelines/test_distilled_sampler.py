@@ -61,6 +61,7 @@ DISTILLED = [
     ("wan2.1-t2v-14b", "text_to_video"),
     ("wan2.2-t2v-a14b", "text_to_video"),
     ("wan2.1-i2v-14b-480p", "image_to_video"),
+    ("wan2.2-i2v-a14b", "image_to_video"),
     ("tiny-wan", "text_to_video"),
     ("tiny-wan-a14b", "text_to_video"),
     ("tiny-wan-i2v", "image_to_video"),
