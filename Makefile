@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv scan-venv lock deps test test-install test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan device-bundle
+.PHONY: venv scan-venv lock deps test test-install test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan simulate device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0,
 # taken first, alone, from TORCH_INDEX: PyTorch's CPU index, so that no machine's default index hands out the
@@ -135,6 +135,13 @@ gpu-smoke: venv
 GPU ?= h100-80gb
 plan: venv
 	$(VENV)/bin/genworker plan --gpu $(GPU)
+
+# Every real catalog job at full size on the CPU under fake tensors (no GPU, no weights): FLOPs, activation peaks
+# per phase against the memory plan, dtypes; rewrites the computed tables in docs/gpu.md and var/simulate.json.
+# Fails on a failed job, a dtype change or a plan more than 10 % under a simulated phase.
+simulate: venv
+	mkdir -p var
+	$(VENV)/bin/genworker simulate --json var/simulate.json --markdown docs/gpu.md
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000

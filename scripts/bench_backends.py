@@ -1,6 +1,7 @@
 """Attention backends and FP8 on one denoiser call, for ``bench_gpu.py --random-weights``: each variant's
 forward time and its largest difference from the SDPA reference, on the same inputs (a call captured from
-the job the bench just ran through the production adapter).
+the job the bench just ran through the production adapter). The bench compares them on one job (Wan 2.1 14B
+480p): the same kernels on every model would spend the minutes the later models need.
 
 Variants:
 - ``SDPA`` (the reference): the profile's backend, torch's SDPA dispatch unless the profile names one;
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Variant", "attention_variants", "clone_inputs", "max_abs_diff", "timed_forward"]
+__all__ = ["Variant", "attention_variants", "clone_inputs", "compare", "forwards", "max_abs_diff", "timed_forward"]
 
 Variant = tuple[str, Callable[[Any], contextlib.AbstractContextManager[Any]]]
 
@@ -192,24 +193,41 @@ def attention_variants(device: str, reference: str) -> list[Variant]:
 # --------------------------------------------------------------------------------------------- the phase
 
 
+def forwards(device: str) -> int:
+    """The denoiser forwards ``compare`` runs on ``device`` when each takes over 2 s (a warm-up and one timed, for
+    the reference, each attention variant and both FP8 modes): what its time is estimated from."""
+    return 2 * (1 + len(attention_variants(device, "native")) + 2)
+
+
+def _need_s(ctx: dict[str, Any], forward_s: float) -> float:
+    """Time a variant must find left: about two forwards and a margin (nothing in the dry run)."""
+    return 0.0 if ctx["dry_run"] else 2.5 * forward_s + 5.0
+
+
 def compare(ctx: dict[str, Any], rm: Any, mj: Any, captured: Any, results: Any) -> None:
-    """Every variant on the captured call of ``rm``'s first denoiser, each result written as it comes; a
-    variant is skipped when the time left does not cover about two forwards of the reference."""
+    """Every variant on the captured call of ``rm``'s first denoiser, each result written as it comes. The reference
+    runs only when the time left covers about two forwards as the job's estimate has them; each variant only when
+    it covers about two of the reference's measured forwards (FP8 compute: and a rebuild of the denoiser)."""
     from pipelines.runtime.profile import apply_fp8, use_attention_backend
 
     device, deadline = ctx["device"], ctx["deadline"]
     pipe, name = rm.adapter.pipe, rm.denoisers[0]
     module = getattr(pipe, name)
     reference = rm.profile.attention_backend or "native"
+    need = _need_s(ctx, ctx["estimate"].forward_s)
+    if not deadline.fits(need):
+        skipped = f"deadline: {max(deadline.left(), 0):.0f} s left, needs ~{need:.0f}"
+        results.add_backend(mj.model, {"variant": f"SDPA ({reference})", "skipped": skipped})
+        return
     ref_out, ref_s = timed_forward(module, captured, device)
     ref_scale = max(float(t.float().abs().max()) for t in _tensors(ref_out))
     results.add_backend(
         mj.model, {"variant": f"SDPA ({reference})", "forward_s": round(ref_s, 4), "ref_max_abs": ref_scale}
     )
 
-    def measure(label: str, run: Callable[[], tuple[Any, float, dict[str, int]]]) -> None:
-        need = 0.0 if ctx["dry_run"] else 2.5 * ref_s + 5.0
-        if deadline.left() < need:
+    def measure(label: str, run: Callable[[], tuple[Any, float, dict[str, int]]], extra_s: float = 0.0) -> None:
+        need = _need_s(ctx, ref_s) + (0.0 if ctx["dry_run"] else extra_s)
+        if not deadline.fits(need):
             results.add_backend(mj.model, {"variant": label, "skipped": f"deadline: {deadline.left():.0f} s left"})
             return
         try:
@@ -253,7 +271,7 @@ def compare(ctx: dict[str, Any], rm: Any, mj: Any, captured: Any, results: Any) 
         setattr(pipe, name, rebuilt)
         return (*timed_forward(rebuilt, captured, device), {})
 
-    measure("fp8 compute (torchao)", compute)
+    measure("fp8 compute (torchao)", compute, extra_s=ctx["estimate"].build_s)
 
 
 def _free(device: str) -> None:

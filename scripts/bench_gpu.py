@@ -8,8 +8,9 @@ against the physical floor (the denoising FLOPs divided by the device's dense bf
     python scripts/bench_gpu.py --random-weights --dry-run                        # the same, tiny, on CPU
 
 ``--random-weights`` (``scripts/bench_gpu_random.py``) builds the headline models at full size with random
-weights from configs/arch/ and times every stage through the production adapters, under a deadline; the
-device run of ``make device-bundle`` is this mode (docs/gpu.md, "Measuring without weights").
+weights from configs/arch/ and times every stage through the production adapters, each job inside its share of
+the deadline (the order, the budgets and the offload each job gets are printed first, and by ``--dry-run``); the
+device run of ``make device-bundle`` is this mode (docs/gpu-appendix.md, "Measuring without weights").
 
 A run loads each model once per profile (``default``: the catalog's runtime profile; ``fp8``: fp8 storage;
 ``compile``: regional compile), runs each variant's default job once to warm up and once timed. FLOPs are
@@ -166,9 +167,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dry-run", action="store_true", help="no GPU: the plan and the computed floors")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--random-weights", action="store_true", help="full-size random weights, no checkpoints")
-    parser.add_argument("--deadline-s", type=float, default=420.0, help="--random-weights: the whole run's deadline")
+    parser.add_argument(
+        "--deadline-s", type=float, default=420.0, help="--random-weights: the whole run's deadline, shared by the jobs"
+    )
     parser.add_argument("--jobs", nargs="*", help="--random-weights: job keys or model ids (default: all, in order)")
-    parser.add_argument("--no-backends", action="store_true", help="--random-weights: skip the backend comparison")
+    parser.add_argument(
+        "--no-backends", action="store_true", help="--random-weights: skip the backend comparison (Wan 2.1's)"
+    )
     parser.add_argument(
         "--shallow",
         action="store_true",

@@ -1,11 +1,13 @@
 """The stages ``bench_gpu.py --random-weights`` times on one model (``scripts/bench_gpu_random.py`` runs them):
-the first variant step by step through the production adapter's ``denoise`` and ``decode``, the others end to end,
-with the clocks, FLOP records and the deadline they share.
+the first variant step by step through the production adapter's ``denoise`` and ``decode``, the others (and an
+image_to_video run) end to end, with the clocks, FLOP records, deadlines and dtype records they share.
 
 Each step is timed to its end on the device (the step callback synchronises); the text encoders' forwards are
 timed by hooks; FLOPs are those of exactly the calls of each step (``pipelines.planning.flops``). The deadline is
 checked at every step end: raising from the step callback is the adapter's own cancel path, so a loop stops at
-the step where time runs out, and the steps already done are kept.
+the step where time runs out, and the steps already done are kept. After every run each component's parameter
+dtypes are read again: a component whose dtypes moved since the build (a cast in a pipeline built over the same
+modules) is a failure the run reports.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Deadline",
     "DeadlineReached",
+    "component_dtypes",
+    "dtype_changes",
     "free_memory",
+    "job_label",
     "measure_end_to_end",
     "measure_steps",
     "synchronize",
@@ -34,12 +39,19 @@ class DeadlineReached(Exception):
 
 
 class Deadline:
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, end: float | None = None) -> None:
         self.started = time.monotonic()
-        self.end = self.started + seconds
+        self.end = self.started + seconds if end is None else min(end, self.started + seconds)
+
+    def within(self, seconds: float) -> Deadline:
+        """A deadline ``seconds`` from now, never past this one (a job's budget inside the run's deadline)."""
+        return Deadline(seconds, end=self.end)
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+    def fits(self, need_s: float) -> bool:
+        return self.left() >= need_s
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -178,13 +190,43 @@ def _consume(media: Any) -> int:
 
 
 def _plan_peak(spec: Any, profile: Any, job: Any) -> dict[str, Any]:
+    """The memory plan's peak for the job's full size under the offload the model was built with."""
     from pipelines.planning.memory_plan import JobShape, load_components, peak_gb
 
     comps = load_components(spec, profile)
     if comps is None:
         return {}
     shape = JobShape(job.gen_width, job.gen_height, job.num_frames, job.duration_seconds)
-    return {"plan_peak_gb": round(peak_gb(spec, profile, comps, shape, "none"), 2)}
+    return {"plan_peak_gb": round(peak_gb(spec, profile, comps, shape, profile.offload), 2)}
+
+
+def component_dtypes(adapter: Any) -> dict[str, dict[str, int]]:
+    """Every module of the adapter's pipelines (LTX-2's upsampler pipeline too), by component name: how many
+    parameters it holds in each dtype."""
+    import torch
+
+    out: dict[str, dict[str, int]] = {}
+    seen: set[int] = set()
+    for pipe in (adapter.pipe, getattr(adapter, "upsample_pipe", None)):
+        for name, module in (pipe.components if pipe is not None else {}).items():
+            if not isinstance(module, torch.nn.Module) or id(module) in seen:
+                continue
+            seen.add(id(module))
+            counts: Counter[str] = Counter()
+            for param in module.parameters():
+                counts[str(param.dtype).removeprefix("torch.")] += param.numel()
+            out[name] = dict(sorted(counts.items()))
+    return out
+
+
+def dtype_changes(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, str]:
+    """Each component whose parameter dtypes differ between two ``component_dtypes`` records: "before -> after"."""
+
+    def text(counts: dict[str, int] | None) -> str:
+        return ", ".join(f"{dtype} {n:,}" for dtype, n in (counts or {}).items()) or "absent"
+
+    names = sorted(set(before) | set(after))
+    return {n: f"{text(before.get(n))} -> {text(after.get(n))}" for n in names if before.get(n) != after.get(n)}
 
 
 # ------------------------------------------------------------------------------------------------- phases
@@ -262,7 +304,7 @@ def measure_steps(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any) -> tuple
             "mfu": None if mfu is None else round(mfu, 3),
         }
     entry = {
-        "job": f"{mj.model} {mj.variants[0]}",
+        "job": job_label(mj.model, job),
         "size": f"{job.gen_width}x{job.gen_height}x{job.num_frames}",
         "cfg": job.guidance_scale > 1.0,
         "frames_decoded": frames,
@@ -284,31 +326,44 @@ def measure_steps(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any) -> tuple
     return entry, clock.captured
 
 
-def measure_end_to_end(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any) -> dict[str, Any]:
-    """A whole job (its real step count) through ``denoise`` and ``decode``, timed outright."""
+def job_label(model: str, job: Any) -> str:
+    """How a run is named in the results: the model and variant, and the mode where it is not text_to_video."""
+    return f"{model} {job.variant}" + ("" if job.mode == "text_to_video" else f" {job.mode}")
+
+
+def measure_end_to_end(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any, image: Any = None) -> dict[str, Any]:
+    """A whole job (the step count it is given) through ``denoise`` and ``decode``, timed outright; ``image``:
+    the input of an image_to_video job, already fitted to its generation size."""
     from pipelines.planning.flops import DenoiseFlops
 
     device, adapter = ctx["device"], rm.adapter
     flops = DenoiseFlops()
     clock = _StepClock(device, flops, ctx["deadline"], capture_after=None)
     texts = [m for n in rm.text_encoders if (m := getattr(adapter.pipe, n, None)) is not None]
+    conditioning = {} if image is None else {"image": image}
     _reset_peak(device)
     with _TextClock(texts, device) as text:
         clock.start()
-        latents = adapter.denoise(job, clock)
+        latents = adapter.denoise(job, clock, **conditioning)
         denoised = time.perf_counter()
         frames = _consume(adapter.decode(latents, job))
         synchronize(device)
     ended = time.perf_counter()
     intervals = clock.intervals()
+    labels, _recipe = _groups(ctx["spec"], adapter, job, len(intervals))
+    groups = {}
+    for label in dict.fromkeys(labels):  # the first step's interval holds the text encode: left out where it can be
+        mine = [s for i, (s, lab) in enumerate(zip(intervals, labels, strict=True)) if lab == label and i > 0]
+        groups[label] = {"s_per_step": round(statistics.median(mine or intervals[:1]), 4)}
     return {
-        "job": f"{mj.model} {job.variant}",
+        "job": job_label(mj.model, job),
         "size": f"{job.gen_width}x{job.gen_height}x{job.num_frames}",
         "cfg": job.guidance_scale > 1.0,
         "frames_decoded": frames,
         "text_encode_s": round(text.seconds, 3),
         "step_s": [round(s, 4) for s in intervals],
-        "groups": {"denoise": {"s_per_step": round(statistics.median(intervals[1:] or intervals), 4)}},
+        "groups": groups,
+        "steps_run": len(intervals),
         "decode_s": round(ended - denoised, 3),
         "e2e_s": round(ended - clock.started, 2),
         "e2e_measured": True,

@@ -38,6 +38,7 @@ FROM_VENV = (
     "typing-extensions",  # pydantic 2.14 needs >= 4.16
     "python-dotenv",
     "peft",  # the random LoRAs of the distilled variants (the image's version is not ours)
+    "av",  # LTX-2 image_to_video re-encodes its input image as H.264 (diffusers' CRF step); 34 MiB, its own FFmpeg
 )
 # Not in this venv: the bench's optional kernels.
 PINNED = {
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if size >= BUDGET_MIB:
             print(f"device-bundle: .whl/ is {size:.1f} MiB, over {BUDGET_MIB} MiB", file=sys.stderr)
             return 1
-        print('\nOne device `run` call, with carry [".whl"] and timeout_s 600, from the repository root:\n')
+        print("\nOn the GPU machine, from the repository root with .whl/ in it (allow 10 minutes):\n")
     print(device_command())
     return 0
 

@@ -26,7 +26,7 @@ import contextlib
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
@@ -150,6 +150,16 @@ class DiffusersTextToVideo(Adapter):
         pipe = pipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
+        return cls.assemble(spec, runtime, pipe, device=device, profile=profile)
+
+    @classmethod
+    def assemble(
+        cls, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, profile: RuntimeProfile
+    ) -> Self:
+        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere (the checkpoint, or
+        random full-size components): the entry's attention processor, the runtime profile, the constructor."""
+        if spec.diffusers is None:
+            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
         if spec.diffusers.attention_processor is not None:  # before the profile: its backend is set on them
             replace_attention(pipe, spec.diffusers.denoisers, spec.diffusers.attention_processor)
         apply_profile(pipe, profile, device, denoisers=spec.diffusers.denoisers)

@@ -10,6 +10,8 @@ Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> pro
   upstream's ``distilled.py``: stage 1 is the 8 distilled sigmas with the LoRA on and CFG off, and both
   streams come from stage 2. Sizes are multiples of 64, so stage 1 stays on the VAE's 32 stride.
 LTX-2 facts handled here:
+- stage 1 samples ltx-core's sigma list (shift taken at 4,096 tokens, stretched to 0.1: ``stage_1_sigmas``),
+  not the pipeline's default, which shifts by the job's real token count;
 - frames must be 8k+1 and sizes multiples of 32: the pipeline silently shortens other frame counts (and
   sizes its audio for the unshortened length), so a mismatch is refused here rather than trusted;
 - by default a step runs CFG plus STG plus modality-isolation passes; STG and modality guidance are off
@@ -27,15 +29,16 @@ LTX-2 facts handled here:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media, StepCallback
-from pipelines.errors import PromptExtendError
+from pipelines.errors import ModelLoadError, PromptExtendError
 from pipelines.runtime.adapter import Adapter, Latents
 from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.previews import Previews, unpack_tokens
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.families.wan import LoraSource
 
 __all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
 
@@ -84,8 +88,29 @@ DEFAULT_MAX_SEQUENCE_LENGTH = 1024  # Gemma-3 context LTX2Pipeline encodes promp
 # The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` or ``_run``
 # that changes what a checkpoint holds (the carried stage-1 output included) or how it is restored, so workers
 # of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
-LOOP_VERSION = 1
+# 2: stage 1 on ltx-core's sigma list (``stage_1_sigmas``) instead of the pipeline's token-count shift.
+LOOP_VERSION = 2
 LORA_ADAPTER = "distilled"
+# ltx-core's LTX2Scheduler defaults (packages/ltx-core/src/ltx_core/components/schedulers.py, Lightricks/LTX-2
+# @400fd31054597515f47125691032c04b1c3ee24e). The official pipelines call ``execute(steps=N)`` with no latent,
+# so the shift is always taken at MAX_SHIFT_ANCHOR tokens: mu is max_shift (2.05) whatever the job's size.
+_STAGE_1_MAX_SHIFT = 2.05
+_STAGE_1_TERMINAL = 0.1
+
+
+def stage_1_sigmas(steps: int) -> list[float]:
+    """The ``steps`` non-zero sigmas of ltx-core's stage-1 schedule (the pipeline appends the final 0.0).
+
+    diffusers' LTX-2 pipelines shift by the job's real token count instead, a different schedule at every size
+    and length but one; upstream's list is passed as given so every job samples what Lightricks sampled.
+    """
+    if steps == 1:  # the stretch would divide by zero (upstream's tensor turns to NaN): one step from pure noise
+        return [1.0]
+    shift = math.exp(_STAGE_1_MAX_SHIFT)
+    shifted = [shift / (shift + (1.0 / (1.0 - i / steps) - 1.0)) for i in range(steps)]
+    # Stretched so the last non-zero sigma lands on the terminal value, as upstream's ``stretch=True``.
+    scale = (1.0 - shifted[-1]) / (1.0 - _STAGE_1_TERMINAL)
+    return [1.0 - (1.0 - sigma) / scale for sigma in shifted]
 
 
 def skipped_ltx2_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -120,7 +145,7 @@ class _Stage:
     height: int
     steps: int
     guidance_scale: float
-    sigmas: list[float] | None  # None: the checkpoint's own schedule (with its dynamic shift)
+    sigmas: list[float]  # run as given: the scheduler's own shift is off (``_scheduler``)
     lora: bool
     guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
 
@@ -158,38 +183,67 @@ class LTX2TextToVideo(Adapter):
     @classmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
         from diffusers import LTX2Pipeline
+        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
 
         quiet_progress_bars()
         profile = runtime_profile(spec, runtime)
         path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
         dtypes = load_dtypes(profile, dtype)
-        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes, **hub_revision(spec.weights, path, spec.revision))
+        pinned = hub_revision(spec.weights, path, spec.revision)
+        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes, **pinned)
+        recipe = spec.two_stage
+        if recipe is None:
+            return cls.assemble(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
+            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"]), **pinned
+        )
+
+        def distilled_lora(pipe: Any) -> None:
+            pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **pinned)
+
+        return cls.assemble(
+            spec,
+            runtime,
+            pipe,
+            device=device,
+            dtype=dtype,
+            profile=profile,
+            two_stage=(upsampler, distilled_lora),
+        )
+
+    @classmethod
+    def assemble(
+        cls,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile,
+        two_stage: tuple[Any, LoraSource] | None = None,
+    ) -> Self:
+        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere: for the two-stage
+        recipe (``two_stage``: the x2 latent upsampler and what puts the distilled LoRA on the pipeline under
+        ``LORA_ADAPTER``: the file in production, a random one of its rank at full size), the LoRA loaded
+        switched off and the upsampler's pipeline; then the runtime profile and the constructor."""
+        from diffusers import LTX2LatentUpsamplePipeline
+
+        if (spec.two_stage is None) != (two_stage is None):
+            raise ModelLoadError(f"{spec.id}: the two-stage recipe needs its upsampler and LoRA, and only it")
         upsample_pipe = None
-        if spec.two_stage is not None:
-            upsample_pipe = cls._load_two_stage(pipe, path, spec, dtypes)
+        if spec.two_stage is not None and two_stage is not None:
+            upsampler, distilled_lora = two_stage
+            distilled_lora(pipe)
+            pipe.set_adapters([LORA_ADAPTER], [spec.two_stage.lora_scale])
+            pipe.disable_lora()
+            upsample_pipe = LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
         apply_profile(pipe, profile, device, denoisers=["transformer"])
         if upsample_pipe is not None:
             # Small (about 1 GB real): resident whatever the offload; it shares the main pipeline's VAE.
             upsample_pipe.latent_upsampler.to(device)
             upsample_pipe.set_progress_bar_config(disable=True)
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile, upsample_pipe=upsample_pipe)
-
-    @staticmethod
-    def _load_two_stage(pipe: Any, path: str, spec: ModelSpec, dtypes: dict[str, Any]) -> Any:
-        """The x2 latent upsampler (as its pipeline) and the distilled LoRA, loaded switched off."""
-        from diffusers import LTX2LatentUpsamplePipeline
-        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
-
-        recipe = spec.two_stage
-        assert recipe is not None
-        pinned = hub_revision(spec.weights, path, spec.revision)
-        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
-            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"]), **pinned
-        )
-        pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **pinned)
-        pipe.set_adapters([LORA_ADAPTER], [recipe.lora_scale])
-        pipe.disable_lora()
-        return LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
 
     @property
     def sample_rate(self) -> int:
@@ -306,9 +360,11 @@ class LTX2TextToVideo(Adapter):
         from diffusers.pipelines.ltx2.utils import DISTILLED_SIGMA_VALUES
 
         recipe = self.spec.two_stage
+        # Upstream's one-stage and two-stage pipelines both sample stage 1 on ltx-core's list.
         if recipe is None:
-            return [_Stage(job.gen_width, job.gen_height, job.steps, job.guidance_scale, None, lora=False)]
-        sigmas = list(DISTILLED_SIGMA_VALUES) if distilled else None
+            sigmas = stage_1_sigmas(job.steps)
+            return [_Stage(job.gen_width, job.gen_height, job.steps, job.guidance_scale, sigmas, lora=False)]
+        sigmas = list(DISTILLED_SIGMA_VALUES) if distilled else stage_1_sigmas(job.steps)
         half = _Stage(job.gen_width // 2, job.gen_height // 2, job.steps, job.guidance_scale, sigmas, lora=distilled)
         refine = list(recipe.refine_sigmas)
         return [half, _Stage(job.gen_width, job.gen_height, len(refine), 1.0, refine, lora=True, guided=False)]
@@ -354,9 +410,9 @@ class LTX2TextToVideo(Adapter):
                 lora_pipe.enable_lora()
             else:
                 lora_pipe.disable_lora()
-        # Given sigmas run as they are (no dynamic shift), as upstream runs its distilled schedules.
-        pipe.scheduler = self._scheduler(as_is=stage.sigmas is not None)
-        if "latents" in extra and stage.sigmas:
+        # Every stage's sigmas run as given (no dynamic shift), as upstream runs all its schedules.
+        pipe.scheduler = self._scheduler(as_is=True)
+        if "latents" in extra:
             extra["noise_scale"] = stage.sigmas[0]
         if not stage.guided:
             kwargs = {**kwargs, **GUIDANCE_OFF, "audio_guidance_scale": 1.0}
@@ -413,7 +469,7 @@ class LTX2TextToVideo(Adapter):
         if as_is not in self._schedulers:
             base = self._schedulers[False]
             self._schedulers[as_is] = type(base).from_config(
-                base.config, use_dynamic_shifting=False, shift_terminal=None
+                base.config, use_dynamic_shifting=False, shift_terminal=None, shift=1.0
             )
         return self._schedulers[as_is]
 

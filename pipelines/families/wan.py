@@ -18,8 +18,9 @@ diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
@@ -57,13 +58,27 @@ if TYPE_CHECKING:
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.previews import Previews
 
-__all__ = ["WanLatents", "WanTextToVideo"]
+__all__ = ["LoraSource", "WanLatents", "WanTextToVideo", "variant_lora_files"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
 # The denoising loop's version in checkpoint fingerprints (Wan and Wan image-to-video share the loop): bump it
 # with any change to ``_denoise_with`` that changes what a checkpoint holds or how it is restored, so workers
 # of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
 LOOP_VERSION = 1
+
+
+# Puts the variants' LoRAs on a pipeline, all switched off: the files in production (``variant_lora_files``),
+# random ones of the published ranks at full size (``pipelines.simulation.random_pipelines``).
+LoraSource = Callable[[Any], None]
+
+
+def variant_lora_files(spec: ModelSpec, runtime: ModelRuntimeSettings) -> LoraSource:
+    """The production ``LoraSource``: every variant's LoRA file (``load_variant_loras``)."""
+
+    def load(pipe: Any) -> None:
+        load_variant_loras(pipe, spec, runtime)
+
+    return load
 
 
 def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -136,7 +151,26 @@ class WanTextToVideo(Adapter):
         pipe = WanPipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
-        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
+        return cls.assemble(
+            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=variant_lora_files(spec, runtime)
+        )
+
+    @classmethod
+    def assemble(
+        cls,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile,
+        loras: LoraSource,
+    ) -> Self:
+        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere: the variants' LoRAs
+        from ``loras`` (the files in production, random ones of the same ranks for the full-size simulation and
+        the bench), the runtime profile, the constructor. One path, so what is measured is what serves."""
+        loras(pipe)  # before the profile: FP8 casting and compile see the LoRA layers
         apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
         return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
 

@@ -20,16 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from foundation.core.errors import ErrorCode, JobError
-from pipelines.families.wan import WanLatents, WanTextToVideo
+from pipelines.families.wan import WanLatents, WanTextToVideo, variant_lora_files
 from pipelines.runtime.options import FAMILY_OPTIONS
-from pipelines.runtime.profile import (
-    apply_profile,
-    check_image,
-    load_dtypes,
-    load_variant_loras,
-    quiet_progress_bars,
-    runtime_profile,
-)
+from pipelines.runtime.profile import check_image, load_dtypes, quiet_progress_bars, runtime_profile
 from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.sibling import pipeline_over
 
@@ -67,9 +60,10 @@ class WanImageToVideo(WanTextToVideo):
         pipe = WanImageToVideoPipeline.from_pretrained(
             path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
         )
-        load_variant_loras(pipe, spec, runtime)  # before the profile: FP8 casting and compile see the LoRA layers
-        apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
-        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+        # The post-load steps are the text-to-video adapter's ``assemble`` (LoRAs, profile, constructor).
+        return cls.assemble(
+            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=variant_lora_files(spec, runtime)
+        )
 
     def denoise(
         self,

@@ -14,17 +14,20 @@ docs/gpu.md):
   without: the larger of the two counts. Masks stay per key: HunyuanVideo 1.5's joint attention runs with a
   (1, 1, 1, L) key-padding mask (``pipelines.families.hunyuan15``), not diffusers' dense (1, 1, L, L) one, which
   would add 2 L^2 bytes per call in the processor alone (4.7 GiB at 832x480 x 121 frames, 24 GiB at 1280x720).
-  Not calibrated against a measurement yet (no GPU here): ``make gpu-smoke`` prints measured peaks beside
-  these figures.
-- **decode**: one decoder module's input and output at full resolution:
-  ``2 x frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
-  decoder's ``conv_out``. For LTX-2 (patch 4, 128 channels, bf16) this reproduces the 7.6 GiB (1080p, 5 s)
-  and 15.1 GiB (10 s) of research/gpu-recipes.md. Tiling bounds frames and size to one tile (LTX-2: 16
-  frames of 512x512; Wan: 256x256); Wan's causal decoder takes 4 frames at a time whatever the tiling.
-  HunyuanVideo 1.5's decoder (``AutoencoderKLHunyuanVideo15``) takes every frame at once and tiles only in
-  space (256x256). The decode rule follows the VAE's class, so the generic ``diffusers`` family (SkyReels-V2 on
-  the Wan VAE, HunyuanVideo 1.5) gets the rule of the VAE it loads. The decoded video itself (3 channels) is
-  added.
+  Wan 2.2 TI2V 5B adds its per-token modulation (a timestep per token). Checked against ``genworker simulate``
+  (every catalog job at full size on the CPU under fake tensors: live tensor bytes per phase); ``make gpu-smoke``
+  prints measured peaks beside these figures on a GPU.
+- **encode**: the text encoders' activations at their family's fixed text length (``ENCODE_GB``, simulated).
+- **decode**: one decoder call's working set at full resolution, ``DECODE_WORKING`` units of
+  ``frames x (H / patch) x (W / patch) x C_last x bytes``, where ``C_last`` is the channels entering the
+  decoder's ``conv_out`` (units calibrated by ``genworker simulate``; LTX-2's 2, its module's input and output,
+  reproduces the 7.6 GiB (1080p, 5 s) and 15.1 GiB (10 s) of research/gpu-recipes.md). Tiling bounds frames and
+  size to one tile (LTX-2: 16 frames of 512x512; Wan: 256x256); Wan's causal decoder takes 4 frames at a time
+  whatever the tiling. HunyuanVideo 1.5's decoder (``AutoencoderKLHunyuanVideo15``) takes every frame at once,
+  tiles only in space (256x256) and keeps every decoded tile until it blends them. The decode rule follows the
+  VAE's class, so the generic ``diffusers`` family (SkyReels-V2 on the Wan VAE, HunyuanVideo 1.5) gets the rule
+  of the VAE it loads. The decoded video itself (3 channels) is added, as many copies as the decoder holds
+  (``VIDEO_COPIES``).
 - **reserve**: CUDA context, cuBLAS workspaces and allocator fragmentation: 1.5 GB + 5 % of the device.
 
 Phases: ``extend`` (the chat LLM, which visits the device only for its call), ``encode`` (text encoder and
@@ -53,8 +56,12 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
 
 __all__ = [
+    "DECODER",
+    "DECODE_WORKING",
+    "ENCODE_GB",
     "GPU_CLASSES",
     "OFFLOAD_MODES",
+    "VIDEO_COPIES",
     "Component",
     "JobShape",
     "ModelPlan",
@@ -63,8 +70,10 @@ __all__ = [
     "arch_dir",
     "decode_gb",
     "device_memory_gb",
+    "encode_gb",
     "load_components",
     "peak_gb",
+    "phase_gb",
     "plan_model",
     "reserve_gb",
 ]
@@ -85,6 +94,37 @@ DECODER = {"AutoencoderKLWan": "wan", "AutoencoderKLLTX2Video": "ltx2", "Autoenc
 # the decoder tiles only in space and takes every frame at once (AutoencoderKLHunyuanVideo15.tiled_decode).
 TILE = {"ltx2": (16, 512, 512), "wan": (4, 256, 256), "hunyuan15": (0, 256, 256)}
 WAN_DECODE_FRAMES = 4  # Wan's causal decoder: one latent frame (4 output frames) per call
+LTX2_DENOISE_FACTOR = 2.0  # LTX-2's live activations per token over the per-block formula (simulated)
+PER_TOKEN_Z_DIM = 48  # the Wan 2.2 VAE (TI2V 5B), whose pipeline runs a timestep per token (expand_timesteps)
+TILE_STRIDE = 192  # the tiled decoders' step between 256-pixel tiles (a 0.25 overlap), Wan's and HunyuanVideo 1.5's
+# Calibrated by ``genworker simulate`` (every catalog job at full size under fake tensors, diffusers 0.42.1; the
+# figures per job are in docs/gpu.md): the live tensors of one decoder call, in units of the module term
+# (frames x H/patch x W/patch x C_last x bytes). Wan's up-blocks hold the 192-channel upsampled frames, their convs'
+# outputs and the causal caches (12.5 units of C_last = 96); HunyuanVideo 1.5's decoder holds several all-frame
+# 128-channel tensors of a tile plus their padded copies (6.6); LTX-2 keeps the module's input and output (2, the
+# untiled figures of research/gpu-recipes.md).
+DECODE_WORKING = {"wan": 12.5, "hunyuan15": 6.6, "ltx2": 2.0}
+# Copies of the decoded video held at once, by (rule, tiled): untiled, the output and its concatenation; tiled, the
+# overlapping decoded tiles, the blended rows and their concatenation (Wan).
+VIDEO_COPIES = {
+    ("wan", False): 2.0,
+    ("wan", True): 4.0,
+    ("hunyuan15", True): 2.0,
+    ("hunyuan15", False): 2.0,
+    ("ltx2", True): 3.3,  # the 16-frame tiles, their blend and the concatenated clip (10.3 GB at 1472x1472 x 241)
+}
+# Tiled decoders that keep every decoded tile (all frames) until they blend them: diffusers'
+# AutoencoderKLHunyuanVideo15.tiled_decode (28 tiles at 1280x720).
+KEEPS_TILES = ("hunyuan15",)
+# The prompt encode's activations per text encoder class, at the text length its family pads every prompt to
+# (UMT5 512 tokens, Gemma-3 1,024 with CFG, Qwen2.5-VL 1,000 + byT5 256), from ``genworker simulate``, rounded up.
+# LTX2Pipeline runs the whole Gemma-3 (every hidden state kept for the connectors, and its vocabulary head).
+ENCODE_GB = {
+    "UMT5EncoderModel": 0.15,
+    "Qwen2_5_VLTextModel": 0.45,
+    "T5EncoderModel": 0.05,
+    "Gemma3ForConditionalGeneration": 6.0,
+}
 LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
 
 
@@ -301,6 +341,7 @@ def _dims(module: Any) -> dict[str, int]:
             config, "scale_factor_temporal", 4
         )
         out["spatial"], out["temporal"] = int(spatial), int(temporal)
+        out["z_dim"] = int(getattr(config, "z_dim", None) or getattr(config, "latent_channels", None) or 0)
     return out
 
 
@@ -324,20 +365,41 @@ def activation_gb(spec: ModelSpec, comps: dict[str, Component], job: JobShape) -
     lat_frames = (job.frames - 1) // v["temporal"] + 1
     per_frame = (job.height // v["spatial"] // d["patch"]) * (job.width // v["spatial"] // d["patch"])
     tokens = math.ceil(lat_frames / d["patch_t"]) * per_frame
-    per_token = 2 * d["ffn"] + 6 * d["hidden"]
+    per_token = float(2 * d["ffn"] + 6 * d["hidden"])
     cfg = any(vr.guidance_scale > 1.0 for mode in spec.modes.values() for vr in mode.variants.values())
     # LTX2Pipeline batches CFG; WanPipeline, SkyReelsV2Pipeline and HunyuanVideo15Pipeline (its guider's
     # batches) run the two branches in turn.
     batch = 2 if cfg and spec.family == "ltx2" else 1
     # Two stages: stage 1 at half the size (a quarter of the tokens) with CFG, stage 2 at full size without.
     work = max(batch * tokens / 4, tokens) if spec.two_stage is not None else batch * tokens
+    modulation = 0.0
+    if spec.family == "ltx2":
+        # Calibrated by ``genworker simulate`` (1472x1472 x 241 frames): stage 2 holds 14.3 GB, twice the per-block
+        # formula (the audio-video cross-attention and its nine-way modulation); an image_to_video job adds a timestep
+        # per token (its frame 0 stays clean), so the modulation (6 x hidden, 4 live copies) is per token: 26.7 GB.
+        per_token *= LTX2_DENOISE_FACTOR
+        if "image_to_video" in spec.modes:
+            modulation = 4 * tokens * 6 * d["hidden"] * ACT_BYTES
+    if DECODER.get(vae.cls) == "wan" and v.get("z_dim") == PER_TOKEN_Z_DIM:
+        # Wan 2.2 TI2V 5B (expand_timesteps): a timestep per token, so the block modulation (6 x hidden, float32)
+        # is per token too: the time projection's output and its reshaped copy live through every block (1.5
+        # copies, from ``genworker simulate``: 5.5 GB at 1280x704 x 121 frames, 2.6 without this term).
+        modulation = 1.5 * tokens * 6 * d["hidden"] * 4
     audio = 0.0
     if "audio_hidden" in d:  # LTX-2's audio stream: 25 latent steps per second (16 kHz / hop 160 / 4)
         audio = batch * job.seconds * 25 * 8 * d["audio_hidden"]
-    return (work * per_token + audio) * ACT_BYTES / GB
+    return ((work * per_token + audio) * ACT_BYTES + modulation) / GB
+
+
+def encode_gb(spec: ModelSpec, comps: dict[str, Component]) -> float:
+    """The prompt encode's activations: each text encoder's, at the fixed text length its family pads prompts to
+    (``ENCODE_GB``, measured by ``genworker simulate``)."""
+    return sum(ENCODE_GB.get(c.cls, 0.0) for name, c in comps.items() if name in ENCODE)
 
 
 def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Component], job: JobShape) -> float:
+    """One decoder call's working set (``DECODE_WORKING`` units of its module term), the decoded tiles the tiled
+    decoder keeps, and the copies of the decoded video held at once (``VIDEO_COPIES``)."""
     vae = comps.get("vae")
     if vae is None or "c_last" not in vae.dims:
         return 0.0
@@ -347,12 +409,18 @@ def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Compone
     rule = DECODER.get(vae.cls, "")
     if rule == "wan":
         frames = min(frames, WAN_DECODE_FRAMES)
-    if profile.vae_tiling and rule in TILE:
+    tiled = profile.vae_tiling and rule in TILE and (job.height > TILE[rule][1] or job.width > TILE[rule][2])
+    if tiled:
         tile_f, tile_h, tile_w = TILE[rule]
         frames, height, width = min(frames, tile_f or frames), min(height, tile_h), min(width, tile_w)
-    module = 2 * frames * (height // v["out_patch"]) * (width // v["out_patch"]) * v["c_last"] * size
+    unit = frames * (height // v["out_patch"]) * (width // v["out_patch"]) * v["c_last"] * size
     video = job.frames * 3 * job.height * job.width * size
-    return (module + video) / GB
+    kept = 0
+    if tiled and rule in KEEPS_TILES:  # every decoded tile, all frames, until the blend
+        tiles = math.ceil(job.height / TILE_STRIDE) * math.ceil(job.width / TILE_STRIDE)
+        kept = tiles * job.frames * 3 * height * width * size
+    copies = VIDEO_COPIES.get((rule, tiled), 1.0)
+    return (DECODE_WORKING.get(rule, 2.0) * unit + kept + copies * video) / GB
 
 
 def _phase_weights(comps: dict[str, Component], mode: str) -> dict[str, float]:
@@ -370,12 +438,24 @@ def _phase_weights(comps: dict[str, Component], mode: str) -> dict[str, float]:
     return {p: resident + streamed for p in phases}
 
 
-def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], job: JobShape, mode: str) -> float:
+def phase_gb(
+    spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], job: JobShape, mode: str
+) -> dict[str, float]:
+    """Device memory in each phase of a job (weights on the device then, plus the phase's activations), in GB;
+    what ``genworker simulate`` compares with the live bytes of a full-size run."""
     by_name = {c.name: c for c in comps}
     weights = _phase_weights(by_name, mode)
-    work = {"denoise": activation_gb(spec, by_name, job), "decode": decode_gb(spec, profile, by_name, job)}
+    work = {
+        "encode": encode_gb(spec, by_name),
+        "denoise": activation_gb(spec, by_name, job),
+        "decode": decode_gb(spec, profile, by_name, job),
+    }
     # Prompt extension is per job and optional: its peak is reported on its own (ModelPlan.extend_gb).
-    return max(weights[p] + work.get(p, 0.0) for p in weights if p != "extend")
+    return {p: weights[p] + work.get(p, 0.0) for p in weights if p != "extend"}
+
+
+def peak_gb(spec: ModelSpec, profile: RuntimeProfile, comps: list[Component], job: JobShape, mode: str) -> float:
+    return max(phase_gb(spec, profile, comps, job, mode).values())
 
 
 # ------------------------------------------------------------------------------------------ the plan

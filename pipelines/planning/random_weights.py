@@ -16,6 +16,7 @@ couplings between components kept: text widths, latent channels), so the whole p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -218,11 +219,15 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def build_random(entry: dict[str, Any], *, device: str, dtype: str, seed: int) -> torch.nn.Module:
+def build_random(entry: dict[str, Any], *, device: str, dtype: str, seed: int, fake: bool = False) -> torch.nn.Module:
     """The component ``entry`` describes, with random weights allocated on ``device``: parameters at ``dtype``
-    (those the class keeps in float32, as a checkpoint load keeps them), buffers as the class built them."""
+    (those the class keeps in float32, as a checkpoint load keeps them), buffers as the class built them.
+    ``fake``: the parameters are fake tensors (``pipelines.planning.fake_runtime``); the buffers stay real, as
+    the class computed them (some constructors read their own tables' values)."""
     import torch
     from accelerate import init_empty_weights
+
+    from pipelines.planning.fake_runtime import fake_mode
 
     cls = _class(entry["library"], entry["class"])
     with init_empty_weights(include_buffers=False):  # parameters on meta; buffers computed for real
@@ -233,9 +238,25 @@ def build_random(entry: dict[str, Any], *, device: str, dtype: str, seed: int) -
 
             config = dict(entry["config"])
             module = cls(transformers.AutoConfig.for_model(config.pop("model_type"), **config))
+    if entry["library"] != "diffusers":
+        # Built under ``init_empty_weights`` a transformers model leaves its shared embeddings untied (UMT5's
+        # ``shared``/``encoder.embed_tokens``, Gemma-3's input embedding and head: 1 B parameters each), and tying
+        # inside it re-creates each parameter; a checkpoint load ties them, so tie them here, outside it.
+        module.tie_weights()
     keep = _fp32_kept(module, dtype, entry["library"])
     generator = torch.Generator(device).manual_seed(seed)
     target = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    with fake_mode() if fake else contextlib.nullcontext():
+        _fill(module, keep, target, device, generator)
+    built: torch.nn.Module = module.eval().requires_grad_(False)
+    return built
+
+
+def _fill(
+    module: torch.nn.Module, keep: tuple[str, ...], target: torch.dtype, device: str, generator: torch.Generator
+) -> None:
+    import torch
+
     made: dict[int, torch.nn.Parameter] = {}  # tied parameters stay tied
     for module_name, child in module.named_modules():
         kept = any(k in module_name.split(".") for k in keep)
@@ -250,8 +271,6 @@ def build_random(entry: dict[str, Any], *, device: str, dtype: str, seed: int) -
         for name, buffer in list(child._buffers.items()):
             if buffer is not None:
                 child._buffers[name] = buffer.to(device)
-    built: torch.nn.Module = module.eval().requires_grad_(False)
-    return built
 
 
 def _draw(name: str, param: torch.Tensor, dtype: torch.dtype, device: str, generator: torch.Generator) -> torch.Tensor:
@@ -275,11 +294,20 @@ def lora_targets(model: torch.nn.Module) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and blocks.match(n)]
 
 
-def add_random_lora(model: Any, adapter_name: str, rank: int) -> None:
+def add_random_lora(model: Any, adapter_name: str, rank: int, *, fake: bool = False) -> None:
     """A rank-``rank`` LoRA on ``lora_targets(model)`` under ``adapter_name`` (peft's initialisation: the update
-    starts at zero, so outputs do not move; its matmuls cost what a published LoRA's do, unfused)."""
+    starts at zero, so outputs do not move; its matmuls cost what a published LoRA's do, unfused); ``fake``: its
+    layers are fake tensors like a fake model's."""
+    import torch
     from peft import LoraConfig
 
-    model.add_adapter(
-        LoraConfig(r=rank, lora_alpha=rank, target_modules=lora_targets(model)), adapter_name=adapter_name
-    )
+    from pipelines.planning.fake_runtime import fake_mode
+
+    # Made where the model lives: LTX-2's rank-384 LoRA is 3.7 B values, never to be initialised on the host
+    # (peft creates its layers on the default device, then moves them to the base layer's). Under a fake-tensor
+    # mode the layers are fake like the model's.
+    device = next(model.parameters()).device
+    with torch.device(device), fake_mode() if fake else contextlib.nullcontext():
+        model.add_adapter(
+            LoraConfig(r=rank, lora_alpha=rank, target_modules=lora_targets(model)), adapter_name=adapter_name
+        )
