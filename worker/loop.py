@@ -115,6 +115,8 @@ class Worker:
         """Whether the work disk can take a job's output; if not, a ``disk`` fault (no claim, backoff): a job
         claimed now would be denoised for minutes and then released when its encode cannot be written."""
         need_mb = self.ctx.settings.worker.min_free_disk_mb
+        if need_mb == 0:  # no check: a full disk is met by the encode (released as a disk fault) instead
+            return True
         free_mb = shutil.disk_usage(work_root(self.ctx.settings)).free // 1_000_000
         if free_mb >= need_mb:
             self.ctx.faults.clear("", FaultKind.disk)  # room again: what this check reported is over

@@ -251,7 +251,9 @@ def test_a_full_work_disk_releases_the_job_instead_of_failing_it(site: Site) -> 
     work = site.tmp / "full-disk" / "data" / "work"
     mount_tmpfs(work)
     try:
-        faulty = site.start("full-disk")
+        # The disk fills while the worker runs (worker.min_free_disk_mb off: its 2 MiB would stop every claim
+        # before one starts, tests/integration/test_worker_start.py): the encode meets ENOSPC mid-job.
+        faulty = site.start("full-disk", GENWORKER_WORKER__MIN_FREE_DISK_MB="0")
         filler = fill(work, leave=0)
         jobs = feed_until_fault(site, faulty, "disk")
         assert_says_why(faulty, "disk", None, "No space left on device")

@@ -43,7 +43,13 @@ def test_the_check_sees_every_form() -> None:
 
 def test_no_source_file_imports_a_private_module_of_a_dependency() -> None:
     # torch has no public count of compiled graphs, nor a public recompile limit (torch.compiler.config lacks it)
-    allowed = {"pipelines/runtime/compile.py": ["torch._dynamo.utils", "torch._dynamo.config"]}
+    allowed = {
+        "pipelines/runtime/compile.py": ["torch._dynamo.utils", "torch._dynamo.config"],
+        # torch's fake tensors and dispatch modes (the full-size simulation) have no public alias in torch 2.13;
+        # they are what torch's own docs show for running a model without its memory.
+        "pipelines/planning/fake_runtime.py": ["torch._subclasses.fake_tensor"],
+        "pipelines/planning/op_stats.py": ["torch.utils._python_dispatch"],
+    }
     offenders = {}
     for folder in SOURCES:
         for path in sorted((ROOT / folder).rglob("*.py")):
