@@ -17,7 +17,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +25,12 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from foundation.core.contract import GenerationRecord, Money, RecordInput, RecordParameters, Status  # noqa: E402
+from foundation.core.contract import GenerationRecord, Status  # noqa: E402
 from foundation.queue.base import JobQueue, Outcome  # noqa: E402
 from foundation.queue.fairness import FairShare  # noqa: E402
 from foundation.queue.redis.backend import RedisQueue  # noqa: E402
 from foundation.queue.sqlite.backend import SqliteQueue  # noqa: E402
+from tests.integration.queue_support import new_record  # noqa: E402
 
 MODEL = "bench-model"
 DONE = Outcome(status=Status.succeeded)
@@ -38,16 +38,7 @@ BATCH = 50  # claims of one side before the other side's turn
 
 
 def _record(project: str, model: str) -> GenerationRecord:
-    return GenerationRecord(
-        id=f"gen_{uuid.uuid4().hex}",
-        project=project,
-        model=model,
-        mode="text_to_video",
-        variant="standard",
-        parameters=RecordParameters(resolution="144p", duration_seconds=1, ratio="16:9"),
-        input=RecordInput(prompt="a red fox"),
-        price_hold=Money(amount="0.10"),
-    )
+    return new_record(model, project)
 
 
 def _summary(claim_s: list[float], cycles_s: float) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NotRequired, TypedDict
 
 from foundation.core.contract import ErrorInfo, GenerationRecord, Stage, Status
@@ -222,32 +222,21 @@ def _on(snap: Snapshot, record: GenerationRecord, fence: Claim | None = None) ->
 def create(record: GenerationRecord, fair: FairShare | None = None) -> Plan:
     """Enqueue: write the ``queued`` record and its stream entry (``exists`` if the id is taken); under
     fair share (``fair.enabled``) park it in its project's queue instead (``full`` past ``max_queued``)."""
-    if fair is None or not fair.enabled:
-        return Plan(
-            job_id=record.id,
-            model=record.model,
-            attempt=0,
-            create=True,
-            record=record,
-            status=Status.queued,
-            payload=_payload(record),
-            event=EventReason.enqueued,
-            project=record.project,
-            cost=job_cost(record),
-        )
-    return Plan(
+    plan = Plan(
         job_id=record.id,
         model=record.model,
         attempt=0,
         create=True,
         record=record,
         status=Status.queued,
+        payload=_payload(record),
         event=EventReason.enqueued,
         project=record.project,
         cost=job_cost(record),
-        park=record.project,
-        max_queued=fair.max_queued_of(record.project),
     )
+    if fair is None or not fair.enabled:
+        return plan
+    return replace(plan, payload=None, park=record.project, max_queued=fair.max_queued_of(record.project))
 
 
 def cancel_queued(snap: Snapshot) -> Plan:
