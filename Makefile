@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: venv scan-venv lock deps test test-install test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan simulate device-bundle
+.PHONY: venv scan-venv lock deps test test-extended test-install test-fast test-stress test-browser test-long up lint format bench bench-quick bench-gpu bench-resume bench-compile-cache bench-peers soak tiny-models schemas docs clean gpu-smoke plan simulate device-bundle
 
 # The venv is (re)installed when a pyproject.toml or the lock changes. torch is pinned to the CPU wheel 2.13.0,
 # taken first, alone, from TORCH_INDEX: PyTorch's CPU index, so that no machine's default index hands out the
@@ -89,9 +89,15 @@ tiny-models: venv
 # so a module's fixtures (a tiny pipeline, a server) are set up once, as in a serial run. TEST_WORKERS=0 runs it
 # serially in this process (a pdb session, one test's output).
 TEST_WORKERS ?= $(shell nproc)
-SUITE := -m "not install" -n $(TEST_WORKERS) --dist loadfile
+SUITE := -m "not install and not extended" -n $(TEST_WORKERS) --dist loadfile
 test: venv deps scan-venv
 	$(PY) -m pytest $(SUITE)
+
+# The further cases of the tests that load tiny models (every tiny model, every shipped profile, every size) and the
+# full-size simulation of one job per family: make test runs the first case of each (tests/conftest.py says which),
+# this the rest, in about ten minutes. .ci/run runs it after make test.
+test-extended: venv deps
+	$(PY) -m pytest -m "extended and not install" -n $(TEST_WORKERS) --dist loadfile
 
 # The worker exactly as a GPU node installs it (a venv from the lock and the wheels, outside the checkout): every
 # kind of job and a killed worker resumed there, 3-5 minutes. make test keeps the short version
@@ -216,12 +222,13 @@ bench-peers: venv deps
 	mv bench/peers.json.tmp bench/peers.json
 
 # The fault soak (docs/reliability.md): 3 workers + 2 APIs on Redis Sentinel and SeaweedFS, a worker
-# kill -9, a Redis stall, a failover or a store restart every 15 s; exits 1 unless nothing was lost,
-# duplicated, left running or orphaned. make test runs a 120-job version (tests/reliability).
+# kill -9, a Redis stall, a failover or a store restart every 15 s; 5 projects, one queueing 10x each
+# other's. Exits 1 if a job was lost, duplicated, left running or orphaned, or a project starved.
+# make test runs a 120-job version with one project (tests/reliability).
 # SOAK_JOBS=10000 for the long run.
 SOAK_JOBS ?= 1000
 soak: venv deps tiny-models
-	$(PY) scripts/soak.py --faults --jobs $(SOAK_JOBS) --clients 8 --time-limit-s 14400 --models-dir var/models --out var/soak-faults.json
+	$(PY) scripts/soak.py --faults --projects 5 --jobs $(SOAK_JOBS) --clients 14 --time-limit-s 14400 --models-dir var/models --out var/soak-faults.json
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

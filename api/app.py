@@ -19,20 +19,16 @@ from starlette.types import ASGIApp
 
 from api import health
 from api.access_log import AccessLogMiddleware
+from api.api_keys import KeyStore
 from api.auth import Authenticator, KeyCache
+from api.catalog_body import catalog_body
 from api.context import ApiContext
 from api.error_handlers import install_error_handlers
+from api.event_stream import StreamSlots
 from api.fast_path import FastPath
 from api.input_image import ImageSlots
-from api.keys import KeyStore
-from api.limits import (
-    AsyncRateLimiter,
-    BodyLimitMiddleware,
-    MemoryLimiter,
-    RateLimiter,
-    RateLimitHeadersMiddleware,
-)
-from api.metrics import install_metrics
+from api.limits import BodyLimitMiddleware, MemoryLimiter, RateLimiter, RateLimitHeadersMiddleware
+from api.metrics import ApiMetrics, install_metrics
 from api.playground import install_playground
 from api.routes import events, generations, models, videos
 from api.webhooks import routes as webhook_routes
@@ -64,7 +60,6 @@ def create_app(
     limiter: RateLimiter | None = None,
     artifacts_app: ASGIApp | None = None,
     async_queue: AsyncApiQueue | None = None,
-    async_limiter: AsyncRateLimiter | None = None,
     key_cache: KeyCache | None = None,
     webhooks: Webhooks | None = None,
     fast_path: bool = True,
@@ -72,34 +67,27 @@ def create_app(
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
     signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
 
-    ``async_queue`` serves the poll and create routes (default: ``queue`` on a small executor of its
-    own), ``async_limiter`` replaces ``limiter`` on them when given (a Redis counter awaited on the event
-    loop), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app closes the async queue,
-    the async limiter and the authenticator's threads at shutdown (lifespan); ``queue`` and ``keys``
-    stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its sender thread,
-    if it has one, for the app's lifetime (``api/webhooks``). ``fast_path`` off sends polls and creates
-    through the framework's routing and middleware too (the tests compare both)."""
+    The routes use one queue, async only: ``async_queue`` (default: ``queue`` on a small executor of its
+    own, ``foundation/queue/async_api.py``). ``limiter`` is the per-key rate limit (default: the in-process
+    window of ``api.rate_limit_per_s``), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app
+    closes the async queue, the limiter and the authenticator's threads at shutdown (lifespan); ``queue``
+    and ``keys`` stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its
+    sender thread, if it has one, for the app's lifetime (``api/webhooks``). ``fast_path`` off sends polls
+    and creates through the framework's routing and middleware too (the tests compare both)."""
     api = settings.api
-    aqueue = async_queue or OffloadedQueue(queue)
-    auth = Authenticator(
-        keys,
-        limiter or MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst),
-        async_limiter=async_limiter,
-        cache=key_cache,
+    api_queue = async_queue or OffloadedQueue(queue)
+    ctx = ApiContext(
+        settings=settings,
+        queue=api_queue,
+        store=store,
+        catalog=catalog,
+        keys=keys,
+        auth=Authenticator(keys, limiter or MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst), cache=key_cache),
+        images=ImageSlots(api.inputs),
+        streams=StreamSlots(api.events_max_streams_per_key),
+        models=catalog_body(api_queue, catalog),  # one per process: the route and the fast path share it
+        webhooks=webhooks,
     )
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if webhooks is not None:
-            webhooks.start()
-        yield
-        if webhooks is not None:
-            webhooks.stop()
-        await aqueue.aclose()
-        if async_limiter is not None:
-            await async_limiter.aclose()
-        auth.close()
-
     app = FastAPI(
         title="genworker",
         version="1",
@@ -107,63 +95,81 @@ def create_app(
         openapi_url="/v1/openapi.json",
         docs_url="/docs" if api.docs else None,
         redoc_url=None,
-        lifespan=lifespan,
+        lifespan=functools.partial(_lifespan, ctx),
     )
-    images = ImageSlots(api.inputs)
-    ctx = ApiContext(
-        settings=settings,
-        queue=queue,
-        aqueue=aqueue,
-        store=store,
-        catalog=catalog,
-        keys=keys,
-        auth=auth,
-        images=images,
-        webhooks=webhooks,
-    )
+    app.state.context = ctx  # what the routes' ``Depends(context)`` reads (api/context.py)
     install_error_handlers(app)
-    app.include_router(health.build_router(queue, store))
-    app.include_router(generations.build_router(ctx))
-    app.include_router(events.build_router(ctx))  # GET /v1/generations/{id}/events (SSE)
-    catalog_json = models.catalog_body(ctx)  # one per process: the route and the fast path share it
-    app.include_router(models.build_router(catalog_json))
-    app.include_router(videos.build_router(ctx))  # /v1/videos: the openai SDK's Videos API over the same records
-    if webhooks is not None:
-        app.include_router(webhook_routes.build_router(auth, webhooks))
+    _include_routes(app, ctx, artifacts_app)
+    metrics = _add_middleware(app, ctx)
+    if fast_path:  # polls, creates and the catalog answered before the framework's stack (api/fast_path.py)
+        _install_fast_path(app, ctx, metrics)
+    app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(ctx: ApiContext, _: FastAPI) -> AsyncIterator[None]:
+    """The webhook sender for the app's lifetime; then the queue, limiter and auth threads closed."""
+    if ctx.webhooks is not None:
+        ctx.webhooks.start()
+    yield
+    if ctx.webhooks is not None:
+        ctx.webhooks.stop()
+    await ctx.queue.aclose()
+    await ctx.auth.limiter.aclose()
+    ctx.auth.close()
+
+
+def _include_routes(app: FastAPI, ctx: ApiContext, artifacts_app: ASGIApp | None) -> None:
+    app.include_router(health.router)
+    app.include_router(generations.router)
+    app.include_router(events.router)  # GET /v1/generations/{id}/events (SSE)
+    app.include_router(models.router)
+    app.include_router(videos.router)  # /v1/videos: the openai SDK's Videos API over the same records
+    if ctx.webhooks is not None:
+        app.include_router(webhook_routes.router)
     install_playground(app, ctx)  # only where api.playground is on
     if artifacts_app is not None:
         app.mount(ARTIFACTS_PATH, artifacts_app, name="artifacts")
+
+
+def _add_middleware(app: FastAPI, ctx: ApiContext) -> ApiMetrics:
+    """The middleware, innermost first; the metrics they feed."""
+    api = ctx.settings.api
     app.add_middleware(RateLimitHeadersMiddleware)  # RateLimit-* on every keyed answer, set by api/auth.py
     # A /v1/videos create uploads its image in the body (multipart): that route takes an image of the size an
     # image_url fetch may bring, plus the usual body for its other fields.
     upload = {("POST", "/v1/videos"): api.inputs.max_image_bytes + api.max_body_bytes}
     app.add_middleware(BodyLimitMiddleware, max_bytes=api.max_body_bytes, routes=upload)
     metrics = install_metrics(app)
-    if webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
-        metrics.registry.register(webhooks.metrics.registry)
+    if ctx.webhooks is not None:  # the sender's figures beside the API's own, at the same /metrics
+        metrics.registry.register(ctx.webhooks.metrics.registry)
     app.add_middleware(AccessLogMiddleware)  # outermost: its line times and ids everything inside
-    if fast_path:  # polls, creates and the catalog answered before the framework's stack (api/fast_path.py)
-        build_stack = app.build_middleware_stack
+    return metrics
 
-        def build_with_fast_path() -> ASGIApp:
-            return FastPath(
-                build_stack(),
-                poll=functools.partial(generations.answer_poll, ctx),
-                create=functools.partial(generations.answer_create, ctx),
-                models=functools.partial(models.answer_models, catalog_json),
-                metrics=metrics,
-                max_body_bytes=api.max_body_bytes,
-            )
 
-        app.build_middleware_stack = build_with_fast_path  # type: ignore[method-assign]
+def _install_fast_path(app: FastAPI, ctx: ApiContext, metrics: ApiMetrics) -> None:
+    """``FastPath`` in front of the framework's middleware stack, built when the app first starts."""
+    build_stack = app.build_middleware_stack
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = _openapi_schema(app)
-        return app.openapi_schema
+    def build_with_fast_path() -> ASGIApp:
+        return FastPath(
+            build_stack(),
+            poll=functools.partial(generations.answer_poll, ctx),
+            create=functools.partial(generations.answer_create, ctx),
+            models=functools.partial(models.answer_models, ctx.models),
+            metrics=metrics,
+            max_body_bytes=ctx.settings.api.max_body_bytes,
+        )
 
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
+    app.build_middleware_stack = build_with_fast_path  # type: ignore[method-assign]
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document, made once (``_openapi_schema``)."""
+    if app.openapi_schema is None:
+        app.openapi_schema = _openapi_schema(app)
+    return app.openapi_schema
 
 
 def _openapi_schema(app: FastAPI) -> dict[str, Any]:

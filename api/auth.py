@@ -5,9 +5,9 @@ Two steps:
 - ``bearer`` (async, no I/O, a route dependency; ``presented_key`` the same for a route that reads its
   request itself): a missing or malformed ``Authorization`` header is 401 before anything else is
   looked at;
-- ``Authenticator.authorize`` (async, awaited first thing in a route's body; ``principal`` is the same
-  for the sync routes): an unknown or revoked key is 401 (with ``WWW-Authenticate: Bearer``); then the
-  key's rate limit (429 with ``Retry-After``); then the scope (403).
+- ``Authenticator.authorize`` (async, awaited first thing in a route's body, the one entry point): an
+  unknown or revoked key is 401 (with ``WWW-Authenticate: Bearer``); then the key's rate limit (429 with
+  ``Retry-After``); then the scope (403).
 
 **The key cache.** An active key's record is kept for ``key_cache_ttl_s`` (default
 ``KEY_CACHE_TTL_S``, 1 s) after it was read from the key store, so a poll costs no key-store lookup.
@@ -15,8 +15,9 @@ The bound this gives: a revoked key is refused by every API process at most ``ke
 the revocation was written (a cached record was read before it, and is trusted no longer than that).
 Unknown and revoked keys are never cached: they are looked up on every request, so a new key works at
 once and a refusal is never stale. The cache holds SHA-256 hashes, never keys, and at most
-``KEY_CACHE_MAX`` entries (it is emptied when full). Lookups that miss the cache, and a rate limiter
-that does I/O without an asyncio twin, run on a small executor of the authenticator's own.
+``KEY_CACHE_MAX`` entries (it is emptied when full). Lookups that miss the cache read the key store
+(SQLite or Redis, sync clients) on a small executor of the authenticator's own; the rate limiter is
+awaited (``api/limits.py``).
 
 A key acts for one project; a generation of another project is answered 404 by the routes, never 403,
 so ids do not leak.
@@ -30,26 +31,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.api_keys import ApiKey, KeyStore, Scope, hash_key
 from api.errors import ApiError
-from api.keys import ApiKey, KeyStore, Scope, hash_key
-from api.limits import (
-    AsyncRateLimiter,
-    MemoryLimiter,
-    RateDecision,
-    RateLimiter,
-    note_decision,
-)
+from api.limits import RateDecision, RateLimiter, note_decision
 from foundation.core.errors import ErrorCode
-from foundation.queue.base import AsyncApiQueue, Polled
 
 __all__ = ["KEY_CACHE_MAX", "KEY_CACHE_TTL_S", "Authenticator", "KeyCache", "Principal", "bearer", "presented_key"]
-
-T = TypeVar("T")
 
 # How long an active key's record is trusted after it was read: the revocation bound (module docstring).
 KEY_CACHE_TTL_S = 1.0
@@ -104,7 +95,7 @@ class KeyCache:
         self.max_entries = max_entries
         self.clock = clock
         self._entries: dict[str, tuple[float, Principal]] = {}  # key hash -> (read at, principal)
-        self._lock = threading.Lock()  # the sync routes use it from threadpool threads
+        self._lock = threading.Lock()  # written from the authenticator's executor threads
 
     def get(self, key_hash: str) -> Principal | None:
         entry = self._entries.get(key_hash)
@@ -147,57 +138,24 @@ def _checked_scope(principal: Principal, scope: Scope) -> Principal:
 
 
 class Authenticator:
-    """Turns a presented key into a ``Principal``: ``await auth.authorize(key, Scope.generations_read)``
-    on the event loop, ``auth.principal(key, scope)`` from a sync route's thread."""
+    """Turns a presented key into a ``Principal``: ``await auth.authorize(key, Scope.generations_read)``."""
 
-    def __init__(
-        self,
-        keys: KeyStore,
-        limiter: RateLimiter,
-        *,
-        async_limiter: AsyncRateLimiter | None = None,
-        cache: KeyCache | None = None,
-    ) -> None:
+    def __init__(self, keys: KeyStore, limiter: RateLimiter, *, cache: KeyCache | None = None) -> None:
         self.keys = keys
         self.limiter = limiter
-        self.async_limiter = async_limiter
         self.cache = cache or KeyCache()
-        # Cache misses and a limiter that does I/O: a thread each, off the event loop.
+        # Key-store reads that miss the cache: a thread each, off the event loop.
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="genworker-auth")
 
-    # ------------------------------------------------------------------------------------ sync
-    def principal(self, key: str, scope: Scope) -> Principal:
-        principal = self._lookup(key)
-        decision = self.limiter.hit(principal.key_id)
+    async def authorize(self, key: str, scope: Scope) -> Principal:
+        """The key's principal: 401 for an unknown or revoked key, then 429 past its rate limit, then 403
+        without ``scope``. The rate decision is noted for the answer's ``RateLimit-*`` headers."""
+        principal = await self._principal(key)
+        decision = await self.limiter.hit(principal.key_id)
         note_decision(decision)
         if not decision.allowed:
             raise _refused(decision)
         return _checked_scope(principal, scope)
-
-    def _lookup(self, key: str) -> Principal:
-        key_hash = hash_key(key)
-        cached = self.cache.get(key_hash)
-        if cached is not None:
-            return cached
-        read_at = self.cache.clock()
-        record = self.keys.authenticate(key)
-        if record is None:
-            raise _unauthenticated("invalid or revoked API key")
-        principal = _principal_of(record)
-        self.cache.put(key_hash, principal, read_at)
-        return principal
-
-    # ------------------------------------------------------------------------------------ async
-    async def authorize(self, key: str, scope: Scope) -> Principal:
-        principal = await self._principal(key)
-        return self._decided(principal, await self._hit(principal.key_id), scope)
-
-    async def authorize_poll(
-        self, key: str, scope: Scope, job_id: str, queue: AsyncApiQueue
-    ) -> tuple[Principal, Polled | None]:
-        """``authorize``, then ``queue.poll(job_id)``."""
-        principal = await self.authorize(key, scope)
-        return principal, await queue.poll(job_id)
 
     async def still_valid(self, key: str) -> bool:
         """Whether ``key`` is still an active key (no rate limit spent): what a long-lived answer, an event
@@ -211,25 +169,22 @@ class Authenticator:
     async def _principal(self, key: str) -> Principal:
         principal = self.cache.get(hash_key(key))
         if principal is None:
-            principal = await self._offload(self._lookup, key)
+            principal = await asyncio.get_running_loop().run_in_executor(self._executor, self._lookup, key)
         return principal
 
-    @staticmethod
-    def _decided(principal: Principal, decision: RateDecision, scope: Scope) -> Principal:
-        note_decision(decision)
-        if not decision.allowed:
-            raise _refused(decision)
-        return _checked_scope(principal, scope)
-
-    async def _hit(self, key_id: str) -> RateDecision:
-        if self.async_limiter is not None:
-            return await self.async_limiter.hit(key_id)
-        if isinstance(self.limiter, MemoryLimiter):  # in memory: nothing to wait for
-            return self.limiter.hit(key_id)
-        return await self._offload(self.limiter.hit, key_id)
-
-    async def _offload(self, call: Callable[[str], T], arg: str) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call, arg)
+    def _lookup(self, key: str) -> Principal:
+        """The key store's record of ``key`` (an executor thread), kept in the cache while active."""
+        key_hash = hash_key(key)
+        cached = self.cache.get(key_hash)
+        if cached is not None:
+            return cached
+        read_at = self.cache.clock()
+        record = self.keys.authenticate(key)
+        if record is None:
+            raise _unauthenticated("invalid or revoked API key")
+        principal = _principal_of(record)
+        self.cache.put(key_hash, principal, read_at)
+        return principal
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from api.api_keys import ApiKey, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
 from api.errors import InvalidProject, WebhookKeyMissing
-from api.keys import ApiKey, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, check_project
-from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
     from foundation.settings import Settings
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["keys_location", "register"]
 
 log = logging.getLogger("genworker.api")
-
-keys_app = App(help="Project API keys: create, list, revoke.", no_args_is_help=True)
 
 _DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="Embedded service data dir (SQLite key store <dir>/keys.db).")
@@ -65,7 +63,6 @@ def _redacted(url: str) -> str:
     return f"{scheme}://{user}:***@{host}" if user else f"{scheme}://***@{host}"
 
 
-@keys_app.command("create")
 def keys_create(
     project: Annotated[str, typer.Option("--project", help="The project the key acts for.")],
     scope: Annotated[list[Scope], typer.Option("--scope", help="Repeat for several scopes.")],
@@ -85,7 +82,6 @@ def keys_create(
     typer.echo(key)
 
 
-@keys_app.command("list")
 def keys_list(
     project: Annotated[str | None, typer.Option("--project", help="Only this project's keys.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array instead of a table.")] = False,
@@ -118,7 +114,6 @@ def _print_keys(records: list[ApiKey], where: str) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-@keys_app.command("revoke")
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key id (key_...), as `keys list` shows it.")],
     data_dir: _DataDir = None,
@@ -159,6 +154,12 @@ def api_command(
     serve(server)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, group: Callable[..., typer.Typer] = typer.Typer) -> None:
+    """Add ``genworker api`` and ``genworker keys ...`` to the root command. ``group`` makes the ``keys``
+    group: the root passes the class of its own groups, so every group's help reads alike."""
     app.command("api")(api_command)
-    app.add_typer(keys_app, name="keys")
+    keys = group(help="Project API keys: create, list, revoke.", no_args_is_help=True)
+    keys.command("create")(keys_create)
+    keys.command("list")(keys_list)
+    keys.command("revoke")(keys_revoke)
+    app.add_typer(keys, name="keys")

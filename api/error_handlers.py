@@ -65,10 +65,14 @@ _DESCRIPTIONS: dict[int, str] = {
     403: "The key lacks the scope this operation needs.",
     404: "No such generation for this key's project.",
     409: "Idempotency conflict, or the generation is no longer cancelable.",
+    410: "The generation's record is unreadable to every version of the service: it will not run.",
     413: "Request body larger than the configured limit.",
     429: "Rate limit exceeded for this key; see `Retry-After`.",
     500: "Unexpected server error (details are logged, never returned).",
-    503: "The queue or the artifact store is unreachable; retry with backoff.",
+    503: (
+        "The queue or the artifact store is unreachable, or (`version_unavailable`) the generation was written by a "
+        "newer version of the service during an upgrade; retry with backoff."
+    ),
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

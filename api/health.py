@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from api.context import ApiContext, context
 from foundation.core.errors import GenworkerError
-from foundation.queue.base import ApiQueue
+from foundation.queue.base import AsyncApiQueue
 from foundation.stores.base import ArtifactStore
 
-__all__ = ["CHECK_TIMEOUT_S", "Check", "Readiness", "build_router", "check_readiness"]
+__all__ = ["CHECK_TIMEOUT_S", "Check", "Readiness", "check_readiness", "router"]
 
 log = logging.getLogger("genworker.api.health")
 
@@ -49,10 +50,10 @@ class Readiness(BaseModel):
     checks: dict[str, Check]
 
 
-async def _run_check(name: str, probe: Callable[[], object], timeout_s: float) -> Check:
+async def _run_check(name: str, probe: Callable[[], Awaitable[object]], timeout_s: float) -> Check:
     reason: Literal["timeout", "unavailable", "error"]
     try:
-        await asyncio.wait_for(asyncio.to_thread(probe), timeout_s)
+        await asyncio.wait_for(probe(), timeout_s)
     except TimeoutError:
         reason, error = "timeout", f"no answer within {timeout_s:g} s"
     except GenworkerError as e:
@@ -65,26 +66,28 @@ async def _run_check(name: str, probe: Callable[[], object], timeout_s: float) -
     return Check(ok=False, reason=reason)
 
 
-async def check_readiness(queue: ApiQueue, store: ArtifactStore, timeout_s: float = CHECK_TIMEOUT_S) -> Readiness:
+async def check_readiness(queue: AsyncApiQueue, store: ArtifactStore, timeout_s: float = CHECK_TIMEOUT_S) -> Readiness:
     queue_check, store_check = await asyncio.gather(
         _run_check("queue", lambda: queue.get(_PROBE_JOB_ID), timeout_s),
-        _run_check("store", lambda: store.exists(_PROBE_KEY), timeout_s),
+        _run_check("store", lambda: asyncio.to_thread(store.exists, _PROBE_KEY), timeout_s),  # a sync store
     )
     checks = {"queue": queue_check, "store": store_check}
     return Readiness(status="ready" if all(c.ok for c in checks.values()) else "not_ready", checks=checks)
 
 
-def build_router(queue: ApiQueue, store: ArtifactStore) -> APIRouter:
-    router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 
-    @router.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @router.get("/readyz")
-    async def readyz() -> JSONResponse:
-        readiness = await check_readiness(queue, store)
-        status = 200 if readiness.status == "ready" else 503
-        return JSONResponse(readiness.model_dump(exclude_none=True), status_code=status)
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
 
-    return router
+
+_CONTEXT = Depends(context)
+
+
+@router.get("/readyz")
+async def readyz(ctx: ApiContext = _CONTEXT) -> JSONResponse:
+    readiness = await check_readiness(ctx.queue, ctx.store)
+    status = 200 if readiness.status == "ready" else 503
+    return JSONResponse(readiness.model_dump(exclude_none=True), status_code=status)

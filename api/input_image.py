@@ -9,21 +9,27 @@ is stored in the artifact store under the generation's prefix (``input_image_key
 Every refusal is a ``RequestRejected`` with the image's own codes: ``invalid_image``, ``image_too_large``,
 ``image_fetch_failed``, ``image_url_not_allowed``.
 
-Bounded per API process (``ImageSlots``): at most ``api.inputs.max_concurrent_images`` images are read
-and decoded at once, each holding at most ``max_image_bytes`` of bytes and one decode under the pixel cap;
-a create that finds every slot taken waits up to ``api.inputs.image_wait_s`` for one, then is answered 503
-``service_unavailable`` with ``Retry-After``. So a burst of large images costs the process a bounded
-amount of memory and CPU, whoever sends it, instead of one decode per request at once.
+Bounded per API process (``ImageSlots``), fairly between projects: at most ``api.inputs.max_concurrent_images``
+images are decoded at once, each holding at most ``max_image_bytes`` of bytes and one decode under the pixel
+cap, and as many ``image_url`` fetches run at once, of which one project may hold only its share (half,
+at least one). A fetch holds no decode slot and a ``data:`` image no fetch slot: a project whose creates
+fetch from a host that drips a byte a second holds its share of the fetch slots for the fetch time
+limit, and another project's images (``data:`` or fetched) still find their slots. A create that finds its
+slot taken waits up to ``api.inputs.image_wait_s`` for one, then is answered 503 ``service_unavailable``
+with ``Retry-After``. So a burst of large images costs the process a bounded amount of memory and CPU,
+whoever sends it, instead of one decode per request at once.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -56,30 +62,83 @@ def _reject(code: ErrorCode, message: str, param: str) -> RequestRejected:
 
 
 class ImageSlots:
-    """The API process's bound on input images read and decoded at once (module docstring)."""
+    """The API process's bounds on input images decoded and fetched at once (module docstring)."""
 
     def __init__(self, settings: InputSettings) -> None:
         self.limit = settings.max_concurrent_images
+        self.per_project = max(1, self.limit // 2)  # a project's share of the fetches: never all of them
         self.wait_s = settings.image_wait_s
-        self._slots = anyio.CapacityLimiter(self.limit)
+        self.settings = settings
+        self._slots = anyio.CapacityLimiter(self.limit)  # decodes
+        self._fetches = anyio.CapacityLimiter(self.limit)
+        self._shares: dict[str, anyio.CapacityLimiter] = {}  # projects with a fetch in flight or waiting
 
-    async def run(self, prepare: Callable[[], T]) -> T:
-        """``prepare`` (blocking: a fetch and a decode) on a worker thread once a slot is free; 503 when
-        none frees within ``wait_s``. The slot is held until the thread is done, even if the client left."""
+    def _busy(self, what: str) -> ApiError:
+        return ApiError(
+            503,
+            ErrorCode.service_unavailable,
+            f"this API process is already {what}; retry shortly",
+            None,
+            {"Retry-After": str(max(1, math.ceil(self.wait_s)))},
+        )
+
+    async def _take_decode_slot(self) -> None:
+        """A decode slot, taken by this task (``self._slots.release()`` gives it back); 503 when none frees
+        within ``wait_s``."""
         with anyio.move_on_after(self.wait_s) as waited:
             await self._slots.acquire()
         if waited.cancelled_caught:
-            raise ApiError(
-                503,
-                ErrorCode.service_unavailable,
-                f"this API process is already checking {self.limit} input images; retry shortly",
-                None,
-                {"Retry-After": str(max(1, math.ceil(self.wait_s)))},
-            )
+            raise self._busy(f"checking {self.limit} input images")
+
+    async def run(self, prepare: Callable[[], T]) -> T:
+        """``prepare`` (blocking: a decode) on a worker thread once a decode slot is free; 503 when none
+        frees within ``wait_s``. The slot is held until the thread is done, even if the client left."""
+        await self._take_decode_slot()
         try:
             return await anyio.to_thread.run_sync(prepare)
         finally:
             self._slots.release()
+
+    async def prepare(self, spec: InputSpec, project: str, check: Callable[[bytes, str], T]) -> T:
+        """The request's image read (``read_image_source``) and checked (``check(data, param)``), off the event
+        loop: an ``image_url`` fetched in one of the project's fetch slots, a ``data:`` image decoded from
+        base64 with none, then checked in a decode slot. A fetched image keeps its fetch slot until it has
+        a decode slot, so the bytes held at once stay bounded by the slots."""
+        if spec.image is not None:
+            data, param = await anyio.to_thread.run_sync(read_image_source, spec, self.settings)
+            return await self.run(functools.partial(check, data, param))
+        async with self._fetch_slot(project):
+            data, param = await anyio.to_thread.run_sync(read_image_source, spec, self.settings)
+            await self._take_decode_slot()
+        try:
+            return await anyio.to_thread.run_sync(check, data, param)
+        finally:
+            self._slots.release()
+
+    @asynccontextmanager
+    async def _fetch_slot(self, project: str) -> AsyncIterator[None]:
+        """One of the fetch slots within the project's share; 503 when none frees within ``wait_s``."""
+        share = self._shares.get(project)
+        if share is None:
+            share = self._shares[project] = anyio.CapacityLimiter(self.per_project)
+        got_share = got_fetch = False
+        try:
+            with anyio.move_on_after(self.wait_s):
+                await share.acquire()
+                got_share = True
+                await self._fetches.acquire()
+                got_fetch = True
+            if not got_fetch:
+                raise self._busy(f"fetching {self.per_project} image_url inputs of this project")
+            yield
+        finally:
+            if got_fetch:
+                self._fetches.release()
+            if got_share:
+                share.release()
+            stats = share.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting:  # forget idle projects
+                self._shares.pop(project, None)
 
 
 def outbound_policy(settings: InputSettings) -> OutboundPolicy:

@@ -9,9 +9,10 @@ has read it (clients such as httpx send the whole body before they read the answ
 Rate limits are per API key, one rule on every backend (``rate_item``): at most ``burst`` requests in
 any ``burst / rate_per_s`` seconds, a moving window (the ``limits`` library's on Redis). ``MemoryLimiter``
 keeps it in the process (the embedded mode runs one API process) with the same decisions and figures,
-in a deque per key: no expiry thread, no list that grows with the window; ``RedisLimiter`` shares it across API
-replicas and raises ``BackendUnavailable`` when that Redis cannot answer; ``AsyncRedisLimiter`` is the
-same window (same keys) over an asyncio client, for the routes that run on the event loop. Every
+in a deque per key: no expiry thread, no list that grows with the window; ``AsyncRedisLimiter`` shares it
+across API replicas over an asyncio client (one Redis server), and raises ``BackendUnavailable`` when that
+Redis cannot answer; ``RedisLimiter`` is the same window (same keys) for Sentinel and Cluster, whose
+clients are sync: each hit runs on a thread of its own. All three are one ``RateLimiter``, async only. Every
 decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (``RateDecision.headers``);
 ``RateLimitHeadersMiddleware`` puts them on every answer to a keyed request, not only on the 429.
 """
@@ -19,11 +20,12 @@ decision carries the ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` figures (
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 __all__ = [
-    "AsyncRateLimiter",
     "AsyncRedisLimiter",
     "BodyLimitMiddleware",
     "MemoryLimiter",
@@ -237,13 +238,13 @@ class RateLimitHeadersMiddleware:
 
 
 class RateLimiter(Protocol):
-    def hit(self, key_id: str) -> RateDecision: ...
+    """The per-key limit, awaited on the event loop: one hit per keyed request."""
 
-
-class AsyncRateLimiter(Protocol):
     async def hit(self, key_id: str) -> RateDecision: ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Release what the limiter holds (a client, threads)."""
+        ...
 
 
 # Prefix of the rate-limit keys in Redis. The ``limits`` library appends
@@ -283,8 +284,8 @@ class MemoryLimiter:
     Per key, the times of its newest ``burst`` hits, oldest first: a hit is refused while the oldest of
     them is still in the window (``>= now - window``), else it is recorded; the figures count the hits
     in the window (``> now - window``) and reset when the oldest of those leaves it. Times that left the
-    window are dropped as hits come, so a key holds at most ``burst`` of them, and thread-safe (the sync
-    routes call it from the threadpool)."""
+    window are dropped as hits come, so a key holds at most ``burst`` of them. Called on the event loop
+    only, and a hit awaits nothing, so each hit is whole without a lock."""
 
     def __init__(self, rate_per_s: float, burst: int, *, clock: Callable[[], float] = time.time) -> None:
         self.item = rate_item(rate_per_s, burst)
@@ -292,30 +293,31 @@ class MemoryLimiter:
         self._window_s = float(self.item.get_expiry())
         self._clock = clock
         self._hits: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
 
-    def hit(self, key_id: str) -> RateDecision:
-        with self._lock:
-            now = self._clock()
-            floor = now - self._window_s
-            hits = self._hits.get(key_id)
-            if hits is None:
-                if len(self._hits) >= _MEMORY_KEYS_MAX:
-                    self._forget_idle(floor)
-                hits = self._hits[key_id] = deque(maxlen=self._amount)
-            while hits and hits[0] < floor:  # out of the window for good: neither blocks nor counts
-                hits.popleft()
-            allowed = not (len(hits) >= self._amount and hits[0] >= floor)
-            if allowed:
-                hits.append(now)
-            in_window = len(hits)
-            for at in hits:  # a hit exactly on the window's edge blocks but is no longer counted
-                if at > floor:
-                    break
-                in_window -= 1
-            start = hits[len(hits) - in_window] if in_window else now
+    async def hit(self, key_id: str) -> RateDecision:
+        now = self._clock()
+        floor = now - self._window_s
+        hits = self._hits.get(key_id)
+        if hits is None:
+            if len(self._hits) >= _MEMORY_KEYS_MAX:
+                self._forget_idle(floor)
+            hits = self._hits[key_id] = deque(maxlen=self._amount)
+        while hits and hits[0] < floor:  # out of the window for good: neither blocks nor counts
+            hits.popleft()
+        allowed = not (len(hits) >= self._amount and hits[0] >= floor)
+        if allowed:
+            hits.append(now)
+        in_window = len(hits)
+        for at in hits:  # a hit exactly on the window's edge blocks but is no longer counted
+            if at > floor:
+                break
+            in_window -= 1
+        start = hits[len(hits) - in_window] if in_window else now
         stats = WindowStats(start + self._window_s, self._amount - in_window)
         return _decision(allowed, stats, self.item, now)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the window lives in this object."""
 
     def _forget_idle(self, floor: float) -> None:
         idle = [key for key, hits in self._hits.items() if not hits or hits[-1] < floor]
@@ -323,17 +325,30 @@ class MemoryLimiter:
             del self._hits[key]
 
 
+# Threads of a ``RedisLimiter``: its hits wait on the network, as many at once.
+_LIMITER_THREADS = 2
+
+
 class RedisLimiter:
-    """The limit shared by every API replica over one Redis (single server, Sentinel or Cluster client)."""
+    """The limit shared by every API replica over a sync Redis client (Sentinel or Cluster, which have no
+    asyncio client here; a single server too): each hit runs on a thread of this limiter's own."""
 
     def __init__(self, client: redis.Redis, rate_per_s: float, burst: int) -> None:
         self.item = rate_item(rate_per_s, burst)
         self._limiter = MovingWindowRateLimiter(_storage_over(client))
+        self._executor = ThreadPoolExecutor(max_workers=_LIMITER_THREADS, thread_name_prefix="genworker-limit")
+
+    async def hit(self, key_id: str) -> RateDecision:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(self._hit, key_id))
 
     @redis_unavailable  # the counter's Redis down: BackendUnavailable, which the API answers 503
-    def hit(self, key_id: str) -> RateDecision:
+    def _hit(self, key_id: str) -> RateDecision:
         allowed = self._limiter.hit(self.item, key_id)
         return _decision(allowed, self._limiter.get_window_stats(self.item, key_id), self.item, time.time())
+
+    async def aclose(self) -> None:
+        """Stop this limiter's threads (the client stays its opener's)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 # API keys whose counter key name ``AsyncRedisLimiter`` keeps built (cleared when full).

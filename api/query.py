@@ -5,14 +5,16 @@ A typo such as ``?limt=5`` would otherwise be ignored silently and the client wo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 
+from api.context import context
 from api.errors import ApiError
 from foundation.core.errors import ErrorCode
 
-__all__ = ["only_query"]
+__all__ = ["only_query", "page_limit"]
 
 
 def only_query(*allowed: str) -> Any:
@@ -28,3 +30,20 @@ def only_query(*allowed: str) -> Any:
                 raise ApiError(400, ErrorCode.invalid_parameter, f"unknown query parameter {name!r}", name or None)
 
     return Depends(dependency)
+
+
+async def page_limit(request: Request, limit: Annotated[int, Query(ge=1)] = 20) -> int:
+    """A list route's ``limit``: at most ``api.list_max_limit``, a setting, so checked here rather than in
+    the parameter's declaration (a route declared once for every app), with the 400 FastAPI gives for a
+    bound it checks itself."""
+    most = context(request).settings.api.list_max_limit
+    if limit > most:
+        error = {
+            "type": "less_than_equal",
+            "loc": ("query", "limit"),
+            "msg": f"Input should be less than or equal to {most}",
+            "input": request.query_params.get("limit"),
+            "ctx": {"le": most},
+        }
+        raise RequestValidationError([error])
+    return limit

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
+from api.api_keys import KeyStore, RedisKeyStore, SqliteKeyStore
 from api.errors import ServerStopped
-from api.keys import KeyStore, RedisKeyStore, SqliteKeyStore
-from api.limits import AsyncRateLimiter, AsyncRedisLimiter, MemoryLimiter, RateLimiter, RedisLimiter
+from api.limits import AsyncRedisLimiter, MemoryLimiter, RateLimiter, RedisLimiter
 from foundation.core.logs import configure_logging
 from foundation.settings import Settings
 
@@ -33,7 +33,6 @@ __all__ = [
     "build_app",
     "keys_backend",
     "make_server",
-    "open_async_limiter",
     "open_key_store",
     "open_limiter",
     "serve",
@@ -72,23 +71,17 @@ def open_key_store(settings: Settings) -> KeyStore:
 
 
 def open_limiter(settings: Settings) -> RateLimiter:
-    api = settings.api
-    if keys_backend(settings) == "redis":
-        return RedisLimiter(_keys_redis(settings), api.rate_limit_per_s, api.rate_limit_burst)
-    return MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst)
-
-
-def open_async_limiter(settings: Settings) -> AsyncRateLimiter | None:
-    """``open_limiter``'s Redis counter over an asyncio client (for the async routes), where Redis is one
-    server; None otherwise (the in-process window needs none; Sentinel and Cluster use the sync one)."""
+    """The per-key rate limit beside the keys: in this process with the SQLite key store (one API process);
+    on Redis, shared by every replica, over an asyncio client where Redis is one server, else (Sentinel,
+    Cluster) over the sync client on threads of the limiter's own."""
     from foundation.queue.redis.async_queue import async_redis_client
 
+    api = settings.api
     if keys_backend(settings) != "redis":
-        return None
+        return MemoryLimiter(api.rate_limit_per_s, api.rate_limit_burst)
     client = async_redis_client(settings.queue, url=_keys_redis_url(settings))
     if client is None:
-        return None
-    api = settings.api
+        return RedisLimiter(_keys_redis(settings), api.rate_limit_per_s, api.rate_limit_burst)
     return AsyncRedisLimiter(client, api.rate_limit_per_s, api.rate_limit_burst)
 
 
@@ -123,7 +116,6 @@ def build_app(settings: Settings) -> FastAPI:
         limiter=open_limiter(settings),
         artifacts_app=artifacts_app_for(store),
         async_queue=async_queue,
-        async_limiter=open_async_limiter(settings),
         webhooks=webhooks,
     )
 

@@ -9,9 +9,10 @@ could carry store endpoints, paths, class names or ffmpeg's stderr, are cleaned 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -33,6 +34,9 @@ from foundation.core.contract import (
 from foundation.core.errors import public_message
 from foundation.stores.base import ArtifactStore
 
+if TYPE_CHECKING:
+    from foundation.settings import ApiSettings
+
 __all__ = [
     "ArtifactView",
     "GenerationList",
@@ -45,6 +49,7 @@ __all__ = [
     "generation_view",
     "model_view",
     "public_error",
+    "retry_after_s",
     "view_json",
 ]
 
@@ -107,6 +112,14 @@ class GenerationList(BaseModel):
     object: Literal["list"] = "list"
     data: list[GenerationView]
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
+    skipped: int = Field(
+        default=0,
+        description=(
+            "Generations of this page's stretch of the listing left out because this version of the service "
+            "cannot read their records: written by a newer version during an upgrade (a later request may list "
+            "them), or unreadable (a GET answers 410 record_unreadable). A page may then hold fewer than limit."
+        ),
+    )
 
 
 # Fields a view copies from its record as they are (artifacts are re-signed, the position is live).
@@ -249,3 +262,16 @@ def model_view(
         available=available,
         queue_depth=queue_depth,
     )
+
+
+def retry_after_s(record: GenerationRecord, api: ApiSettings, now: datetime) -> int | None:
+    """Seconds a client should wait before the next poll; None once the generation is terminal.
+
+    The spec's cadence: about 5 s right after create, then 10-15 s with jitter so a crowd of clients
+    created together does not poll in lockstep.
+    """
+    if record.terminal:
+        return None
+    if (now - record.created_at).total_seconds() < api.poll_first_window_s:
+        return api.poll_first_s
+    return random.randint(api.poll_min_s, max(api.poll_min_s, api.poll_max_s))

@@ -238,12 +238,12 @@ app.add_typer(_client_app, name="client")
 # The HTTP tier: `genworker api`, `genworker keys ...` (api/cli.py).
 from api.cli import register as _register_api  # noqa: E402
 
-_register_api(app)
+_register_api(app, App)
 
 # `genworker webhooks ...`: endpoints, delivery logs, redelivery, the sender (api/webhooks/cli.py).
-from api.webhooks.cli import webhooks_app as _webhooks_app  # noqa: E402
+from api.webhooks.cli import register as _register_webhooks  # noqa: E402
 
-app.add_typer(_webhooks_app, name="webhooks")
+_register_webhooks(app, App)
 
 
 # Added last, so --help lists them after the service's commands: a newcomer's first command is `up`.

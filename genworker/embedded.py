@@ -21,7 +21,7 @@ from pathlib import Path
 
 import typer
 
-from api.keys import KeyStore, Scope, SqliteKeyStore
+from api.api_keys import KeyStore, Scope, SqliteKeyStore
 from foundation.settings import Settings, load_settings, settings_env
 from foundation.settings.hosts import is_loopback
 

@@ -228,7 +228,7 @@ class Fleet:
 
     def ensure_key(self) -> str:
         """The fleet's key: the stored one while the key store still accepts it, else a new one."""
-        from api.keys import Scope
+        from api.api_keys import Scope
         from api.server import open_key_store
 
         keys = open_key_store(self.settings)

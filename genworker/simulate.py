@@ -36,7 +36,7 @@ SHORT: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "hunyuanvideo-1.5-480p": ("480p", [("text_to_video", "standard")]),
 }
 # Dense bf16 peaks (TFLOP/s) of the device classes the plan knows, for the time floors (vendor datasheets,
-# no sparsity; pipelines.planning.flops.PEAK_BF16_TFLOPS). The RTX 4090 has no datacenter figure there.
+# no sparsity; pipelines.planning.mfu.PEAK_BF16_TFLOPS). The RTX 4090 has no datacenter figure there.
 FLOOR_DEVICES = {"H100 SXM / H200": 989.4, "L40S": 362.1}
 MARKERS = {
     "flops": ("<!-- simulate:flops -->", "<!-- /simulate:flops -->"),

@@ -329,7 +329,7 @@ class _Api:
             data_dir=str(self.data),
             queue={"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "sqlite"},
         )
-        from api.keys import Scope
+        from api.api_keys import Scope
         from api.server import open_key_store
 
         keys = open_key_store(settings)

@@ -14,7 +14,7 @@ device run of ``make device-bundle`` is this mode (docs/gpu-appendix.md, "Measur
 
 A run loads each model once per profile (``default``: the catalog's runtime profile; ``fp8``: fp8 storage;
 ``compile``: regional compile), runs each variant's default job once to warm up and once timed. FLOPs are
-counted on the real model code (``pipelines.planning.flops``), so MFU needs no per-model formula. The dry run
+counted on the real model code (``pipelines.runtime.flops``), so MFU needs no per-model formula. The dry run
 computes the floors of the Wan text-to-video models from their architecture configs on the meta device
 (other families' denoiser inputs are their pipelines' own: they are counted when run).
 """
@@ -61,7 +61,7 @@ def wan_floor(catalog: Any, model: str, variant: str) -> dict[str, Any] | None:
     import torch
     from diffusers import WanTransformer3DModel
 
-    from pipelines.planning.flops import forward_flops
+    from pipelines.runtime.flops import forward_flops
 
     spec = catalog.models[model]
     arch = ROOT / "configs" / "arch" / model / "transformer.json"
@@ -112,7 +112,7 @@ def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, d
     import torch
 
     from foundation.settings.models import ModelRuntimeSettings
-    from pipelines.planning.flops import DenoiseFlops, achieved
+    from pipelines.planning.mfu import achieved
     from pipelines.runtime.registry import load_adapter
 
     spec = catalog.models[model]
@@ -135,13 +135,12 @@ def _bench(catalog: Any, model: str, variants: list[str] | None, profile: str, d
             def stamp(done: int, total: int, stamps: list[float] = stamps) -> None:
                 stamps.append(time.perf_counter())
 
-            flops = DenoiseFlops()
             started = time.perf_counter()
-            with flops.recording(adapter.pipe):
-                adapter.denoise(job, stamp)
+            latents = adapter.denoise(job, stamp)  # its stats: the denoisers' calls, counted here
             torch.cuda.synchronize()
             seconds = time.perf_counter() - started
-            tflops, mfu = achieved(flops.total(), seconds, device)
+            flops = latents.stats.flops
+            tflops, mfu = achieved(flops.total() if flops is not None else 0.0, seconds, device)
             steps = [b - a for a, b in zip([started, *stamps], stamps, strict=False)]
             results[name] = {
                 "s_per_step_median": round(statistics.median(steps), 3),

@@ -15,7 +15,7 @@ take it away.
 
 Each model is built once (``scripts.random_pipelines``: the production adapter over random components) with the
 offload its memory plan gives the device (``choose_offload``), and measured: text encode; s/step as the recipe runs
-it, per expert or stage, with MFU (``pipelines.planning.flops``); decode; end to end; peak memory beside the plan's;
+it, per expert or stage, with MFU (``pipelines.planning.mfu``); decode; end to end; peak memory beside the plan's;
 after every run, each component's parameter dtypes against the build's (a change is a failure).
 
 Budgets. Each job's phases are estimated before anything runs: the denoiser's FLOPs per forward at full size (the
@@ -189,8 +189,8 @@ def choose_offload(spec: Any, job: Any, device_gb: float) -> tuple[str, dict[str
 
 def plan_jobs(catalog: Any, selected: list[ModelJob], device: str, *, backends: bool) -> list[JobPlan]:
     """Each selected job's offload and phase estimates, at full size on ``device`` (``PLAN_DEVICE`` off CUDA)."""
-    from pipelines.planning.flops import peak_tflops
     from pipelines.planning.memory_plan import GPU_CLASSES, device_memory_gb
+    from pipelines.planning.mfu import peak_tflops
     from scripts.bench_backends import forwards
 
     on_gpu = device if device.startswith("cuda") else "cuda"  # the dry run plans the device command's run
@@ -224,8 +224,8 @@ def plan_jobs(catalog: Any, selected: list[ModelJob], device: str, *, backends: 
 
 
 def _plan_record(plans: list[JobPlan], deadline_s: float, device: str) -> dict[str, Any]:
-    from pipelines.planning.flops import peak_tflops
     from pipelines.planning.memory_plan import GPU_CLASSES, device_memory_gb
+    from pipelines.planning.mfu import peak_tflops
 
     rule = (
         f"each job's budget: the time left when it starts x its estimate / the estimates of the jobs not yet run; "

@@ -71,8 +71,8 @@ def header(device: str, dry_run: bool, deadline_s: float) -> dict[str, Any]:
     import torch
     import transformers
 
-    from pipelines.planning.flops import peak_tflops
     from pipelines.planning.memory_plan import device_memory_gb
+    from pipelines.planning.mfu import peak_tflops
 
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else f"{platform.processor() or 'cpu'}"
     capability = list(torch.cuda.get_device_capability(device)) if device.startswith("cuda") else None

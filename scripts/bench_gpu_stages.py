@@ -3,7 +3,7 @@ the first variant step by step through the production adapter's ``denoise`` and 
 image_to_video run) end to end, with the clocks, FLOP records, deadlines and dtype records they share.
 
 Each step is timed to its end on the device (the step callback synchronises); the text encoders' forwards are
-timed by hooks; FLOPs are those of exactly the calls of each step (``pipelines.planning.flops``). The deadline is
+timed by hooks; FLOPs are those of exactly the calls of each step (``pipelines.runtime.flops``). The deadline is
 checked at every step end: raising from the step callback is the adapter's own cancel path, so a loop stops at
 the step where time runs out, and the steps already done are kept. After every run each component's parameter
 dtypes are read again: a component whose dtypes moved since the build (a cast in a pipeline built over the same
@@ -252,7 +252,8 @@ def _groups(spec: Any, adapter: Any, job: Any, steps_run: int) -> tuple[list[str
 def measure_steps(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any) -> tuple[dict[str, Any], Any]:
     """The first variant: warm-up + timed steps through ``adapter.denoise``, then ``decode``; the figures
     extrapolated to the recipe's steps. Returns the entry and the captured denoiser call."""
-    from pipelines.planning.flops import DenoiseFlops, achieved
+    from pipelines.planning.mfu import achieved
+    from pipelines.runtime.flops import DenoiseFlops
 
     device, deadline, adapter = ctx["device"], ctx["deadline"], rm.adapter
     run_job = job.model_copy(update={"steps": mj.warmup + mj.timed})
@@ -334,7 +335,7 @@ def job_label(model: str, job: Any) -> str:
 def measure_end_to_end(ctx: dict[str, Any], rm: Any, mj: ModelJob, job: Any, image: Any = None) -> dict[str, Any]:
     """A whole job (the step count it is given) through ``denoise`` and ``decode``, timed outright; ``image``:
     the input of an image_to_video job, already fitted to its generation size."""
-    from pipelines.planning.flops import DenoiseFlops
+    from pipelines.runtime.flops import DenoiseFlops
 
     device, adapter = ctx["device"], rm.adapter
     flops = DenoiseFlops()

@@ -41,7 +41,7 @@ OPEN_WAVE = 50  # streams being opened at once (a client opening 1,000 in one in
 
 
 def _api(tmp: Path, redis_url: str, streams: int) -> tuple[subprocess.Popen[bytes], int, str]:
-    from api.keys import Scope
+    from api.api_keys import Scope
     from api.server import open_key_store
     from foundation.settings import Settings, settings_env
 

@@ -25,6 +25,11 @@ re-sent on 5xx or a refused connection, as a client should. Also reported, and r
 left ``running``, 202s not accounted for (a key answered with two ids, or an id never seen terminal),
 objects in the bucket no record points at after the sweep (``orphaned_objects``).
 
+``--projects N`` (5 in ``make soak``): the jobs go to N projects, one key each, one of them queueing 10x
+as many as each other (``scripts/soak_faults.py``); the report gives each project's p95 wait, and no
+project's p95 head wait (from being its project's oldest queued job to its start) may be above 3x the
+median project's (``starved_projects``, required empty).
+
     .venv/bin/python scripts/soak.py --jobs 1000 --out var/soak.json
     .venv/bin/python scripts/soak.py --faults --jobs 10000 --clients 16 --out var/soak-faults.json
 """
@@ -75,6 +80,7 @@ class Submitted:
     key: str | None
     model: str
     cancel: bool = False
+    project: str = "soak"
 
 
 @dataclass
@@ -128,9 +134,9 @@ def base_env(plan: Plan, weed: SeaweedServer, models_dir: Path, data_dir: Path, 
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **settings_env(settings)}
 
 
-def create_key(env: dict[str, str]) -> str:
-    """A key in the fleet's key store (the settings in ``env`` name it: Redis beside the queue)."""
-    cmd = [sys.executable, "-m", "genworker.cli", "keys", "create", "--project", "soak"]
+def create_key(env: dict[str, str], project: str = "soak") -> str:
+    """A key of ``project`` in the fleet's key store (the settings in ``env`` name it: Redis beside the queue)."""
+    cmd = [sys.executable, "-m", "genworker.cli", "keys", "create", "--project", project]
     cmd += ["--scope", "generations:write", "--scope", "generations:read"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.strip()
@@ -173,7 +179,9 @@ def random_body(rng: random.Random, catalog: Any, models: list[str]) -> dict[str
     }
 
 
-def submit_one(i: int, urls: list[str], token: str, catalog: Any, tally: Tally, seed: int, plan: Plan) -> str | None:
+def submit_one(
+    i: int, urls: list[str], token: str, catalog: Any, tally: Tally, seed: int, plan: Plan, project: str = "soak"
+) -> str | None:
     """Create one job (maybe with replays of its Idempotency-Key, maybe canceled); its id."""
     rng = random.Random(seed * 1_000_003 + i)
     body = random_body(rng, catalog, plan.models)
@@ -220,7 +228,7 @@ def submit_one(i: int, urls: list[str], token: str, catalog: Any, tally: Tally, 
             with contextlib.suppress(httpx.TransportError):  # the job then simply runs
                 c.post(f"{urls[i % len(urls)]}/v1/generations/{gid}/cancel", headers=headers)
         with tally.lock:
-            tally.submitted.append(Submitted(gid, key, body["model"], cancel))
+            tally.submitted.append(Submitted(gid, key, body["model"], cancel, project))
             if key is not None:
                 tally.idem_ids.setdefault(key, set()).update(r.json()["id"] for r in ok)
         return str(gid)
@@ -334,7 +342,7 @@ def pct(values: list[float], q: float) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from foundation.core.catalog import load_catalog
-    from scripts.soak_faults import FAULTS, Fleet, Injector, start_redis_group
+    from scripts.soak_faults import FAULTS, Fleet, Injector, project_names, project_of, start_redis_group
     from tests.integration.worker_harness import write_test_catalog
     from tests.reliability.support import RestartableSeaweed
 
@@ -374,7 +382,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             build_all(models_dir)
         env = base_env(plan, weed, models_dir, work / "data", catalog_path)
-        token = create_key(env)
+        projects = project_names(args.projects)
+        tokens = {project: create_key(env, project) for project in projects}
         fleet = Fleet(env, logs, args.workers, args.apis)
         stack.callback(fleet.stop)
         urls = fleet.start(free_port)
@@ -408,9 +417,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         if time.monotonic() >= submit_deadline:
                             break
                         time.sleep(0.2)
-                sub = submit_one(i, urls, token, catalog, tally, args.seed, plan)
+                project = project_of(i, projects)
+                sub = submit_one(i, urls, tokens[project], catalog, tally, args.seed, plan, project)
                 if sub is not None:
-                    final.update(poll_all(urls, token, [sub], submit_deadline + args.drain_s))
+                    final.update(poll_all(urls, tokens[project], [sub], submit_deadline + args.drain_s))
 
         # Daemon threads rather than a pool: on SIGTERM the ExitStack unwinds (stopping every server) at once,
         # where a pool's exit would first wait for clients that poll on until the drain deadline.
@@ -435,7 +445,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             faults.join(timeout=120)
         gids = [s.gid for s in tally.submitted]
         # Stragglers of the last fault (a job re-delivered after its lease lapsed) get the drain too.
-        final.update(poll_all(urls, token, [g for g in gids if g not in final], time.monotonic() + args.drain_s))
+        drain_until = time.monotonic() + args.drain_s
+        for project in projects:
+            left = [s.gid for s in tally.submitted if s.project == project and s.gid not in final]
+            final.update(poll_all(urls, tokens[project], left, drain_until))
         check = check_store(weed, gids, plan.queue)
     lost = [g for g in gids if g not in final]
     dup_keys = sum(1 for ids in tally.idem_ids.values() if len(ids) != 1)
@@ -470,6 +483,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "throughput_jobs_per_s": round(len(final) / elapsed, 2) if elapsed else None,
         "logs": str(logs),
     }
+    if len(projects) > 1:
+        report |= project_report(final, tally)
     if injector is not None:
         report["fault_schedule"] = injector.schedule
         report["fault_counts"] = dict(Counter(f["fault"] for f in injector.schedule))
@@ -478,10 +493,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def project_report(final: dict[str, dict[str, Any]], tally: Tally) -> dict[str, Any]:
+    """Each project's waits and the projects that starved (``scripts/soak_faults.py``)."""
+    from scripts.soak_faults import project_waits, starved
+
+    waits = project_waits(final, {s.gid: s.project for s in tally.submitted})
+    return {"projects": waits, "starved_projects": starved(waits)}
+
+
 def failures(report: dict[str, Any]) -> list[str]:
     """The figures that must be 0 (5xx too, without faults: nothing should fail then)."""
     names = ["jobs_lost", "jobs_left_running", "duplicated_terminal_records", "unaccounted_202"]
     names += ["succeeded_missing_artifacts", "orphaned_objects"]
+    if "starved_projects" in report:
+        names.append("starved_projects")
     if not report["faults"]:
         names.append("http_5xx")
     else:
@@ -502,6 +527,7 @@ def main() -> int:
     parser.add_argument("--time-limit-s", type=float, default=900.0, help="stop submitting after this")
     parser.add_argument("--drain-s", type=float, default=300.0, help="keep polling this long after that")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--projects", type=int, default=1, help="projects, one queueing 10x each other's")
     parser.add_argument("--faults", action="store_true", help="Sentinel + restartable S3 + injected faults")
     parser.add_argument("--fault-interval-s", type=float, default=15.0, help="one fault this often (--faults)")
     parser.add_argument("--models-dir", default=None, help="prebuilt tiny models (else built in a temp dir)")

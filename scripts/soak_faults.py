@@ -11,17 +11,23 @@ fleet whose workers can be killed, and the injector that breaks them on a schedu
   ``failover`` (``kill -9`` of the primary; restarted once the sentinels promoted a replica, to
   rejoin as a replica), ``store_restart`` (SeaweedFS stopped for ``store_down_s``, then started).
   Each is logged with its offset from the start: the schedule the report prints.
+- Projects (``--projects N``, 5 in ``make soak``): the jobs are spread over N projects, one key each,
+  the first (``heavy``) queueing ``HEAVY_SHARE`` times as many as each of the others; the report gives
+  each project's waits (``project_waits``) and the check that no project starves (``starved``).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +37,25 @@ from foundation.settings import settings_env
 from tests.fixtures.redis_sentinel import SentinelGroup, start_sentinel_group
 from tests.reliability.support import RestartableSeaweed
 
-__all__ = ["FAULTS", "Fleet", "Injector", "start_redis_group"]
+__all__ = [
+    "FAULTS",
+    "Fleet",
+    "Injector",
+    "project_names",
+    "project_of",
+    "project_waits",
+    "start_redis_group",
+    "starved",
+]
 
 FAULTS = ("kill_worker", "redis_stall", "failover", "store_restart")
 # Longer than the fleet's 2 s socket timeout, shorter than the sentinels' down-after (5 s): a stall,
 # not a failover (a stall past down-after is a split brain: docs/reliability.md).
 STALL_S = 3
+HEAVY_SHARE = 10  # the heavy project queues this many jobs for each job of every other project
+STARVED_RATIO = 3.0  # a project whose p95 wait is above this many times the median project's starves
+# Waits this short are scheduling noise (a worker's next claim), not starvation: the median is at least this.
+WAIT_FLOOR_S = 1.0
 
 
 def start_redis_group(directory: Path) -> SentinelGroup:
@@ -162,3 +181,73 @@ class Injector:
         time.sleep(self.store_down_s)
         self.weed.start()
         return {"down_s": self.store_down_s}
+
+
+# --------------------------------------------------------------------------------------------- projects
+def project_names(count: int) -> list[str]:
+    """The soak's projects: ``soak`` alone, or ``heavy`` and ``light-1`` .. ``light-<count-1>``."""
+    if count <= 1:
+        return ["soak"]
+    return ["heavy", *(f"light-{n}" for n in range(1, count))]
+
+
+def project_of(i: int, projects: list[str]) -> str:
+    """Job ``i``'s project: in every ``HEAVY_SHARE + len(projects) - 1`` jobs, ``HEAVY_SHARE`` are the heavy
+    project's and one is each other project's, interleaved as clients would send them."""
+    if len(projects) == 1:
+        return projects[0]
+    cycle = [*projects[1:], *[projects[0]] * HEAVY_SHARE]
+    # A step prime to the cycle's length visits each slot once per cycle, the light ones spread out.
+    step = next(k for k in range(len(cycle) // 3, len(cycle) + 1) if math.gcd(k, len(cycle)) == 1)
+    return cycle[(i * step) % len(cycle)]
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[math.ceil(0.95 * len(ordered)) - 1]
+
+
+def _head_waits(records: list[dict[str, Any]]) -> list[float]:
+    """How long each job of one project waited once it was its project's oldest queued job: from its create,
+    or from the start of the job before it in its project (FIFO within a project), to its own start. The
+    scheduler's share of the wait; the rest is the project's own backlog."""
+    runs = sorted((r for r in records if r.get("started_at")), key=lambda r: r["created_at"])
+    waits, previous = [], None
+    for record in runs:
+        created, started = datetime.fromisoformat(record["created_at"]), datetime.fromisoformat(record["started_at"])
+        head = created if previous is None else max(created, previous)
+        waits.append(max(0.0, (started - head).total_seconds()))
+        previous = started
+    return waits
+
+
+def project_waits(records: dict[str, dict[str, Any]], project_of_job: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per project: jobs, p95 of the whole wait (create to start) and p95 of the head wait (``_head_waits``)."""
+    by_project: dict[str, list[dict[str, Any]]] = {}
+    for gid, record in records.items():
+        by_project.setdefault(project_of_job[gid], []).append(record)
+    report = {}
+    for project, mine in sorted(by_project.items()):
+        started = [r for r in mine if r.get("started_at")]
+        waits = [
+            (datetime.fromisoformat(r["started_at"]) - datetime.fromisoformat(r["created_at"])).total_seconds()
+            for r in started
+        ]
+        heads = _head_waits(mine)
+        report[project] = {
+            "jobs": len(mine),
+            "started": len(started),
+            "wait_p95_s": round(_p95(waits), 2) if waits else None,
+            "head_wait_p95_s": round(_p95(heads), 2) if heads else None,
+        }
+    return report
+
+
+def starved(waits: dict[str, dict[str, Any]]) -> list[str]:
+    """Projects whose p95 head wait is above ``STARVED_RATIO`` times the median project's (at least
+    ``WAIT_FLOOR_S``). The head wait, not the whole wait: the heavy project's own backlog is its own."""
+    p95s = {p: w["head_wait_p95_s"] for p, w in waits.items() if w["head_wait_p95_s"] is not None}
+    if len(p95s) < 2:
+        return []
+    bound = STARVED_RATIO * max(WAIT_FLOOR_S, statistics.median(p95s.values()))
+    return [p for p, v in p95s.items() if v > bound]

@@ -63,18 +63,25 @@ def delete_checkpoint(store: ArtifactStore, job_id: str, log: JobLogger) -> None
 
 
 class DrainClock:
-    """What the worker's shutdown says: draining, stopping now, and when the drain grace ends."""
+    """What the worker's shutdown says: draining, stopping now, and when the drain grace ends; and the clock
+    that grace is read on, which also times the steps and the checkpoint cadence (tests step their own)."""
 
     def __init__(
-        self, draining: threading.Event, stop_now: threading.Event, deadline: Callable[[], float | None]
+        self,
+        draining: threading.Event,
+        stop_now: threading.Event,
+        deadline: Callable[[], float | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.draining = draining
         self.stop_now = stop_now
-        self.deadline = deadline  # monotonic end of the grace; None until a drain starts
+        self.deadline = deadline  # end of the grace on ``clock``; None until a drain starts
+        self.clock = clock
 
     def seconds_left(self) -> float | None:
         deadline = self.deadline()
-        return None if deadline is None else deadline - time.monotonic()
+        return None if deadline is None else deadline - self.clock()
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,7 @@ class JobCheckpoints:
         self._work_root = work_root
         self._writer = _Writer(self._write, log)
         self._last_saved_step = 0
-        self._last_saved_at = time.monotonic()
+        self._last_saved_at = drain.clock()
         self._first_live: tuple[int, float] | None = None  # (step, time) of the first live step seen
         self._mean_step_s: float | None = None
         self.resumed_from_step: int | None = None
@@ -184,7 +191,7 @@ class JobCheckpoints:
         self._log.info("resumed from a checkpoint", extra={"step": step, "steps": total})
 
     def due(self, step: int, total: int) -> bool:
-        now = time.monotonic()
+        now = self._drain.clock()
         self._time_step(step, now)
         if self._drain.stop_now.is_set():
             return True  # released right after this step: keep it
@@ -199,7 +206,7 @@ class JobCheckpoints:
     def save(self, checkpoint: DenoiseCheckpoint) -> None:
         self._discarded = False  # the next load reads this one (the writer is flushed first)
         self._last_saved_step = checkpoint.step
-        self._last_saved_at = time.monotonic()
+        self._last_saved_at = self._drain.clock()
         self._writer.submit(checkpoint)
 
     # ------------------------------------------------------------------------------------ the worker's

@@ -122,8 +122,8 @@ def ensure_tiny_models(settings: Settings, catalog: Catalog, hosted: list[str]) 
 
 def unserved_variants(settings: Settings, catalog: Catalog, hosted: list[str]) -> dict[str, list[str]]:
     """Per hosted model, the variants this node cannot run because their weights are missing here
-    (``pipelines.runtime.profile.variants_without_weights``): left out of the heartbeat's advertisement."""
-    from pipelines.runtime.profile import variants_without_weights
+    (``pipelines.runtime.lora.variants_without_weights``): left out of the heartbeat's advertisement."""
+    from pipelines.runtime.lora import variants_without_weights
 
     out: dict[str, list[str]] = {}
     for model in hosted:

@@ -71,17 +71,24 @@ class _Ticker(threading.Thread):
 
 class LeaseKeeper(_Ticker):
     def __init__(
-        self, queue: WorkerQueue, lease_ttl_s: float, hang_margin_s: float, on_hang: Callable[[str], None]
+        self,
+        queue: WorkerQueue,
+        lease_ttl_s: float,
+        hang_margin_s: float,
+        on_hang: Callable[[str], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__("lease-keeper", lease_ttl_s / 3)
         self._queue = queue
+        self._clock = clock  # the clock of every ``Lease.deadline`` (tests step their own)
         self._hang_margin_s = hang_margin_s
         self._on_hang = on_hang
         self._lock = threading.Lock()
         self._leases: dict[tuple[str, int], Lease] = {}
 
     def hold(self, claim: Claim, max_job_seconds: float) -> Lease:
-        lease = Lease(claim=claim, deadline=time.monotonic() + max_job_seconds)
+        lease = Lease(claim=claim, deadline=self._clock() + max_job_seconds)
         with self._lock:
             self._leases[(claim.job_id, claim.attempt)] = lease
         return lease
@@ -97,7 +104,7 @@ class LeaseKeeper(_Ticker):
     def tick(self) -> None:
         """Renew every held lease. Each renewal stands alone: one that raises is logged and the
         others are still renewed this tick (the failed one is tried again at the next)."""
-        now = time.monotonic()
+        now = self._clock()
         for lease in self.held():
             if lease.hung or lease.stale.is_set():
                 continue

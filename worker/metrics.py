@@ -137,7 +137,7 @@ class WorkerMetrics:
             ["model"],
             registry=r,
         )
-        # Denoising throughput per succeeded job (pipelines.planning.flops: the denoisers' FLOPs on meta copies).
+        # Denoising throughput per succeeded job (pipelines.runtime.flops: the denoisers' FLOPs on meta copies).
         self.denoise_flops = Counter(
             "genworker_denoise_flops", "FLOPs of the denoising of succeeded jobs.", ["model"], registry=r
         )

@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundation.core.contract import PromptExtension, PromptTokens, Stage
 from foundation.core.errors import is_out_of_memory
 from pipelines.errors import CheckpointMismatch
-from pipelines.planning.flops import DenoiseFlops
-from pipelines.runtime.compile import compiled_graphs
+from pipelines.runtime.flops import DenoiseFlops
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -90,7 +89,7 @@ class Rendered:
     prompt_tokens: PromptTokens | None = None  # the used prompt against the text encoder's token limit
     resumed_from_step: int | None = None  # the denoising continued from a checkpoint taken after this step
     denoise_seconds: float = 0.0  # the denoising stage (retries included)
-    flops: DenoiseFlops | None = None  # the denoisers' calls, counted after the job (``pipelines.planning.flops``)
+    flops: DenoiseFlops | None = None  # the denoisers' calls, counted after the job (``pipelines.runtime.flops``)
     device: str = "cpu"  # where the model ran (the peak MFU is taken against)
 
 
@@ -111,10 +110,6 @@ def run_pipeline(
     job, extension = run.extend_prompt(adapter, job, image)
     tokens = _prompt_tokens(adapter, job, hooks)
     started = time.perf_counter()
-    pipe = adapter.pipe  # diffusers adapters: their denoisers' FLOPs are counted
-    flops = DenoiseFlops() if pipe is not None else None
-    watch_compiles = bool(adapter.profile.compile)
-    graphs_before = compiled_graphs() if watch_compiles else 0
     with hooks.stage(Stage.denoising):
         conditioning: dict[str, Any] = {"image": image} if image is not None else {}
         if adapter.resumable and (checkpoints := hooks.checkpoints()) is not None:
@@ -122,13 +117,13 @@ def run_pipeline(
         if adapter.previewable and (previews := hooks.previews()) is not None:
             conditioning["previews"] = previews
         try:
-            with flops.recording(pipe) if flops is not None else nullcontext():
-                latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.denoise(job, conditioning))
+            latents: Latents = run.with_oom_retry(Stage.denoising, lambda: run.denoise(job, conditioning))
         finally:
             hooks.denoised()
     denoise_seconds = time.perf_counter() - started
-    if watch_compiles and (graphs := compiled_graphs() - graphs_before) > 0:
-        hooks.compiled(spec.id, graphs)
+    # What the model layer measured while denoising comes back with the latents (``Latents.stats``).
+    if latents.stats.compiled_graphs > 0:
+        hooks.compiled(spec.id, latents.stats.compiled_graphs)
     with hooks.stage(Stage.decoding):
         # A retry decodes the same latents (on the reloaded model): the denoising work is kept.
         media = run.with_oom_retry(Stage.decoding, lambda: run.adapter().decode(latents, job))
@@ -140,7 +135,7 @@ def run_pipeline(
         tokens,
         latents.resumed_from_step,
         denoise_seconds=denoise_seconds,
-        flops=flops,
+        flops=latents.stats.flops,
         device=adapter.device,
     )
 

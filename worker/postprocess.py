@@ -24,7 +24,7 @@ from foundation.core.errors import JobError, TransientError
 from foundation.core.resolve import ResolvedJob, compute_price
 from foundation.queue.base import Claim, Outcome, WorkerQueue
 from foundation.stores.base import ArtifactStore, artifact_key, claim_tag
-from pipelines.planning.flops import achieved
+from pipelines.planning.mfu import achieved
 from worker.attempt import Attempt, HandOff, Settler
 from worker.checkpoints import delete_checkpoint
 from worker.faults import LocalFaults

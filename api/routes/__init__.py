@@ -1,1 +1,2 @@
-"""Routers, one module per resource; each exposes a ``build_router(ctx)`` factory."""
+"""Routers, one module per resource: each a module-level ``router`` whose routes declare their
+dependencies (``Depends(context)`` for the app's ``ApiContext``)."""

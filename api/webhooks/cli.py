@@ -11,6 +11,7 @@ import json
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from types import FrameType
@@ -20,17 +21,14 @@ import typer
 
 from api.errors import InvalidProject, WebhookKeyMissing
 from api.webhooks.models import EventType
-from genworker_client.typer_app import App
 
 if TYPE_CHECKING:
     from api.webhooks.service import Webhooks
     from foundation.settings import Settings
 
-__all__ = ["webhooks_app"]
+__all__ = ["register"]
 
 log = logging.getLogger("genworker.webhooks")
-
-webhooks_app = App(help="Signed webhooks: endpoints, delivery logs, redelivery, the sender.", no_args_is_help=True)
 
 _DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded service data dir (<dir>/webhooks.db).")]
 _Config = Annotated[Path | None, typer.Option("--config", help="YAML settings file (else GENWORKER_CONFIG).")]
@@ -69,7 +67,6 @@ def _events(value: str | None) -> list[EventType] | None:
         raise typer.BadParameter(f"event types are: {allowed}", param_hint="--events") from None
 
 
-@webhooks_app.command("add")
 def add(
     project: Annotated[str, typer.Option("--project", help="The project whose generations are reported.")],
     url: Annotated[str, typer.Option("--url", help="https:// URL of the receiver.")],
@@ -94,7 +91,6 @@ def add(
     typer.echo(secret)
 
 
-@webhooks_app.command("list")
 def list_endpoints(
     project: Annotated[str | None, typer.Option("--project", help="Only this project's endpoints.")] = None,
     data_dir: _DataDir = None,
@@ -106,7 +102,6 @@ def list_endpoints(
     typer.echo(json.dumps([e.model_dump(mode="json", exclude={"sealed_secret"}) for e in endpoints], indent=2))
 
 
-@webhooks_app.command("remove")
 def remove(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = None, config: _Config = None) -> None:
     """Remove an endpoint and its deliveries."""
     with closing(_open(data_dir, config)) as hooks:
@@ -117,7 +112,6 @@ def remove(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = N
     typer.echo(f"removed {endpoint_id}", err=True)
 
 
-@webhooks_app.command("enable")
 def enable(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = None, config: _Config = None) -> None:
     """Enable an endpoint the sender disabled (its failure run starts over)."""
     from api.errors import UnknownEndpoint
@@ -131,7 +125,6 @@ def enable(endpoint_id: Annotated[str, typer.Argument()], data_dir: _DataDir = N
     typer.echo(f"enabled {endpoint_id}", err=True)
 
 
-@webhooks_app.command("deliveries")
 def deliveries(
     endpoint_id: Annotated[str, typer.Argument()],
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
@@ -144,7 +137,6 @@ def deliveries(
     typer.echo(json.dumps([d.model_dump(mode="json", exclude={"body"}) for d in found], indent=2))
 
 
-@webhooks_app.command("redeliver")
 def redeliver(
     delivery_id: Annotated[str, typer.Argument(help="msg_... as `deliveries` shows it.")],
     data_dir: _DataDir = None,
@@ -162,7 +154,6 @@ def redeliver(
     typer.echo(f"queued {delivery_id} for redelivery", err=True)
 
 
-@webhooks_app.command("secret")
 def secret(
     project: Annotated[str, typer.Option("--project", help="The project whose per-request webhooks it signs.")],
     rotate: Annotated[bool, typer.Option("--rotate", help="Make a new secret (the current one signs too).")] = False,
@@ -189,7 +180,6 @@ def secret(
     typer.echo(value)
 
 
-@webhooks_app.command("keygen")
 def keygen() -> None:
     """Print a fresh server key for `webhooks.secret_key` (GENWORKER_WEBHOOKS__SECRET_KEY)."""
     from cryptography.fernet import Fernet
@@ -197,7 +187,6 @@ def keygen() -> None:
     typer.echo(Fernet.generate_key().decode("ascii"))
 
 
-@webhooks_app.command("reseal")
 def reseal(data_dir: _DataDir = None, config: _Config = None) -> None:
     """Seal every endpoint and project secret under the first key of webhooks.secret_key (after a key rotation)."""
     from api.errors import SealingError
@@ -211,7 +200,6 @@ def reseal(data_dir: _DataDir = None, config: _Config = None) -> None:
     typer.echo(f"resealed {count} secret(s) under the first key", err=True)
 
 
-@webhooks_app.command("serve")
 def serve(
     data_dir: _DataDir = None,
     config: _Config = None,
@@ -246,3 +234,27 @@ def serve(
         finally:
             sender.close()
     log.info("webhook sender stopped")
+
+
+# The commands of ``genworker webhooks``, in the order its help lists them.
+_COMMANDS: dict[str, Callable[..., None]] = {
+    "add": add,
+    "list": list_endpoints,
+    "remove": remove,
+    "enable": enable,
+    "deliveries": deliveries,
+    "redeliver": redeliver,
+    "secret": secret,
+    "keygen": keygen,
+    "reseal": reseal,
+    "serve": serve,
+}
+
+
+def register(app: typer.Typer, group: Callable[..., typer.Typer] = typer.Typer) -> None:
+    """Add ``genworker webhooks ...`` to the root command. ``group`` makes the ``webhooks`` group: the root
+    passes the class of its own groups, so every group's help reads alike (as ``api.cli.register``)."""
+    webhooks = group(help="Signed webhooks: endpoints, delivery logs, redelivery, the sender.", no_args_is_help=True)
+    for name, command in _COMMANDS.items():
+        webhooks.command(name)(command)
+    app.add_typer(webhooks, name="webhooks")

@@ -1,6 +1,6 @@
 """The webhook vocabulary: endpoints, deliveries, their attempts, and the event types.
 
-Values that cross the store boundary are pydantic models stored as JSON, as ``api.keys.ApiKey`` is.
+Values that cross the store boundary are pydantic models stored as JSON, as ``api.api_keys.ApiKey`` is.
 A delivery's id is also its ``webhook-id`` header: derived from (endpoint, generation, event type), so
 the fan-out can run twice over one event (a sender killed between writing deliveries and moving its
 cursor) and still make one delivery, and every retry of it carries the same id.

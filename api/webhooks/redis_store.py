@@ -1,7 +1,8 @@
 """``RedisWebhookStore``: the webhook store on the queue's Redis, shared by every API replica and sender.
 
-Every command touches one key, or keys of one hash slot, so the layout holds on Redis Cluster: the claim
-is one script on one key; registering and removing an endpoint are scripts on the endpoints hash and the
+Every command touches one key, or keys of one hash slot, so the layout holds on Redis Cluster: the
+schedule's keys share the slot of ``gw:webhooks:due`` (their hash tag), and the claim and every change
+of a due time are one script over them; registering and removing an endpoint are scripts on the endpoints hash and the
 project's index, whose names carry the hash's own name as their hash tag (the slot of a name without
 braces is that of the whole name).
 
@@ -12,7 +13,9 @@ braces is that of the whole name).
 | `{gw:webhooks:endpoints}:indexed:<project>` | string | set once that index holds every endpoint stored before it |
 | `gw:webhooks:delivery:<id>` | string; TTL 7 days once finished | `Delivery` JSON |
 | `gw:webhooks:log:<endpoint id>` | zset, newest 1000 kept | delivery ids, score = created (ms) |
-| `gw:webhooks:due` | zset | pending delivery ids, score = next attempt (ms); a claim moves it a lease ahead |
+| `{gw:webhooks:due}:project:<project>` | zset | its pending ids, score = next attempt (ms); a claim: a lease on |
+| `{gw:webhooks:due}:projects` | zset | projects with a pending delivery, score = due time of their oldest (ms) |
+| `gw:webhooks:due` | zset | pending ids as stored before the schedule per project; moved to theirs as they are sent |
 | `gw:webhooks:cursor` | string | id of the last queue event fanned out |
 | `gw:webhooks:request:<generation id>` | string; TTL 30 days | `RequestWebhook` JSON: the generation's own webhook |
 | `gw:webhooks:origin:<origin id>` | string; TTL 7 days after a write | `Endpoint` JSON: an origin's failure run |
@@ -21,6 +24,7 @@ braces is that of the whole name).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["RedisWebhookStore"]
 
 ENDPOINTS = "gw:webhooks:endpoints"
-DUE = "gw:webhooks:due"
+DUE = "gw:webhooks:due"  # the schedule of every project before it was kept per project: drained, never added to
+DUE_PROJECTS = "{gw:webhooks:due}:projects"
+PROJECT_DUE_PREFIX = "{gw:webhooks:due}:project:"
 CURSOR = "gw:webhooks:cursor"
 PROJECT_SECRETS = "gw:webhooks:project-secrets"
 
@@ -45,6 +51,10 @@ def project_index_key(project: str) -> str:
 
 def indexed_key(project: str) -> str:
     return f"{{{ENDPOINTS}}}:indexed:{project}"
+
+
+def project_due_key(project: str) -> str:
+    return PROJECT_DUE_PREFIX + project
 
 
 def delivery_key(delivery_id: str) -> str:
@@ -63,14 +73,70 @@ def origin_key(origin_id: str) -> str:
     return f"gw:webhooks:origin:{origin_id}"
 
 
-# KEYS[1] = due zset; ARGV = now ms, lease ms, limit. Takes due members and moves them a lease ahead
-# in one step, so two senders never both take one delivery.
-_CLAIM = """
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
-local until_ms = tonumber(ARGV[1]) + tonumber(ARGV[2])
-for _, id in ipairs(due) do redis.call('ZADD', KEYS[1], until_ms, id) end
-return due
+# Keeps a project's entry in the projects zset at the due time of its oldest delivery (gone when none).
+_HEAD = """
+local function set_head(projects, zkey, project)
+  local first = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
+  if first[1] then redis.call('ZADD', projects, first[2], project) else redis.call('ZREM', projects, project) end
+end
 """
+
+# KEYS = projects zset, the project's zset, the old shared zset; ARGV = project, mode, due ms, ids...
+# mode: 'set' (schedule), 'nx' (schedule unless scheduled: a claim's lease is kept), 'xx' (reschedule only
+# if still scheduled), 'remove'. An id still in the old shared zset moves to its project's with its score.
+_SET_DUE = (
+    _HEAD
+    + """
+local project, mode, due = ARGV[1], ARGV[2], ARGV[3]
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local old = redis.call('ZSCORE', KEYS[3], id)
+  if old then
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('ZADD', KEYS[2], 'NX', old, id)
+  end
+  if mode == 'remove' then redis.call('ZREM', KEYS[2], id)
+  elseif mode == 'set' then redis.call('ZADD', KEYS[2], due, id)
+  else redis.call('ZADD', KEYS[2], string.upper(mode), due, id) end
+end
+set_head(KEYS[1], KEYS[2], project)
+return 1
+"""
+)
+
+# KEYS = projects zset, the old shared zset; ARGV = now ms, lease ms, limit, per project, zset prefix, projects
+# to skip... Takes due ids across projects (oldest head first, at most `per project` each, the old shared
+# zset's first) and moves each a lease ahead in one step, so two senders never both take one delivery.
+# Returns id, project pairs (project '' for an id of the old shared zset). The project zsets' names are
+# made here from the prefix: they share the hash tag, so the slot, of the keys passed.
+_CLAIM = (
+    _HEAD
+    + """
+local now, limit, per = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local until_ms = now + tonumber(ARGV[2])
+local skip, out = {}, {}
+for i = 6, #ARGV do skip[ARGV[i]] = true end
+local function take(zkey, project, count)
+  local ids = redis.call('ZRANGE', zkey, '-inf', now, 'BYSCORE', 'LIMIT', 0, count)
+  for _, id in ipairs(ids) do
+    redis.call('ZADD', zkey, until_ms, id)
+    out[#out + 1] = id
+    out[#out + 1] = project
+  end
+end
+take(KEYS[2], '', math.min(per, limit))
+for _, project in ipairs(redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE')) do
+  local room = math.min(per, limit - #out / 2)
+  if room <= 0 then break end
+  if not skip[project] then
+    local zkey = ARGV[5] .. project
+    take(zkey, project, room)
+    set_head(KEYS[1], zkey, project)
+  end
+end
+return out
+"""
+)
 
 
 # KEYS = endpoints hash, project index, its marker; ARGV = id, JSON, project, cap. The count and the insert
@@ -101,6 +167,7 @@ class RedisWebhookStore:
     def __init__(self, client: RedisClient) -> None:
         self.client = client
         self._claim: Any = client.register_script(_CLAIM)
+        self._set_due: Any = client.register_script(_SET_DUE)
         self._add_endpoint: Any = client.register_script(_ADD_ENDPOINT)
         self._remove_endpoint: Any = client.register_script(_REMOVE_ENDPOINT)
 
@@ -143,6 +210,8 @@ class RedisWebhookStore:
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
             self.client.zrem(DUE, *part)
+            if endpoint is not None:
+                self._due(endpoint.project, "remove", 0, part)
             self.client.delete(*[delivery_key(i) for i in part])
         self.client.delete(log_key(endpoint_id))
         return removed
@@ -157,28 +226,34 @@ class RedisWebhookStore:
             # lease or a later due time is kept).
             existing = self.get_delivery(delivery.id)
             if existing is not None and existing.state is DeliveryState.pending:
-                self.client.zadd(DUE, {delivery.id: epoch_ms(existing.created_at)}, nx=True)
+                self._due(existing.project, "nx", epoch_ms(existing.created_at), [delivery.id])
                 self.client.zadd(log, {delivery.id: epoch_ms(existing.created_at)}, nx=True)
             return False
         self._schedule(delivery)
         self.client.zadd(log, {delivery.id: epoch_ms(delivery.created_at)})
-        self._prune(log)
+        self._prune(log, delivery.project)
         if delivery.url is not None:  # an origin's log lasts while it is used (an endpoint's, while it exists)
             self.client.expire(log, int(RETENTION.total_seconds()))
         return True
 
+    def _due(self, project: str, mode: str, due_ms: int, ids: list[str]) -> None:
+        """Change due times in the project's schedule (``_SET_DUE``'s modes)."""
+        keys = [DUE_PROJECTS, project_due_key(project), DUE]
+        self._set_due(keys=keys, args=[project, mode, due_ms, *ids])
+
     def _schedule(self, delivery: Delivery) -> None:
         if delivery.state is DeliveryState.pending:
             due = epoch_ms(delivery.next_attempt_at or delivery.created_at)
-            self.client.zadd(DUE, {delivery.id: due})
+            self._due(delivery.project, "set", due, [delivery.id])
         else:
-            self.client.zrem(DUE, delivery.id)
+            self._due(delivery.project, "remove", 0, [delivery.id])
 
-    def _prune(self, log: str) -> None:
+    def _prune(self, log: str, project: str) -> None:
         """Drop the log's oldest ids beyond its length, and their records unless still pending."""
         old: list[str] = list(self.client.zrange(log, 0, -LOG_KEPT - 1))  # type: ignore[arg-type]
         for delivery_id in old:
-            if self.client.zscore(DUE, delivery_id) is None:
+            scheduled = (self.client.zscore(key, delivery_id) for key in (project_due_key(project), DUE))
+            if all(score is None for score in scheduled):
                 self.client.delete(delivery_key(delivery_id))
                 self.client.zrem(log, delivery_id)
 
@@ -201,13 +276,25 @@ class RedisWebhookStore:
         return found
 
     @redis_unavailable
-    def claim_due(self, now: datetime, *, lease_s: float, limit: int) -> list[Delivery]:
-        ids = self._claim(keys=[DUE], args=[epoch_ms(now), int(lease_s * 1000), limit])
+    def claim_due(
+        self,
+        now: datetime,
+        *,
+        lease_s: float,
+        limit: int,
+        per_project: int | None = None,
+        skip: Collection[str] = (),
+    ) -> list[Delivery]:
+        args = [epoch_ms(now), int(lease_s * 1000), limit, limit if per_project is None else per_project]
+        pairs = self._claim(keys=[DUE_PROJECTS, DUE], args=[*args, PROJECT_DUE_PREFIX, *skip])
         claimed: list[Delivery] = []
-        for delivery_id in ids:
+        for delivery_id, project in zip(pairs[::2], pairs[1::2], strict=True):
             delivery = self.get_delivery(str(delivery_id))
             if delivery is None or delivery.state is not DeliveryState.pending:
-                self.client.zrem(DUE, delivery_id)  # its record is gone or finished: nothing to send
+                # Its record is gone or finished: nothing to send.
+                self.client.zrem(DUE, delivery_id)
+                if project:
+                    self._due(str(project), "remove", 0, [str(delivery_id)])
             else:
                 claimed.append(delivery)
         return claimed
@@ -219,9 +306,12 @@ class RedisWebhookStore:
         self._schedule(delivery)
 
     @redis_unavailable
-    def defer(self, delivery_ids: list[str], until: datetime) -> None:
-        if delivery_ids:  # XX: a delivery finished meanwhile (left the schedule) stays out of it
-            self.client.zadd(DUE, dict.fromkeys(delivery_ids, epoch_ms(until)), xx=True)
+    def defer(self, deliveries: list[Delivery], until: datetime) -> None:
+        by_project: dict[str, list[str]] = {}
+        for delivery in deliveries:
+            by_project.setdefault(delivery.project, []).append(delivery.id)
+        for project, ids in by_project.items():  # XX: one finished meanwhile (left the schedule) stays out of it
+            self._due(project, "xx", epoch_ms(until), ids)
 
     # --------------------------------------------------------------------------------------- cursor
     @redis_unavailable

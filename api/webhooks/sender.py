@@ -13,7 +13,10 @@ Deliveries run as a continuous pool: each attempt holds one of ``concurrency`` s
 flight, and a freed slot is filled at once with the next due delivery, so one slow receiver never makes
 the others wait for it (no batch waits for its slowest member). The slots are shared fairly
 (``api.webhooks.slots``): one endpoint and one project may hold only a few, and a delivery whose endpoint
-or project has its share in flight is due again a poll later without using an attempt. An endpoint whose
+or project has its share in flight is due again a poll later without using an attempt. The claim is fair
+by project too: it takes at most a project's share of each project with due deliveries and none of a
+project whose share is in flight or waiting here, so a project's backlog (20,000 deliveries due to a
+receiver that never answers) is never swept ahead of another project's next delivery. An endpoint whose
 attempts keep failing is held by its circuit breaker, then disabled (``api.webhooks.breaker``).
 
 A generation's own webhook (a create's ``webhook_url``) is one more delivery per event, sent to its URL and
@@ -23,8 +26,12 @@ share one share and one circuit, as one endpoint's deliveries do. An origin's fa
 once it fails (``WebhookStore.save_origin``) and is never disabled: there is no registration to re-enable,
 and each delivery still gives up after ``max_age_s``.
 
+A record this version cannot read never stops the fan-out: a newer version's (a rolling upgrade) is left to
+that version's sender (the cursor waits before its first event, at most ``NEWER_HOLD_S``), one no version
+reads is passed without deliveries; either is logged once per job (``Sender.fan_out``).
+
 Retry rule: attempt n (1-based) failed → the next one after ``backoff_s(n - 1)``, uniform in
-``[c/2, c]`` with ``c = min(cap, base * 2**(n-1))`` (the client's own rule, ``genworker_client.retry``),
+``[c/2, c]`` with ``c = min(cap, base * 2**(n-1))`` (``foundation.core.backoff``, the client's rule too),
 until ``max_age_s`` after the event: then the delivery is ``failed``. A disabled endpoint's pending
 deliveries fail when their turn comes, with the reason (``genworker webhooks enable`` and ``redeliver``
 bring it back).
@@ -38,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from standardwebhooks.webhooks import Webhook
@@ -53,17 +60,23 @@ from api.webhooks.sealing import Sealer
 from api.webhooks.slots import Slots
 from api.webhooks.store import WebhookStore
 from api.webhooks.transport import PostResult, Transport
+from foundation.core.backoff import backoff_s
 from foundation.core.contract import GenerationRecord
 from foundation.core.errors import BackendUnavailable
-from foundation.queue.base import ApiQueue
+from foundation.queue.base import ApiQueue, Event
+from foundation.queue.errors import NewerRecord, UnreadableRecord
 from foundation.settings import WebhookSettings
-from genworker_client.retry import backoff_s
 
 __all__ = ["Sender", "signed_headers"]
 
 log = logging.getLogger("genworker.webhooks")
 
 EVENTS_PER_READ = 500
+# How long the fan-out waits before an event whose record a newer version wrote, for a sender of that
+# version to fan it out (a rolling upgrade's newer replicas run one); past it the event is passed, so a
+# rollback, which leaves no newer sender, never stops the fan-out for long.
+NEWER_HOLD_S = 600.0
+_NOTED_LIMIT = 10_000  # jobs remembered as logged unreadable (_note_unreadable)
 USER_AGENT = "genworker-webhooks/1"
 
 
@@ -96,6 +109,15 @@ def fresh_origin(delivery: Delivery) -> Endpoint:
         sealed_secret="",  # signed with the project's secret instead
         created_at=delivery.created_at,
     )
+
+
+@dataclass
+class _Read:
+    """What one fan-out learned of its events' jobs: each job's record and own webhook, read once."""
+
+    records: dict[str, GenerationRecord | None] = field(default_factory=dict)
+    hooks: dict[str, RequestWebhook | None] = field(default_factory=dict)
+    newer: set[str] = field(default_factory=set)  # jobs whose record a newer version wrote
 
 
 @dataclass(frozen=True)
@@ -135,41 +157,83 @@ class Sender:
         # (a burst to one healthy endpoint goes out as fast as it answers). Bounded: past it, deferred.
         self._waiting: list[Waiting] = []
         self._waiting_limit = 4 * settings.concurrency
+        self._unreadable_noted: set[str] = set()  # jobs whose unreadable record was logged (_note_unreadable)
 
     # ------------------------------------------------------------------------------------- fan-out
     def fan_out(self) -> int:
-        """Turn the queue events after the cursor into deliveries; the number of events read."""
+        """Turn the queue events after the cursor into deliveries; the number of events the cursor passed.
+
+        A job whose record a newer version wrote (``NewerRecord``: a rolling upgrade) is left to a sender of
+        that version: the cursor stops before its first event, for that sender to fan it out, while this one
+        goes on with the rest of the read (a delivery's id is derived from its event: one read again adds
+        nothing). Past ``NEWER_HOLD_S`` (a rollback: no newer sender left) the event is passed. A record no
+        version reads (``UnreadableRecord``) has nothing to tell: its events are passed without deliveries.
+        Either is logged once per job, never an error that fails the whole round."""
         events = self.queue.events(after=self.store.cursor(), limit=EVENTS_PER_READ)
         if not events:
             return 0
         endpoints = [e for e in self.store.list_endpoints() if e.active]
-        records: dict[str, GenerationRecord | None] = {}
-        hooks: dict[str, RequestWebhook | None] = {}
-        for event in events:
+        read = _Read()
+        held: int | None = None  # the first event left to a newer version
+        for index, event in enumerate(events):
             if event_type(event) is None:
                 continue
-            if event.job_id not in hooks:
-                hooks[event.job_id] = self.store.get_request_webhook(event.job_id)
-            hook = hooks[event.job_id]
-            if endpoints or hook is not None:
-                if event.job_id not in records:
-                    records[event.job_id] = self.queue.get(event.job_id)
-                record = records[event.job_id]
-                if record is not None:  # expired: nothing left to tell
-                    own = request_delivery(event, record, hook)
-                    for delivery in [*deliveries_for(event, record, endpoints), *([own] if own else [])]:
-                        if self.store.add_delivery(delivery):
-                            log.info(
-                                "webhook delivery created",
-                                extra={
-                                    "delivery": delivery.id,
-                                    "endpoint": delivery.endpoint_id,
-                                    "event_type": delivery.event_type.value,
-                                    "job_id": record.id,
-                                },
-                            )
-        self.store.set_cursor(events[-1].id)
-        return len(events)
+            if event.job_id not in read.hooks:
+                read.hooks[event.job_id] = self.store.get_request_webhook(event.job_id)
+            hook = read.hooks[event.job_id]
+            if not endpoints and hook is None:
+                continue
+            record = self._record(event.job_id, read)
+            if record is not None:  # None: expired, nothing left to tell; or not this version's to read
+                own = request_delivery(event, record, hook)
+                self._add_deliveries([*deliveries_for(event, record, endpoints), *([own] if own else [])])
+            elif held is None and event.job_id in read.newer and self._may_hold(event):
+                held = index
+        passed = len(events) if held is None else held
+        if passed:
+            self.store.set_cursor(events[passed - 1].id)
+        return passed
+
+    def _record(self, job_id: str, read: _Read) -> GenerationRecord | None:
+        """The job's record, read once per fan-out; None when expired or unreadable by this version (then
+        logged once per job; ``read.newer`` gets the job when a newer version may read it)."""
+        if job_id in read.records:
+            return read.records[job_id]
+        read.records[job_id] = None
+        try:
+            read.records[job_id] = self.queue.get(job_id)
+        except NewerRecord as e:
+            read.newer.add(job_id)
+            self._note_unreadable(job_id, "webhook events left to a newer version's sender", e)
+        except UnreadableRecord as e:
+            self._note_unreadable(job_id, "webhook events passed: no version reads the record", e)
+        return read.records[job_id]
+
+    def _may_hold(self, event: Event) -> bool:
+        """Whether the cursor may still wait before ``event`` for a newer version's sender."""
+        return self.clock() - event.at < timedelta(seconds=NEWER_HOLD_S)
+
+    def _note_unreadable(self, job_id: str, message: str, error: UnreadableRecord) -> None:
+        """Log ``message`` once per job (the cursor held before a newer record reads it again each round)."""
+        if job_id in self._unreadable_noted:
+            return
+        if len(self._unreadable_noted) >= _NOTED_LIMIT:  # bounded: a job noted again is harmless
+            self._unreadable_noted.clear()
+        self._unreadable_noted.add(job_id)
+        log.warning(message, extra={"job_id": job_id, "error": error.detail})
+
+    def _add_deliveries(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            if self.store.add_delivery(delivery):
+                log.info(
+                    "webhook delivery created",
+                    extra={
+                        "delivery": delivery.id,
+                        "endpoint": delivery.endpoint_id,
+                        "event_type": delivery.event_type.value,
+                        "job_id": delivery.generation_id,
+                    },
+                )
 
     # ------------------------------------------------------------------------------------ delivery
     def dispatch(self) -> int:
@@ -180,9 +244,15 @@ class Sender:
         free = self.slots.free()
         if free <= 0:
             return started
-        claimed = self.store.claim_due(now, lease_s=self.settings.lease_s, limit=free)
+        claimed = self.store.claim_due(
+            now,
+            lease_s=self.settings.lease_s,
+            limit=free,
+            per_project=self.settings.max_in_flight_per_project,
+            skip=self._full_projects(),
+        )
         endpoints: dict[str, Endpoint | None] = {}
-        busy: list[str] = []
+        busy: list[Delivery] = []
         for delivery in claimed:
             if delivery.endpoint_id not in endpoints:
                 endpoints[delivery.endpoint_id] = self._endpoint_of(delivery)
@@ -191,7 +261,7 @@ class Sender:
                 if endpoint is not None and self._may_wait(endpoint.project):
                     self._waiting.append(Waiting(delivery, endpoint, time.monotonic()))
                 else:
-                    busy.append(delivery.id)
+                    busy.append(delivery)
         if busy:
             # More than this sender keeps waiting: due again a poll later, no attempt used; one write
             # for all of them, since a tenant whose receivers hang makes many.
@@ -210,6 +280,14 @@ class Sender:
             return [self.sealer.open(endpoint.sealed_secret)]
         return signing_secrets(project_secret(self.store, self.sealer, delivery.project, now), self.sealer, now)
 
+    def _full_projects(self) -> set[str]:
+        """Projects with their share in flight or waiting here: left out of the claim, since what it took
+        of them could only wait or be handed back."""
+        held = self.slots.by_project()
+        for item in self._waiting:
+            held[item.delivery.project] += 1
+        return {p for p, n in held.items() if n >= self.settings.max_in_flight_per_project}
+
     def _may_wait(self, project: str) -> bool:
         """Room to wait here: a project keeps twice its in-flight share waiting at most, so a tenant whose
         receivers hang cannot fill the waiting room of the others."""
@@ -225,7 +303,7 @@ class Sender:
         stale = time.monotonic() - self.settings.lease_s / 2
         for item in self._waiting:
             if item.since < stale:
-                expired.append(item.delivery.id)
+                expired.append(item.delivery)
             elif self.slots.free() > 0 and self._start(item.delivery, item.endpoint, now):
                 started += 1
             else:
@@ -387,7 +465,7 @@ class Sender:
         waiting, self._waiting = self._waiting, []
         if waiting:
             try:
-                self.store.defer([w.delivery.id for w in waiting], self.clock())
+                self.store.defer([w.delivery for w in waiting], self.clock())
             except BackendUnavailable:  # their leases lapse instead
                 log.warning("webhook sender: waiting deliveries left to their leases", extra={"count": len(waiting)})
         self._pool.shutdown(wait=True)

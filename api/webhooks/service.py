@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from api.api_keys import check_project
 from api.errors import UnknownDelivery, UnknownEndpoint, UrlRefused, WebhookKeyMissing
-from api.keys import check_project
 from api.webhooks.metrics import WebhookMetrics
 from api.webhooks.models import (
     Delivery,

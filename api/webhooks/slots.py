@@ -30,6 +30,11 @@ class Slots:
         with self._lock:
             return self.total - self._used
 
+    def by_project(self) -> Counter[str]:
+        """Attempts in flight per project (a copy)."""
+        with self._lock:
+            return Counter(self._projects)
+
     def take(self, endpoint_id: str, project: str, endpoint_limit: int) -> bool:
         """One slot for an attempt to this endpoint, unless a cap is reached."""
         with self._lock:

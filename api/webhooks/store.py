@@ -2,7 +2,7 @@
 webhooks need: each generation's ``RequestWebhook``, each project's signing secret, and the failure runs of
 the origins per-request deliveries go to (endpoints of their own, kept while they matter).
 
-Two implementations behind one protocol, like the key store (``api/keys.py``): ``SqliteWebhookStore``
+Two implementations behind one protocol, like the key store (``api/api_keys.py``): ``SqliteWebhookStore``
 (embedded, ``<data_dir>/webhooks.db``) and ``RedisWebhookStore`` (distributed, ``api/webhooks/
 redis_store.py``). Both translate "cannot answer now" into ``BackendUnavailable`` with the queue's rules.
 
@@ -11,12 +11,18 @@ delivery to one of them by pushing its next attempt ``lease_s`` ahead, so a send
 leaves it due again after the lease, never lost; ``add_delivery`` is insert-if-absent on the
 delivery's derived id, so two fan-outs over one event make one delivery.
 
+The schedule is kept per project, and a claim goes across the projects with due work (the one whose
+oldest due delivery waited longest first), taking at most ``per_project`` of each and none of the
+projects the sender names as full: one project's backlog of due deliveries (a receiver that never
+answers, a flood of events) is never ahead of another project's next delivery.
+
 Nothing here grows without a bound: a request webhook is kept ``REQUEST_RETENTION`` from its create, an
 origin's failure run ``RETENTION`` from its last write; a project's secret lives as long as its project.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -67,8 +73,18 @@ class WebhookStore(Protocol):
         """The endpoint's deliveries, newest first."""
         ...
 
-    def claim_due(self, now: datetime, *, lease_s: float, limit: int) -> list[Delivery]:
-        """Pending deliveries due at ``now``, each pushed ``lease_s`` ahead so no other sender takes it."""
+    def claim_due(
+        self,
+        now: datetime,
+        *,
+        lease_s: float,
+        limit: int,
+        per_project: int | None = None,
+        skip: Collection[str] = (),
+    ) -> list[Delivery]:
+        """Up to ``limit`` pending deliveries due at ``now``, each pushed ``lease_s`` ahead so no other
+        sender takes it: at most ``per_project`` of one project (None: no bound), none of the projects in
+        ``skip``, the projects whose oldest due delivery is oldest first, each project's in due order."""
         ...
 
     def save_delivery(self, delivery: Delivery) -> None:
@@ -76,9 +92,10 @@ class WebhookStore(Protocol):
         ``next_attempt_at``, finished ones leave the schedule."""
         ...
 
-    def defer(self, delivery_ids: list[str], until: datetime) -> None:
+    def defer(self, deliveries: list[Delivery], until: datetime) -> None:
         """Make claimed pending deliveries due again at ``until``, in one step, their records untouched
-        (a sender whose slots for their endpoint or project are taken hands them back)."""
+        (a sender whose slots for their endpoint or project are taken hands them back); one finished
+        meanwhile stays finished."""
         ...
 
     def cursor(self) -> str | None:
@@ -122,8 +139,8 @@ _SCHEMA = (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, record TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS webhook_deliveries (
         id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL, created_ms INTEGER NOT NULL,
-        state TEXT NOT NULL, due_ms INTEGER, record TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS webhook_due ON webhook_deliveries (due_ms) WHERE due_ms IS NOT NULL",
+        state TEXT NOT NULL, due_ms INTEGER, record TEXT NOT NULL, project TEXT)""",
+    "DROP INDEX IF EXISTS webhook_due",  # the one due order of all projects, before the schedule per project
     "CREATE INDEX IF NOT EXISTS webhook_log ON webhook_deliveries (endpoint_id, created_ms)",
     "CREATE TABLE IF NOT EXISTS webhook_cursor (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """CREATE TABLE IF NOT EXISTS webhook_requests (
@@ -134,6 +151,36 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS webhook_origins_age ON webhook_origins (saved_ms)",
     "CREATE TABLE IF NOT EXISTS webhook_project_secrets (project TEXT PRIMARY KEY, record TEXT NOT NULL)",
 )
+
+# The schedule per project; made after a file written before it gained its ``project`` column.
+_DUE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS webhook_due_project ON webhook_deliveries (project, due_ms) WHERE due_ms IS NOT NULL"
+)
+
+# The projects with a pending delivery and the due time of each one's oldest, walked along the index one
+# project at a time (a skip scan): as many index seeks as projects, however long one project's backlog.
+_DUE_PROJECTS = """
+WITH RECURSIVE p(project) AS (
+    SELECT (SELECT project FROM webhook_deliveries WHERE due_ms IS NOT NULL ORDER BY project LIMIT 1)
+    UNION ALL
+    SELECT (SELECT project FROM webhook_deliveries WHERE due_ms IS NOT NULL AND project > p.project
+            ORDER BY project LIMIT 1)
+    FROM p WHERE p.project IS NOT NULL
+)
+SELECT project, head FROM (
+    SELECT project, (SELECT due_ms FROM webhook_deliveries d WHERE d.project = p.project AND d.due_ms IS NOT NULL
+                     ORDER BY due_ms LIMIT 1) AS head
+    FROM p WHERE project IS NOT NULL
+) WHERE head <= ? ORDER BY head
+"""
+
+
+def _add_project_column(conn: sqlite3.Connection) -> None:
+    """A file from before the schedule per project: each delivery's project copied out of its record."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(webhook_deliveries)")}
+    if "project" not in columns:
+        conn.execute("ALTER TABLE webhook_deliveries ADD COLUMN project TEXT")
+        conn.execute("UPDATE webhook_deliveries SET project = json_extract(record, '$.project')")
 
 
 def _due_ms(delivery: Delivery) -> int | None:
@@ -153,6 +200,8 @@ class SqliteWebhookStore:
         with self._db.tx() as conn:
             for statement in _SCHEMA:
                 conn.execute(statement)
+            _add_project_column(conn)
+            conn.execute(_DUE_INDEX)
 
     # ------------------------------------------------------------------------------------ endpoints
     @sqlite_unavailable
@@ -202,7 +251,8 @@ class SqliteWebhookStore:
     def add_delivery(self, delivery: Delivery) -> bool:
         with self._db.tx() as conn:
             added = conn.execute(
-                "INSERT OR IGNORE INTO webhook_deliveries VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO webhook_deliveries "
+                "(id, endpoint_id, created_ms, state, due_ms, record, project) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     delivery.id,
                     delivery.endpoint_id,
@@ -210,6 +260,7 @@ class SqliteWebhookStore:
                     delivery.state.value,
                     _due_ms(delivery),
                     delivery.model_dump_json(),
+                    delivery.project,
                 ),
             ).rowcount
             if added:
@@ -247,14 +298,30 @@ class SqliteWebhookStore:
         return [Delivery.model_validate_json(r[0]) for r in rows]
 
     @sqlite_unavailable
-    def claim_due(self, now: datetime, *, lease_s: float, limit: int) -> list[Delivery]:
+    def claim_due(
+        self,
+        now: datetime,
+        *,
+        lease_s: float,
+        limit: int,
+        per_project: int | None = None,
+        skip: Collection[str] = (),
+    ) -> list[Delivery]:
         now_ms = epoch_ms(now)
+        each = limit if per_project is None else per_project
         with self._db.tx() as conn:
-            rows = conn.execute(
-                "SELECT id, record FROM webhook_deliveries WHERE due_ms IS NOT NULL AND due_ms <= ? "
-                "ORDER BY due_ms LIMIT ?",
-                (now_ms, limit),
-            ).fetchall()
+            rows: list[tuple[str, str]] = []
+            for project, _ in conn.execute(_DUE_PROJECTS, (now_ms,)).fetchall():
+                take = min(each, limit - len(rows))
+                if take <= 0:
+                    break
+                if project in skip:
+                    continue
+                rows += conn.execute(
+                    "SELECT id, record FROM webhook_deliveries WHERE project = ? AND due_ms IS NOT NULL "
+                    "AND due_ms <= ? ORDER BY due_ms LIMIT ?",
+                    (project, now_ms, take),
+                ).fetchall()
             conn.executemany(
                 "UPDATE webhook_deliveries SET due_ms = ? WHERE id = ?",
                 [(now_ms + int(lease_s * 1000), r[0]) for r in rows],
@@ -270,11 +337,11 @@ class SqliteWebhookStore:
             )
 
     @sqlite_unavailable
-    def defer(self, delivery_ids: list[str], until: datetime) -> None:
+    def defer(self, deliveries: list[Delivery], until: datetime) -> None:
         with self._db.tx() as conn:
             conn.executemany(
                 "UPDATE webhook_deliveries SET due_ms = ? WHERE id = ? AND due_ms IS NOT NULL",
-                [(epoch_ms(until), i) for i in delivery_ids],
+                [(epoch_ms(until), d.id) for d in deliveries],
             )
 
     # --------------------------------------------------------------------------------------- cursor

@@ -3,25 +3,45 @@
 Every failure that reaches a record or an HTTP body carries one stable, machine-readable code from
 ``ErrorCode`` (a closed enum: adding a code is a contract change, removing one is a breaking change).
 
-Exception tree (the classes of this module; each layer keeps its own in its ``errors`` module, under
-``GenworkerError``: ``foundation.queue.errors``, ``foundation.stores.errors``, ``foundation.media.errors``,
+Exception tree. Classes are grouped by what their callers catch: a caller catches a branch, or a class of
+it, never the root to mean one of them. Each layer keeps its own classes in its ``errors`` module, under
+these branches: ``foundation.queue.errors``, ``foundation.stores.errors``, ``foundation.media.errors``,
 ``pipelines.errors``, ``worker.errors``, ``api.errors``, ``genworker.errors``; ``tests/unit/test_errors_tree.py``
-keeps every tree whole)::
+keeps the shape (a class straight under the root needs a reason written there) and every drawing true.
+The branches, with the classes of this module::
 
-    GenworkerError
-    ├── RequestRejected          a create request or queue payload the catalog refuses (4xx, terminal)
+    GenworkerError               every error this project raises on purpose
+    ├── RequestError             what a caller asked for, refused before any work: told to that caller (a 4xx,
+    │   │                        a command's usage error), never retried
+    │   ├── RequestRejected      a create request or queue payload the catalog refuses (400, terminal)
+    │   └── IdempotencyConflict  an idempotency key reused with another body (409, also ``ValueError``)
+    ├── NotFound                 no such thing where the caller looked (a 404, "no such ...")
+    │   └── UnknownJob           no record with this id (also ``KeyError``)
     ├── JobError                 a job that fails for good, with a code (no retry)
     │   └── JobCanceled          the job's cancel flag was seen (ends ``canceled``, not ``failed``)
     ├── TransientError           infrastructure trouble worth a retry with backoff (storage, queue, crash)
     │   └── BackendUnavailable   a queue, store or key-store backend did not answer (connection refused
     │                            or reset, timeout, failover, a locked database); the API answers 503
-    ├── FatalWorkerError         the worker itself cannot go on (bad config, lost device); it stops
-    ├── WorkerFault              this worker cannot run jobs now, another may: the job is released (no
+    ├── WorkerError              this worker is at fault, not the job: the job goes back to the queue, unfailed
+    │   ├── FatalWorkerError     the worker itself cannot go on (bad config, lost device); it stops
+    │   └── WorkerFault          this worker cannot run jobs now, another may: the job is released (no
     │                            attempt used up) and the worker backs off
-    ├── UnknownJob               no record with this id (also a ``KeyError``)
-    ├── IdempotencyConflict      an idempotency key reused with another body (also a ``ValueError``)
-    ├── IllegalTransition        a status change the lifecycle forbids (also a ``ValueError``)
-    └── CatalogError             a catalog file that cannot be used (also a ``ValueError``)
+    ├── ConfigError              settings, a catalog, keys or a command's arguments that cannot be used: the
+    │   │                        command says so in one line and exits, a server or worker does not start
+    │   └── CatalogError         a catalog file that cannot be used (also a ``ValueError``)
+    ├── StoredDataError          something stored earlier (a record, a stream entry, a checkpoint, a compile
+    │                            cache) this version will not use: the reader sets it aside and goes on
+    └── IllegalTransition        a status change the lifecycle forbids (also a ``ValueError``)
+
+Two more hang straight off the root, drawn in their modules: ``api.errors.ApiError`` (the HTTP answer a route
+chose, which only the API's handler catches) and ``pipelines.errors.PromptExtendError`` (caught only inside
+prompt extension, which falls back to the original prompt).
+
+Control flow is no error: a ``Signal`` unwinds to the one place that waits for it, and sits outside
+``GenworkerError`` so that no ``except GenworkerError`` swallows it. It stays an ``Exception``: the worker's
+attempt ends on ``except Exception`` and reads what ended it (``worker.verdict``)::
+
+    Signal                       raised to unwind to a known catcher; never a failure, never in a record
 
 ``PUBLIC_MESSAGES`` is the one table of what a client is told for each code: short, fixed sentences. A
 failed record stores and serves only these; the details (exception text, ffmpeg's stderr, store
@@ -41,6 +61,7 @@ __all__ = [
     "PUBLIC_MESSAGES",
     "BackendUnavailable",
     "CatalogError",
+    "ConfigError",
     "ErrorCode",
     "FatalWorkerError",
     "GenworkerError",
@@ -48,9 +69,14 @@ __all__ = [
     "IllegalTransition",
     "JobCanceled",
     "JobError",
+    "NotFound",
+    "RequestError",
     "RequestRejected",
+    "Signal",
+    "StoredDataError",
     "TransientError",
     "UnknownJob",
+    "WorkerError",
     "WorkerFault",
     "is_out_of_memory",
     "public_message",
@@ -101,6 +127,7 @@ class ErrorCode(StrEnum):
     worker_lost = "worker_lost"  # leases lapsed on every attempt (workers died mid-job)
     input_image_corrupt = "input_image_corrupt"  # the stored input image is gone or fails its sha256
     version_unavailable = "version_unavailable"  # a newer version wrote the job; no worker of it took it in time
+    record_unreadable = "record_unreadable"  # the stored record does not parse, in a format this version reads
     # A canceled generation as the Videos API shows it: that API has no canceled status, so it reads
     # ``failed`` with this code (api/video_views.py). Records of canceled jobs carry no error.
     canceled = "canceled"
@@ -145,6 +172,7 @@ PUBLIC_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.input_image_corrupt: "the stored input image is missing or does not match its checksum",
         ErrorCode.worker_lost: "the workers running the generation stopped before it finished",
         ErrorCode.version_unavailable: "no worker of the service version that accepted the generation took it; retry",
+        ErrorCode.record_unreadable: "the generation's stored record could not be read; it will not run",
         ErrorCode.canceled: "the generation was canceled",
         ErrorCode.internal_error: "internal error",
     }
@@ -159,10 +187,40 @@ def public_message(code: ErrorCode) -> str:
 
 
 class GenworkerError(Exception):
-    """Base of every error this project raises on purpose."""
+    """Base of every error this project raises on purpose. Catch a branch below it, not this."""
 
 
-class RequestRejected(GenworkerError):
+class Signal(Exception):
+    """Base of the control-flow exceptions: each unwinds to the one place that waits for it (a warm-up's end, a
+    follower's loop, the attempt's settle, a command's shutdown). Not a ``GenworkerError``, so that no handler
+    of errors takes one for a failure; an ``Exception`` still, so the worker's ``except Exception`` around an
+    attempt hands it to the verdict as before."""
+
+
+class RequestError(GenworkerError):
+    """What a caller asked for is refused before any work (a 4xx, a command's usage error): the caller is told
+    why, and nothing retries it."""
+
+
+class NotFound(GenworkerError):
+    """No such thing (a generation, a webhook endpoint, a delivery) where the caller looked: a 404."""
+
+
+class WorkerError(GenworkerError):
+    """This worker is at fault, not the job: the job goes back to the queue without failing."""
+
+
+class ConfigError(GenworkerError):
+    """Settings, a catalog, keys or a command's arguments that cannot be used: the command says so in one line
+    and exits; a server or worker does not start."""
+
+
+class StoredDataError(GenworkerError):
+    """Something stored earlier (a record, a stream entry, a checkpoint, a compile cache) that this version
+    will not use: its reader sets it aside (a dead letter, a start from step 0, a fresh compile) and goes on."""
+
+
+class RequestRejected(RequestError):
     """A request (or queue payload) refused before any work: a code, a message and the field path."""
 
     def __init__(self, code: ErrorCode, message: str, param: str | None = None) -> None:
@@ -208,11 +266,11 @@ class BackendUnavailable(TransientError):
         super().__init__(code, message)
 
 
-class FatalWorkerError(GenworkerError):
+class FatalWorkerError(WorkerError):
     """The worker cannot continue (bad configuration, lost device): it releases its job and exits."""
 
 
-class WorkerFault(GenworkerError):
+class WorkerFault(WorkerError):
     """Something of this worker's own (its encoder, its work disk) stops every job it runs, while another
     worker could run them: the job goes back to the queue without using up an attempt."""
 
@@ -236,11 +294,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-class UnknownJob(GenworkerError, KeyError):
+class UnknownJob(NotFound, KeyError):
     """No record with this id."""
 
 
-class IdempotencyConflict(GenworkerError, ValueError):
+class IdempotencyConflict(RequestError, ValueError):
     """The idempotency key was used before with a different request body."""
 
     def __init__(self, job_id: str) -> None:
@@ -257,5 +315,5 @@ class IllegalTransition(GenworkerError, ValueError):
         self.new = new
 
 
-class CatalogError(GenworkerError, ValueError):
+class CatalogError(ConfigError, ValueError):
     """A catalog file that cannot be used; the message names file, entry and field."""

@@ -4,9 +4,10 @@ input is ``JobError(encode_failed)`` (``foundation.core.errors``).
 Exception tree (the classes of this module, under their bases from ``foundation.core.errors``)::
 
     GenworkerError
-    └── WorkerFault
-        ├── EncoderUnavailable   the ffmpeg binary is missing, cannot be executed or is broken
-        └── WorkDiskFull         no space left on the worker's work disk while encoding
+    └── WorkerError
+        └── WorkerFault
+            ├── EncoderUnavailable   the ffmpeg binary is missing, cannot be executed or is broken
+            └── WorkDiskFull         no space left on the worker's work disk while encoding
 """
 
 from __future__ import annotations

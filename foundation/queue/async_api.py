@@ -30,6 +30,7 @@ from typing import TypeVar
 from foundation.core.contract import GenerationRecord
 from foundation.queue.base import ApiQueue, AsyncApiQueue, EnqueueResult, Polled
 from foundation.queue.config import QueueSettings
+from foundation.queue.offload import OffloadedCalls
 from foundation.queue.redis.async_queue import AsyncRedisQueue
 from foundation.queue.redis.backend import RedisQueue
 from foundation.queue.sqlite.backend import SqliteQueue
@@ -61,7 +62,7 @@ def open_async_queue(settings: QueueSettings, queue: ApiQueue) -> AsyncApiQueue:
     return OffloadedQueue(queue, reads_inline=True, enqueue_many=many)
 
 
-class OffloadedQueue:
+class OffloadedQueue(OffloadedCalls):
     """``AsyncApiQueue`` over a sync ``ApiQueue``: each call runs on this object's own executor, but
     polls run inline when ``reads_inline`` (a local SQLite file: see the module's docstring), and
     creates go in batches when the queue has ``enqueue_many`` (each create's result or exception)."""

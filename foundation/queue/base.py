@@ -20,6 +20,7 @@ Rules every backend keeps:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +49,7 @@ __all__ = [
     "DeadLetter",
     "EnqueueResult",
     "Event",
+    "JobPage",
     "JobQueue",
     "NewerRecordMet",
     "Outcome",
@@ -56,7 +58,9 @@ __all__ = [
     "ProgressWrite",
     "WorkerHeartbeat",
     "WorkerQueue",
+    "cursor_at",
     "list_cursor",
+    "read_list_cursor",
 ]
 
 
@@ -207,7 +211,38 @@ def list_cursor(record: GenerationRecord) -> str:
     """The cursor ``ApiQueue.list_jobs`` hands out after ``record`` (in either order): ``<created ms>:<job id>``.
     Both backends write it with this function, so a caller may resume a listing from a record it has (the
     Videos API's ``after=<id>``)."""
-    return f"{record.created_at.timestamp() * 1000!r}:{record.id}"
+    return cursor_at(record.created_at.timestamp() * 1000, record.id)
+
+
+def cursor_at(created_ms: float, job_id: str) -> str:
+    """The listing's cursor after the job created at ``created_ms`` with id ``job_id`` (``list_cursor``)."""
+    return f"{float(created_ms)!r}:{job_id}"
+
+
+def read_list_cursor(cursor: str) -> tuple[float, str]:
+    """A ``list_cursor`` as ``(created ms, job id)``; ``ValueError`` for anything else (the API answers 400).
+    A cursor comes from a client: only finite ASCII numbers pass (``float`` reads more than we write:
+    'nan', 'inf', '١', '1_0'; Redis refuses a NaN score with an error that is no "cannot answer")."""
+    score, sep, last_id = cursor.partition(":")
+    if not sep or not score.isascii() or "_" in score:
+        raise ValueError(f"malformed list cursor {cursor!r}")
+    value = float(score)
+    if not math.isfinite(value):
+        raise ValueError(f"list cursor {cursor!r} has no finite position")
+    return value, last_id
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a project's listing (``ApiQueue.list_page``).
+
+    ``skipped``: jobs of the stretch this page covers whose record this version cannot read (a newer
+    version's during a rolling upgrade, or one that does not parse), left out of ``records`` and counted
+    instead, so one such record never costs the whole listing. Each is counted on exactly one page."""
+
+    records: list[GenerationRecord]
+    next_cursor: str | None
+    skipped: int = 0
 
 
 class ApiQueue(Protocol):
@@ -224,14 +259,25 @@ class ApiQueue(Protocol):
         """
         ...
 
-    def get(self, job_id: str) -> GenerationRecord | None: ...
+    def get(self, job_id: str) -> GenerationRecord | None:
+        """The stored record (``records.read``: one that ended unread or does not parse reads ``failed``);
+        ``records.NewerRecord`` for a newer version's, ``records.UnreadableRecord`` for one that salvages to
+        nothing, each naming the project stored beside it."""
+        ...
 
     def list_jobs(
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
         """The project's records, newest first (``oldest_first``: by creation, oldest first), and a cursor for
         the next page in the same order (None at the end; ``list_cursor``). ``ValueError`` for a cursor that is
-        not one."""
+        not one. Records this version cannot read are left out (``list_page`` counts them)."""
+        ...
+
+    def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        """``list_jobs`` with the count of records left out because this version cannot read them. The cursor
+        may stop after such a record; ``ValueError`` (``read_list_cursor``) for a cursor that is not one."""
         ...
 
     def cancel(self, job_id: str) -> GenerationRecord:
@@ -272,10 +318,10 @@ class ApiQueue(Protocol):
 
 
 class AsyncApiQueue(Protocol):
-    """The API's poll and create calls as coroutines, so a route awaits them on the event loop instead
-    of holding a thread. Same records, same errors (``BackendUnavailable``, ``IdempotencyConflict``)
-    as ``ApiQueue``'s ``get``, ``position`` and ``enqueue``; each returns the record with its position,
-    which a backend may fetch in the same round trip."""
+    """The API tier's queue, async only: every call a route makes is a coroutine it awaits on the event
+    loop, never a blocking call on a thread. Same records, same errors (``BackendUnavailable``,
+    ``IdempotencyConflict``, ``UnknownJob``, ``ValueError`` for a bad cursor) as ``ApiQueue``'s. ``poll`` and
+    ``enqueue`` return the record with its position, which a backend may fetch in the same round trip."""
 
     async def poll(self, job_id: str) -> Polled | None:
         """``get`` and, while the job is queued, ``position``; None when there is no such job."""
@@ -285,6 +331,40 @@ class AsyncApiQueue(Protocol):
         self, record: GenerationRecord, *, idempotency_key: str | None = None, request_hash: str | None = None
     ) -> Polled:
         """``ApiQueue.enqueue`` (the same idempotency rules) and the stored record's position."""
+        ...
+
+    async def get(self, job_id: str) -> GenerationRecord | None: ...
+
+    async def list_jobs(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> tuple[list[GenerationRecord], str | None]:
+        """``ApiQueue.list_jobs``."""
+        ...
+
+    async def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        """``ApiQueue.list_page``."""
+        ...
+
+    async def cancel(self, job_id: str) -> GenerationRecord:
+        """``ApiQueue.cancel``."""
+        ...
+
+    async def delete(self, job_id: str) -> GenerationRecord:
+        """``ApiQueue.delete``."""
+        ...
+
+    async def depth(self, model: str) -> int: ...
+
+    async def position(self, job_id: str) -> int | None: ...
+
+    async def live_workers(self) -> list[WorkerHeartbeat]: ...
+
+    async def events(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[Event]: ...
+
+    async def progress_notes(self, job_id: str, *, after: str | None = None, limit: int = 1000) -> list[ProgressNote]:
+        """``ApiQueue.progress_notes``."""
         ...
 
     async def aclose(self) -> None:

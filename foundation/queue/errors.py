@@ -3,30 +3,35 @@
 Exception tree (the classes of this module, under their bases from ``foundation.core.errors``)::
 
     GenworkerError
-    ├── UnreadableRecord     a stored record this version cannot read (also ``ValueError``)
-    │   └── NewerRecord      one a newer version wrote (its record format is above this version's)
-    ├── UnreadableEntry      a stream entry that is no job pointer (also ``ValueError``)
-    ├── ProjectQueueFull     a create past its project's ``max_queued`` in the pool: nothing enqueued
+    ├── StoredDataError
+    │   ├── UnreadableRecord     a stored record this version cannot read (also ``ValueError``)
+    │   │   └── NewerRecord      one a newer version wrote (its record format is above this version's)
+    │   └── UnreadableEntry      a stream entry that is no job pointer (also ``ValueError``)
+    ├── RequestError
+    │   └── ProjectQueueFull     a create past its project's ``max_queued`` in the pool: nothing enqueued
     └── TransientError
         └── BackendUnavailable
-            └── NotDurable   a commit the replicas (or AOF) did not confirm in time
+            └── NotDurable       a commit the replicas (or AOF) did not confirm in time
 """
 
 from __future__ import annotations
 
-from foundation.core.errors import BackendUnavailable, GenworkerError
+from foundation.core.errors import BackendUnavailable, RequestError, StoredDataError
 
 __all__ = ["NewerRecord", "NotDurable", "ProjectQueueFull", "UnreadableEntry", "UnreadableRecord"]
 
 
-class UnreadableRecord(GenworkerError, ValueError):
+class UnreadableRecord(StoredDataError, ValueError):
     """A stored record this version cannot read (e.g. a status value a newer version wrote during a
-    rolling upgrade). The reader sets that one record aside as a dead letter and goes on with the rest."""
+    rolling upgrade). The reader sets that one record aside as a dead letter and goes on with the rest.
+    ``project``: the project stored beside the record, when the reader knows it (the API's reads), so the
+    caller can tell whose it is without reading it."""
 
-    def __init__(self, raw: str, detail: str) -> None:
+    def __init__(self, raw: str, detail: str, *, project: str | None = None) -> None:
         super().__init__(detail)
         self.raw = raw
         self.detail = detail
+        self.project = project
 
 
 class NewerRecord(UnreadableRecord):
@@ -35,12 +40,13 @@ class NewerRecord(UnreadableRecord):
     Workers leave it to newer ones without using an attempt (``queue.newer_record_wait_s``); one that no
     newer worker takes in that time fails ``version_unavailable``."""
 
-    def __init__(self, raw: str, record_format: int, readable: int) -> None:
-        super().__init__(raw, f"record format {record_format}, newer than the {readable} this version reads")
+    def __init__(self, raw: str, record_format: int, readable: int, *, project: str | None = None) -> None:
+        detail = f"record format {record_format}, newer than the {readable} this version reads"
+        super().__init__(raw, detail, project=project)
         self.record_format = record_format
 
 
-class UnreadableEntry(GenworkerError, ValueError):
+class UnreadableEntry(StoredDataError, ValueError):
     """A stream entry that is not a valid job pointer; ``reason`` goes into the dead letter."""
 
     def __init__(self, reason: str, job_id: str = "") -> None:
@@ -49,7 +55,7 @@ class UnreadableEntry(GenworkerError, ValueError):
         self.job_id = job_id
 
 
-class ProjectQueueFull(GenworkerError):
+class ProjectQueueFull(RequestError):
     """A create refused because its project already has ``max_queued`` jobs waiting in the model's pool
     (``queue.fair``); nothing was enqueued and no idempotency key kept, so the same create may come back
     once room frees up. The API answers 429 ``queue_full`` with ``Retry-After``."""

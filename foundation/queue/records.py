@@ -8,6 +8,11 @@ Every record is stored with the record format of the version that wrote it (``RE
 hash's ``format``, ``jobs.record_format``). A version reads the formats up to its own; a record in a newer
 one is ``NewerRecord`` whatever its text, left to newer workers, and if none takes it in time ended with
 ``failed_unread`` without ever being parsed.
+
+The API's reads go through ``read``: a record that ended unread reads as it ended whatever its format, and one
+in a format this version reads that does not validate reads ``failed: record_unreadable`` with what of it still
+validates (``salvaged``). A worker that meets such a record sets it aside: ended ``failed`` in a text every
+version reads when anything of it validates (``set_aside``), its stored text in the dead letter.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ __all__ = [
     "finished",
     "last_written",
     "parse",
+    "read",
     "record_format",
     "requeued",
+    "salvaged",
+    "set_aside",
     "started",
     "with_cancel_flag",
     "with_progress",
@@ -72,6 +80,70 @@ def parse(raw: str, stored_format: int = 1, *, readable: int = RECORD_FORMAT) ->
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
         raise UnreadableRecord(raw, f"{where}: {first['msg']}"[:500]) from None
+
+
+def read(
+    raw: str, stored_format: int = 1, *, project: str | None = None, readable: int = RECORD_FORMAT
+) -> GenerationRecord:
+    """A stored record as a client is shown it (a GET, a list). ``parse``, except:
+
+    - a newer version's record that ended unread (``failed_unread``: ``failed``, ``version_unavailable``) reads
+      as it ended: it was ended so that every version reads how (any other newer record: ``NewerRecord``);
+    - a record in a format this version reads that does not validate reads as ``salvaged``: ``failed`` with
+      ``record_unreadable``; ``UnreadableRecord`` only when nothing of it validates (text that is no record).
+
+    Both exceptions carry ``project``, the one the store keeps beside the record, for the caller's check of
+    whose it is."""
+    if stored_format > readable:
+        ended = _ended_unread(raw)
+        if ended is None:
+            raise NewerRecord(raw, stored_format, readable, project=project)
+        return ended
+    try:
+        return parse(raw, stored_format, readable=readable)
+    except UnreadableRecord as e:
+        record = salvaged(raw)
+        if record is None:
+            raise UnreadableRecord(raw, e.detail, project=project) from None
+        return record
+
+
+def _ended_unread(raw: str) -> GenerationRecord | None:
+    try:
+        record = GenerationRecord.model_validate_json(raw)
+    except ValidationError:
+        return None
+    code = record.error.code if record.error is not None else None
+    return record if record.status is Status.failed and code is ErrorCode.version_unavailable else None
+
+
+def salvaged(raw: str, now: datetime | None = None) -> GenerationRecord | None:
+    """A record text that does not validate, as a ``failed`` record with ``record_unreadable``: its status,
+    stage and error replaced (``now``: its end stamped too), the rest kept when it then validates; None when
+    it still does not (text that is no JSON object, a field such as the parameters broken)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    error = ErrorInfo(code=ErrorCode.record_unreadable, message=public_message(ErrorCode.record_unreadable))
+    data.update(status=Status.failed.value, stage=Stage.done.value, error=error.model_dump(mode="json"))
+    if now is not None:
+        at = _TIME.dump_python(now, mode="json")
+        data.update(finished_at=at, updated_at=at)
+    try:
+        return GenerationRecord.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def set_aside(raw: str, now: datetime | None = None) -> str:
+    """The text a set-aside record (one of this version's formats that does not validate) is ended with:
+    ``salvaged`` (``failed: record_unreadable``, which every version reads), or the stored text as it is
+    when nothing of it validates (the status stored beside it says ``failed``; ``read`` raises for it)."""
+    record = salvaged(raw, now or utcnow())
+    return raw if record is None else record.model_dump_json()
 
 
 def _moved(record: GenerationRecord, status: Status, now: datetime, **changes: object) -> GenerationRecord:

@@ -7,8 +7,9 @@ is a call argument or the pipeline's ``guider`` component, the options a variant
 Families with special needs keep their own adapter (Wan 2.2's two experts: ``pipelines.families.wan``; LTX-2's audio and
 two stages: ``pipelines.families.ltx2``).
 
-Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler shift -> guidance ->
-diffusion loop to latents) and ``decode`` (the VAE, as the catalog says). Facts handled here:
+Read top to bottom: ``load`` once (``pipelines.runtime.diffusers_adapter``'s template over the entry's class), then
+per job ``denoise`` (check_inputs -> scheduler shift -> guidance -> diffusion loop to latents) and ``decode`` (the
+VAE, as the catalog says). Facts handled here:
 - the size and frame count are checked against the pipeline's own VAE compression and patch size before the
   call, because pipelines round other values silently;
 - progress and cancel: through ``callback_on_step_end`` when the pipeline takes it, else by wrapping its
@@ -26,29 +27,17 @@ import contextlib
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
-from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime import checks, output
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.diffusers_adapter import DiffusersAdapter, Weights
 from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.previews import Previews
-from pipelines.runtime.profile import (
-    apply_cache,
-    apply_profile,
-    check_image,
-    check_job_shape,
-    free_device_memory,
-    load_dtypes,
-    media_from_video,
-    module_bytes,
-    pipeline_options,
-    quiet_progress_bars,
-    runtime_profile,
-    synchronize,
-)
-from pipelines.runtime.registry import hub_revision, resolve_weights
+from pipelines.runtime.profile import apply_cache
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 
 if TYPE_CHECKING:
@@ -58,6 +47,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import DiffusersSpec, ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.lora import LoraSource
 
 __all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention"]
 
@@ -109,7 +99,7 @@ def pipeline_class(name: str) -> Any:
     return cls
 
 
-class DiffusersTextToVideo(Adapter):
+class DiffusersTextToVideo(DiffusersAdapter):
     """A loaded diffusers pipeline served from catalog data. Not thread-safe: one GPU loop calls it."""
 
     # The catalog checks each entry's options against its own ``diffusers.options`` (``self.options`` below
@@ -118,16 +108,17 @@ class DiffusersTextToVideo(Adapter):
     own_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
-        self, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, profile: RuntimeProfile
+        self,
+        spec: ModelSpec,
+        runtime: ModelRuntimeSettings,
+        pipe: Any,
+        *,
+        device: str,
+        dtype: str,
+        profile: RuntimeProfile | None = None,
     ) -> None:
-        if spec.diffusers is None:
-            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
-        self.spec = spec
-        self.generic: DiffusersSpec = spec.diffusers
-        self.runtime = runtime
-        self.profile = profile
-        self.pipe = pipe
-        self.device = device
+        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+        self.generic: DiffusersSpec = _generic_block(spec)
         self.allowed = frozenset(self.generic.options)
         self._call_keywords = frozenset(inspect.signature(type(pipe).__call__).parameters)
         # Resumable (``checkpoints=``, ``pipelines.runtime.resume``) when the pipeline has a step callback to hang the
@@ -140,34 +131,28 @@ class DiffusersTextToVideo(Adapter):
         self._guiders: dict[float, Any] = {}
 
     @classmethod
-    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> DiffusersTextToVideo:
-        if spec.diffusers is None:
-            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
-        pipeline = pipeline_class(spec.diffusers.pipeline)
-        quiet_progress_bars()
-        profile = runtime_profile(spec, runtime)
-        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        pipe = pipeline.from_pretrained(
-            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
-        )
-        return cls.assemble(spec, runtime, pipe, device=device, profile=profile)
+    def pipeline_class(cls, spec: ModelSpec) -> Any:
+        return pipeline_class(_generic_block(spec).pipeline)
 
     @classmethod
-    def assemble(
-        cls, spec: ModelSpec, runtime: ModelRuntimeSettings, pipe: Any, *, device: str, profile: RuntimeProfile
-    ) -> Self:
-        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere (the checkpoint, or
-        random full-size components): the entry's attention processor, the runtime profile, the constructor."""
-        if spec.diffusers is None:
-            raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
-        if spec.diffusers.attention_processor is not None:  # before the profile: its backend is set on them
-            replace_attention(pipe, spec.diffusers.denoisers, spec.diffusers.attention_processor)
-        apply_profile(pipe, profile, device, denoisers=spec.diffusers.denoisers)
-        return cls(spec, runtime, pipe, device=device, profile=profile)
+    def denoisers_of(cls, spec: ModelSpec) -> list[str]:
+        return list(_generic_block(spec).denoisers)
+
+    @classmethod
+    def lora_source(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, weights: Weights) -> LoraSource | None:
+        """None: generic entries carry no LoRA variants."""
+        return None
+
+    @classmethod
+    def prepare(cls, spec: ModelSpec, pipe: Any, parts: dict[str, Any]) -> None:
+        """The entry's attention processor, before the profile: its backend is set on them."""
+        generic = _generic_block(spec)
+        if generic.attention_processor is not None:
+            replace_attention(pipe, generic.denoisers, generic.attention_processor)
 
     # ------------------------------------------------------------------------------------------ denoise
 
-    def denoise(
+    def run_denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,
@@ -178,12 +163,12 @@ class DiffusersTextToVideo(Adapter):
     ) -> DiffusersLatents:
         import torch
 
-        pipe = self._pipe()
-        check_image(self.spec.id, job, image)  # text-to-video only: an image (or an image mode) is refused
+        pipe = self.loaded_pipe()
+        checks.check_image(self.spec.id, job, image)  # text-to-video only: an image (or an image mode) is refused
         # 1. Check inputs against the pipeline's own compression (a mismatch is a catalog bug).
         self._check_inputs(job)
         apply_cache([m for n in self.generic.denoisers if (m := getattr(pipe, n, None)) is not None], job.cache)
-        kwargs = pipeline_options(self.spec.id, job, self.allowed)
+        kwargs = checks.pipeline_options(self.spec.id, job, self.allowed)
         # 2. The variant's scheduler shift and guidance.
         self._set_shift(job.flow_shift)
         call = self._job_arguments(job)
@@ -193,7 +178,7 @@ class DiffusersTextToVideo(Adapter):
         if not self.resumable:
             with self._progress(pipe, on_step, job.steps, previews), torch.no_grad():
                 latents = pipe(**call, generator=generator, output_type="latent", **kwargs).frames
-            synchronize(self.device)
+            self.synchronize()
             return DiffusersLatents(latents)
         session = DenoiseSession(
             on_step,
@@ -209,7 +194,7 @@ class DiffusersTextToVideo(Adapter):
             latents = pipe(
                 **call, generator=generator, output_type="latent", callback_on_step_end=session.callback, **kwargs
             ).frames
-        synchronize(self.device)
+        self.synchronize()
         return DiffusersLatents(latents, resumed_from_step=session.resume_step or None)
 
     def _job_arguments(self, job: ResolvedJob) -> dict[str, Any]:
@@ -246,7 +231,7 @@ class DiffusersTextToVideo(Adapter):
         denoiser = getattr(pipe, self.generic.denoisers[0])
         patch = getattr(denoiser.config, "patch_size", 1) or 1
         patch = int(patch[-1] if isinstance(patch, (list, tuple)) else patch)
-        check_job_shape(self.spec.id, job, spatial=spatial * patch, temporal=temporal)
+        checks.check_job_shape(self.spec.id, job, spatial=spatial * patch, temporal=temporal)
 
     @contextlib.contextmanager
     def _progress(self, pipe: Any, on_step: StepCallback, steps: int, previews: Previews | None) -> Iterator[None]:
@@ -301,7 +286,7 @@ class DiffusersTextToVideo(Adapter):
 
         if not isinstance(latents, DiffusersLatents):
             raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         decode = self.generic.decode
         with torch.no_grad():
             if decode.kind == "method":
@@ -310,8 +295,8 @@ class DiffusersTextToVideo(Adapter):
             else:
                 video = pipe.vae.decode(self._vae_input(latents.video), return_dict=False)[0]
         pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
-        synchronize(self.device)
-        return media_from_video(self.spec.id, job, video)
+        self.synchronize()
+        return output.media_from_video(self.spec.id, job, video)
 
     def _vae_input(self, latents: torch.Tensor) -> torch.Tensor:
         import torch
@@ -336,20 +321,15 @@ class DiffusersTextToVideo(Adapter):
         """Generic entries carry no prompt extension (the catalog refuses ``prompt_extend`` for them)."""
         raise PromptExtendError(f"{self.spec.id} has no prompt extension")
 
-    def memory_bytes(self) -> int:
-        return module_bytes(self.pipe) if self.pipe is not None else 0
-
-    def unload(self) -> None:
-        if self.pipe is not None and self.profile.offload != "none":
-            self.pipe.remove_all_hooks()
-        self.pipe = None
+    def release(self) -> None:
         self._guiders.clear()
-        free_device_memory(self.device)
 
-    def _pipe(self) -> Any:
-        if self.pipe is None:
-            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
-        return self.pipe
+
+def _generic_block(spec: ModelSpec) -> DiffusersSpec:
+    """The entry's ``diffusers`` block, which this adapter is driven by."""
+    if spec.diffusers is None:
+        raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
+    return spec.diffusers
 
 
 def _first_int(obj: Any, names: tuple[str, ...], *, default: int) -> int:

@@ -1,7 +1,8 @@
 """LTX-2 text-to-video with stereo audio (diffusers ``LTX2Pipeline``), both streams denoised together.
 
-Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> prompt embeddings -> stage 1 ->
-[x2 latent upsampler -> stage 2]) and ``decode`` (video VAE, then audio VAE and vocoder). Two recipes:
+Read top to bottom: ``load`` once (``pipelines.runtime.diffusers_adapter``'s template over ``LTX2Pipeline``, with
+the two-stage recipe's upsampler and distilled LoRA), then per job ``denoise`` (check_inputs -> prompt embeddings ->
+stage 1 -> [x2 latent upsampler -> stage 2]) and ``decode`` (video VAE, then audio VAE and vocoder). Two recipes:
 - one stage (a catalog entry without ``two_stage``): the whole schedule at the job's size;
 - two stages (``two_stage``, Lightricks' production recipe, ``ltx_pipelines/ti2vid_two_stages.py``): stage 1
   at half the size with CFG, ``LTX2LatentUpsamplePipeline`` doubles the latents, stage 2 re-noises them to
@@ -33,34 +34,19 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import AudioTrack, Media, StepCallback
 from pipelines.errors import ModelLoadError, PromptExtendError
-from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime import checks, output
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.diffusers_adapter import DiffusersAdapter, Weights
 from pipelines.runtime.options import FAMILY_OPTIONS
 from pipelines.runtime.previews import Previews, unpack_tokens
-from pipelines.runtime.profile import (
-    IMAGE_MODE,
-    apply_cache,
-    apply_profile,
-    audio_track,
-    check_image,
-    check_job_shape,
-    count_prompt_tokens,
-    free_device_memory,
-    load_dtypes,
-    media_from_video,
-    module_bytes,
-    pipeline_options,
-    quiet_progress_bars,
-    runtime_profile,
-    synchronize,
-)
+from pipelines.runtime.profile import apply_cache
 from pipelines.runtime.prompt_extend import finish_extension, seeded_rng
-from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 from pipelines.runtime.sibling import pipeline_over
 
@@ -71,7 +57,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
-    from pipelines.families.wan import LoraSource
+    from pipelines.runtime.lora import LoraSource
 
 __all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
 
@@ -150,7 +136,7 @@ class _Stage:
     guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
 
 
-class LTX2TextToVideo(Adapter):
+class LTX2TextToVideo(DiffusersAdapter):
     """A loaded LTX-2 pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
     # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: keywords of
@@ -158,6 +144,8 @@ class LTX2TextToVideo(Adapter):
     # ``decode`` applies.
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["ltx2"]
     own_options: ClassVar[frozenset[str]] = frozenset({"distilled"})
+
+    denoisers: ClassVar[tuple[str, ...]] = ("transformer",)
 
     def __init__(
         self,
@@ -168,87 +156,72 @@ class LTX2TextToVideo(Adapter):
         device: str,
         dtype: str,
         profile: RuntimeProfile | None = None,
-        upsample_pipe: Any = None,
     ) -> None:
-        self.spec = spec
-        self.runtime = runtime
-        self.profile = profile or spec.runtime
-        self.pipe = pipe
-        self.upsample_pipe = upsample_pipe
-        self.device = device
-        self.dtype = dtype
+        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+        self.upsample_pipe: Any = None  # the two-stage recipe's x2 latent upsampler (``attach``)
         self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
         self._image_pipe: Any = None  # LTX2ImageToVideoPipeline over the same modules (image_to_video jobs)
 
     @classmethod
-    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> LTX2TextToVideo:
+    def pipeline_class(cls, spec: ModelSpec) -> Any:
         from diffusers import LTX2Pipeline
-        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
 
-        quiet_progress_bars()
-        profile = runtime_profile(spec, runtime)
-        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        dtypes = load_dtypes(profile, dtype)
-        pinned = hub_revision(spec.weights, path, spec.revision)
-        pipe = LTX2Pipeline.from_pretrained(path, dtype=dtypes, **pinned)
-        recipe = spec.two_stage
-        if recipe is None:
-            return cls.assemble(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
-        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
-            path, subfolder=recipe.upsampler, dtype=dtypes.get("latent_upsampler", dtypes["default"]), **pinned
-        )
-
-        def distilled_lora(pipe: Any) -> None:
-            pipe.load_lora_weights(path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **pinned)
-
-        return cls.assemble(
-            spec,
-            runtime,
-            pipe,
-            device=device,
-            dtype=dtype,
-            profile=profile,
-            two_stage=(upsampler, distilled_lora),
-        )
+        return LTX2Pipeline
 
     @classmethod
-    def assemble(
-        cls,
-        spec: ModelSpec,
-        runtime: ModelRuntimeSettings,
-        pipe: Any,
-        *,
-        device: str,
-        dtype: str,
-        profile: RuntimeProfile,
-        two_stage: tuple[Any, LoraSource] | None = None,
-    ) -> Self:
-        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere: for the two-stage
-        recipe (``two_stage``: the x2 latent upsampler and what puts the distilled LoRA on the pipeline under
-        ``LORA_ADAPTER``: the file in production, a random one of its rank at full size), the LoRA loaded
-        switched off and the upsampler's pipeline; then the runtime profile and the constructor."""
-        from diffusers import LTX2LatentUpsamplePipeline
+    def lora_source(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, weights: Weights) -> LoraSource | None:
+        """The two-stage recipe's distilled LoRA, under ``LORA_ADAPTER`` (no variant of LTX-2 has a LoRA file)."""
+        recipe = spec.two_stage
+        if recipe is None:
+            return None
 
-        if (spec.two_stage is None) != (two_stage is None):
+        def distilled_lora(pipe: Any) -> None:
+            pipe.load_lora_weights(
+                weights.path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **weights.pinned
+            )
+
+        return distilled_lora
+
+    @classmethod
+    def extra_parts(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:
+        """The two-stage recipe's x2 latent upsampler, from its subfolder of the checkpoint."""
+        if spec.two_stage is None:
+            return {}
+        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+        dtype = weights.dtypes.get("latent_upsampler", weights.dtypes["default"])
+        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
+            weights.path, subfolder=spec.two_stage.upsampler, dtype=dtype, **weights.pinned
+        )
+        return {"latent_upsampler": upsampler}
+
+    @classmethod
+    def prepare(cls, spec: ModelSpec, pipe: Any, parts: dict[str, Any]) -> None:
+        """For the two-stage recipe (its x2 latent upsampler in ``parts``, and the distilled LoRA put on the
+        pipeline under ``LORA_ADAPTER``: the file in production, a random one of its rank at full size), the LoRA
+        set to the recipe's scale and switched off."""
+        if (spec.two_stage is None) != ("latent_upsampler" not in parts):
             raise ModelLoadError(f"{spec.id}: the two-stage recipe needs its upsampler and LoRA, and only it")
-        upsample_pipe = None
-        if spec.two_stage is not None and two_stage is not None:
-            upsampler, distilled_lora = two_stage
-            distilled_lora(pipe)
+        if spec.two_stage is not None:
             pipe.set_adapters([LORA_ADAPTER], [spec.two_stage.lora_scale])
             pipe.disable_lora()
-            upsample_pipe = LTX2LatentUpsamplePipeline(vae=pipe.vae, latent_upsampler=upsampler)
-        apply_profile(pipe, profile, device, denoisers=["transformer"])
-        if upsample_pipe is not None:
-            # Small (about 1 GB real): resident whatever the offload; it shares the main pipeline's VAE.
-            upsample_pipe.latent_upsampler.to(device)
-            upsample_pipe.set_progress_bar_config(disable=True)
-        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile, upsample_pipe=upsample_pipe)
+
+    def attach(self, parts: dict[str, Any]) -> None:
+        """The upsampler's pipeline, sharing the main pipeline's VAE."""
+        if "latent_upsampler" not in parts:
+            return
+        from diffusers import LTX2LatentUpsamplePipeline
+
+        upsample_pipe = LTX2LatentUpsamplePipeline(vae=self.pipe.vae, latent_upsampler=parts["latent_upsampler"])
+        # Small (about 1 GB real): resident whatever the offload.
+        upsample_pipe.latent_upsampler.to(self.device)
+        upsample_pipe.set_progress_bar_config(disable=True)
+        self.upsample_pipe = upsample_pipe
 
     @property
     def sample_rate(self) -> int:
         """Waveform rate of the vocoder output (24 kHz on LTX-2.0, 48 kHz on 2.3+)."""
-        return int(self._pipe().vocoder.config.output_sampling_rate)
+        return int(self.loaded_pipe().vocoder.config.output_sampling_rate)
 
     # ------------------------------------------------------------------------------------------ denoise
 
@@ -257,7 +230,7 @@ class LTX2TextToVideo(Adapter):
     resumable = True
     previewable = True
 
-    def denoise(
+    def run_denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,
@@ -268,15 +241,15 @@ class LTX2TextToVideo(Adapter):
     ) -> LTX2Latents:
         import torch
 
-        pipe = self._pipe()
-        conditioning = {"image": image} if check_image(self.spec.id, job, image) is not None else {}
+        pipe = self.loaded_pipe()
+        conditioning = {"image": image} if checks.check_image(self.spec.id, job, image) is not None else {}
         # 1. Check inputs: the pipeline would silently shorten a non-8k+1 clip.
         temporal, spatial = pipe.vae_temporal_compression_ratio, pipe.vae_spatial_compression_ratio
         two_stage = self.spec.two_stage is not None
-        check_job_shape(self.spec.id, job, spatial=spatial * (2 if two_stage else 1), temporal=temporal)
+        checks.check_job_shape(self.spec.id, job, spatial=spatial * (2 if two_stage else 1), temporal=temporal)
         apply_cache([pipe.transformer], job.cache)  # both stages: the variant's cache recipe, or none
         # 2. Guidance: one pass per step unless the variant asks for more.
-        kwargs: dict[str, Any] = {**GUIDANCE_OFF, **pipeline_options(self.spec.id, job, self.options)}
+        kwargs: dict[str, Any] = {**GUIDANCE_OFF, **checks.pipeline_options(self.spec.id, job, self.options)}
         distilled = bool(kwargs.pop("distilled", False))
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
         # 3. Prompt embeddings, once for both stages (the text encoder runs once per job).
@@ -334,7 +307,7 @@ class LTX2TextToVideo(Adapter):
             video = refine.frames
             if distilled:
                 audio = refine.audio  # distilled.py keeps stage 2's audio; ti2vid_two_stages.py stage 1's
-        synchronize(self.device)
+        self.synchronize()
         # Decoding continues this generator (decode-time noise), as inside the pipeline: keep its state.
         return LTX2Latents(
             video=video,
@@ -346,7 +319,7 @@ class LTX2TextToVideo(Adapter):
     def _preview_latents(self, job: ResolvedJob) -> Callable[[dict[str, Any]], torch.Tensor | None]:
         """The step callback's packed video latents as (batch, channels, frames, height, width); either stage's
         size (the first is half the second in the two-stage recipe) keeps the job's aspect."""
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         frames = (job.num_frames - 1) // pipe.vae_temporal_compression_ratio + 1
         patched = (pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size) != (1, 1)
         aspect = job.gen_width / job.gen_height
@@ -404,7 +377,7 @@ class LTX2TextToVideo(Adapter):
         at full size, ``_image_as_first_frame``) clean likewise.
         """
         lora_pipe = self.pipe
-        pipe = self._image_pipeline() if job.mode == IMAGE_MODE else lora_pipe
+        pipe = self._image_pipeline() if job.mode == checks.IMAGE_MODE else lora_pipe
         if self.spec.two_stage is not None:
             if stage.lora:
                 lora_pipe.enable_lora()
@@ -462,7 +435,7 @@ class LTX2TextToVideo(Adapter):
         if self._image_pipe is None:
             from diffusers import LTX2ImageToVideoPipeline
 
-            self._image_pipe = pipeline_over(LTX2ImageToVideoPipeline, self._pipe())
+            self._image_pipe = pipeline_over(LTX2ImageToVideoPipeline, self.loaded_pipe())
         return self._image_pipe
 
     def _scheduler(self, *, as_is: bool) -> Any:
@@ -480,7 +453,7 @@ class LTX2TextToVideo(Adapter):
 
         if not isinstance(latents, LTX2Latents):
             raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         generator = torch.Generator(self.device)
         generator.set_state(latents.generator_state)
         # 4. Decode the video.
@@ -488,8 +461,8 @@ class LTX2TextToVideo(Adapter):
         # 5. Decode the audio only when the job wants it.
         audio = self._decode_audio(latents.audio) if job.audio else None
         pipe.maybe_free_model_hooks()
-        synchronize(self.device)
-        return media_from_video(self.spec.id, job, video, audio)
+        self.synchronize()
+        return output.media_from_video(self.spec.id, job, video, audio)
 
     def _decode_video(self, latents: torch.Tensor, generator: torch.Generator, kwargs: dict[str, Any]) -> torch.Tensor:
         """Denormalised latents -> video (1, 3, F, H, W) in [-1, 1], as LTX2Pipeline decodes them."""
@@ -525,7 +498,7 @@ class LTX2TextToVideo(Adapter):
         with torch.no_grad():
             mel = audio_vae.decode(audio_latents, return_dict=False)[0]
             waveform = pipe.vocoder(mel.to(pipe.vocoder.dtype))
-        return audio_track(waveform, self.sample_rate)
+        return output.audio_track(waveform, self.sample_rate)
 
     # ------------------------------------------------------------------------------------------ prompt
 
@@ -543,7 +516,7 @@ class LTX2TextToVideo(Adapter):
         from the library that runs the model so the prompt and the template that formats it change together."""
         from diffusers.pipelines.ltx2.utils import I2V_DEFAULT_SYSTEM_PROMPT, T2V_DEFAULT_SYSTEM_PROMPT
 
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         if getattr(pipe, "processor", None) is None:
             raise PromptExtendError(f"{self.spec.id} has no processor: its text encoder cannot enhance prompts")
         conditioning = {"image": image} if image is not None else {}
@@ -562,30 +535,18 @@ class LTX2TextToVideo(Adapter):
     def prompt_tokens(self, job: ResolvedJob) -> PromptTokens:
         """The job's prompt against Gemma-3's limit, stripped and tokenized as ``LTX2Pipeline`` encodes it."""
         limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
-        return count_prompt_tokens(self._pipe().tokenizer, job.prompt.strip(), limit)
+        return checks.count_prompt_tokens(self.loaded_pipe().tokenizer, job.prompt.strip(), limit)
 
     # ------------------------------------------------------------------------------------------ memory
 
-    def memory_bytes(self) -> int:
-        """Parameter and buffer bytes held by this model (the upsampler and the LoRA included)."""
-        if self.pipe is None:
-            return 0
-        extra = [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
-        return module_bytes(self.pipe, *extra)
+    def held_modules(self) -> list[Any]:
+        """The two-stage recipe's upsampler (the distilled LoRA is on the pipeline)."""
+        return [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
 
-    def unload(self) -> None:
-        if self.pipe is not None and self.profile.offload != "none":
-            self.pipe.remove_all_hooks()
-        self.pipe = None
+    def release(self) -> None:
         self.upsample_pipe = None
         self._image_pipe = None
         self._schedulers.clear()
-        free_device_memory(self.device)
-
-    def _pipe(self) -> Any:
-        if self.pipe is None:
-            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
-        return self.pipe
 
 
 def _call_default(pipe: Any, name: str) -> Any:

@@ -1,7 +1,8 @@
 """Wan text-to-video (diffusers ``WanPipeline``): Wan 2.1 T2V 1.3B/14B and Wan 2.2 T2V-A14B (two experts).
 
-Read top to bottom: ``load`` once, then per job ``denoise`` (check_inputs -> scheduler -> negative prompt ->
-diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
+Read top to bottom: ``load`` once (``pipelines.runtime.diffusers_adapter``'s template over ``WanPipeline``), then
+per job ``denoise`` (check_inputs -> scheduler -> negative prompt -> diffusion loop) and ``decode`` (VAE).
+Wan-specific facts handled here:
 - the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (UniPC calls it ``flow_shift``,
   flow-match Euler ``shift``), and so does its ``sampler``: the checkpoints ship UniPC at solver order 2 with
   its corrector, which the standard recipes keep; the step-distilled recipes (lightx2v's 4-step LoRAs) sample
@@ -18,35 +19,21 @@ diffusion loop) and ``decode`` (VAE). Wan-specific facts handled here:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from foundation.core.contract import PromptTokens
 from foundation.core.errors import ErrorCode, JobError, is_out_of_memory
 from foundation.core.media import Media, StepCallback
 from pipelines.errors import PromptExtendError
 from pipelines.families.system_prompts import wan_system_prompt
-from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime import checks, output
+from pipelines.runtime.adapter import Latents
+from pipelines.runtime.diffusers_adapter import DiffusersAdapter
+from pipelines.runtime.lora import apply_lora
 from pipelines.runtime.options import FAMILY_OPTIONS
-from pipelines.runtime.profile import (
-    apply_cache,
-    apply_lora,
-    apply_profile,
-    check_job_shape,
-    count_prompt_tokens,
-    free_device_memory,
-    load_dtypes,
-    load_variant_loras,
-    media_from_video,
-    module_bytes,
-    pipeline_options,
-    quiet_progress_bars,
-    runtime_profile,
-    synchronize,
-)
+from pipelines.runtime.profile import apply_cache
 from pipelines.runtime.prompt_extend import ChatLLM, finish_extension
-from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.resume import Checkpoints, DenoiseSession, job_fingerprint
 
 if TYPE_CHECKING:
@@ -58,27 +45,13 @@ if TYPE_CHECKING:
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.previews import Previews
 
-__all__ = ["LoraSource", "WanLatents", "WanTextToVideo", "variant_lora_files"]
+__all__ = ["WanLatents", "WanTextToVideo"]
 
 DEFAULT_MAX_SEQUENCE_LENGTH = 512  # UMT5 context used by every Wan checkpoint
 # The denoising loop's version in checkpoint fingerprints (Wan and Wan image-to-video share the loop): bump it
 # with any change to ``_denoise_with`` that changes what a checkpoint holds or how it is restored, so workers
 # of another version start such jobs over instead of restoring them wrongly (``pipelines.runtime.resume``).
 LOOP_VERSION = 1
-
-
-# Puts the variants' LoRAs on a pipeline, all switched off: the files in production (``variant_lora_files``),
-# random ones of the published ranks at full size (``pipelines.simulation.random_pipelines``).
-LoraSource = Callable[[Any], None]
-
-
-def variant_lora_files(spec: ModelSpec, runtime: ModelRuntimeSettings) -> LoraSource:
-    """The production ``LoraSource``: every variant's LoRA file (``load_variant_loras``)."""
-
-    def load(pipe: Any) -> None:
-        load_variant_loras(pipe, spec, runtime)
-
-    return load
 
 
 def skipped_wan_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -109,7 +82,7 @@ class WanLatents(Latents):
     video: torch.Tensor
 
 
-class WanTextToVideo(Adapter):
+class WanTextToVideo(DiffusersAdapter):
     """A loaded Wan pipeline. Not thread-safe: one GPU loop calls ``denoise`` and ``decode``."""
 
     # Variant options (``pipeline_kwargs``), one table with the catalog's check at load: ``boundary_ratio``
@@ -127,12 +100,7 @@ class WanTextToVideo(Adapter):
         dtype: str,
         profile: RuntimeProfile | None = None,
     ) -> None:
-        self.spec = spec
-        self.runtime = runtime
-        self.profile = profile or spec.runtime
-        self.pipe = pipe
-        self.device = device
-        self.dtype = dtype
+        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
         self._base_scheduler_config = dict(pipe.scheduler.config)
         self._scheduler_key: tuple[Any, ...] | None = None  # (shift, sampler, steps) the scheduler was built for
         self._negative: tuple[tuple[str, int], torch.Tensor] | None = None
@@ -140,39 +108,12 @@ class WanTextToVideo(Adapter):
         self._llm_error: str | None = None  # a chat LLM that failed to load is not retried on every job
 
     @classmethod
-    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanTextToVideo:
+    def pipeline_class(cls, spec: ModelSpec) -> Any:
+        """``WanPipeline``; the profile keeps the VAE in float32 while the transformers and UMT5 run in bf16
+        (official ``WanVAE(dtype=torch.float)``; diffusers' Wan docs). The variants' LoRAs are loaded switched off."""
         from diffusers import WanPipeline
 
-        quiet_progress_bars()
-        profile = runtime_profile(spec, runtime)
-        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        # Component dtypes from the profile: the shipped Wan profiles keep the VAE in float32 while the
-        # transformers and UMT5 run in bf16 (official WanVAE(dtype=torch.float); diffusers' Wan docs).
-        pipe = WanPipeline.from_pretrained(
-            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
-        )
-        return cls.assemble(
-            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=variant_lora_files(spec, runtime)
-        )
-
-    @classmethod
-    def assemble(
-        cls,
-        spec: ModelSpec,
-        runtime: ModelRuntimeSettings,
-        pipe: Any,
-        *,
-        device: str,
-        dtype: str,
-        profile: RuntimeProfile,
-        loras: LoraSource,
-    ) -> Self:
-        """Everything ``load`` does after ``from_pretrained``, on a pipeline from anywhere: the variants' LoRAs
-        from ``loras`` (the files in production, random ones of the same ranks for the full-size simulation and
-        the bench), the runtime profile, the constructor. One path, so what is measured is what serves."""
-        loras(pipe)  # before the profile: FP8 casting and compile see the LoRA layers
-        apply_profile(pipe, profile, device, denoisers=["transformer", "transformer_2"])
-        return cls(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+        return WanPipeline
 
     # ------------------------------------------------------------------------------------------ denoise
 
@@ -180,7 +121,7 @@ class WanTextToVideo(Adapter):
     resumable = True
     previewable = True
 
-    def denoise(
+    def run_denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,
@@ -191,7 +132,7 @@ class WanTextToVideo(Adapter):
     ) -> WanLatents:
         if image is not None:  # the worker hands images to image_to_video adapters only (WanImageToVideo)
             raise ValueError(f"{self.spec.id} generates from text; it takes no input image")
-        return self._denoise_with(self._pipe(), job, on_step, checkpoints, previews)
+        return self._denoise_with(self.loaded_pipe(), job, on_step, checkpoints, previews)
 
     def _denoise_with(
         self,
@@ -210,7 +151,7 @@ class WanTextToVideo(Adapter):
         self._check_inputs(job)
         apply_cache([m for m in (pipe.transformer, pipe.transformer_2) if m is not None], job.cache)
         apply_lora(self.pipe, job)  # the variant's LoRA on, or every LoRA off (the modules are shared)
-        kwargs = pipeline_options(self.spec.id, job, self.options)
+        kwargs = checks.pipeline_options(self.spec.id, job, self.options)
         max_sequence_length = int(kwargs.pop("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
         # 2. Scheduler (shift and solver) and, for two-expert checkpoints, where the experts switch.
         self._set_scheduler(job)
@@ -255,14 +196,14 @@ class WanTextToVideo(Adapter):
                 **conditioning,
                 **kwargs,
             ).frames
-        synchronize(self.device)
+        self.synchronize()
         return WanLatents(latents, resumed_from_step=session.resume_step or None)
 
     def _check_inputs(self, job: ResolvedJob) -> None:
         pipe = self.pipe
         patch = (pipe.transformer or pipe.transformer_2).config.patch_size
         spatial = pipe.vae_scale_factor_spatial * patch[1]
-        check_job_shape(self.spec.id, job, spatial=spatial, temporal=pipe.vae_scale_factor_temporal)
+        checks.check_job_shape(self.spec.id, job, spatial=spatial, temporal=pipe.vae_scale_factor_temporal)
 
     def _set_scheduler(self, job: ResolvedJob) -> None:
         """Rebuild the scheduler from the shipped config with the variant's shift and solver (cheap; only on change).
@@ -346,7 +287,7 @@ class WanTextToVideo(Adapter):
 
         if not isinstance(latents, WanLatents):
             raise JobError(ErrorCode.internal_error, f"{self.spec.id} cannot decode {type(latents).__name__}")
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         vae = pipe.vae
         denoised = latents.video.to(get_module_execution_device(vae), dtype=vae.dtype)
         shape = (1, vae.config.z_dim, 1, 1, 1)
@@ -355,8 +296,8 @@ class WanTextToVideo(Adapter):
         with torch.no_grad():
             video: torch.Tensor = vae.decode(denoised * std + mean, return_dict=False)[0]
         pipe.maybe_free_model_hooks()  # with model offload: the VAE goes back to the CPU
-        synchronize(self.device)
-        return media_from_video(self.spec.id, job, video)
+        self.synchronize()
+        return output.media_from_video(self.spec.id, job, video)
 
     # ------------------------------------------------------------------------------------------ prompt
 
@@ -402,26 +343,16 @@ class WanTextToVideo(Adapter):
         from diffusers.pipelines.wan.pipeline_wan import prompt_clean
 
         limit = int(job.pipeline_kwargs.get("max_sequence_length", DEFAULT_MAX_SEQUENCE_LENGTH))
-        return count_prompt_tokens(self._pipe().tokenizer, prompt_clean(job.prompt), limit)
+        return checks.count_prompt_tokens(self.loaded_pipe().tokenizer, prompt_clean(job.prompt), limit)
 
     # ------------------------------------------------------------------------------------------ memory
 
-    def memory_bytes(self) -> int:
-        """Parameter and buffer bytes held by this model (the chat LLM included once loaded)."""
-        extra = [self._llm.model] if self._llm is not None and self._llm.model is not None else []
-        return module_bytes(self.pipe, *extra) if self.pipe is not None else 0
+    def held_modules(self) -> list[Any]:
+        """The chat LLM, once loaded: it is kept with the model and counted with it."""
+        return [self._llm.model] if self._llm is not None and self._llm.model is not None else []
 
-    def unload(self) -> None:
-        if self.pipe is not None and self.profile.offload != "none":
-            self.pipe.remove_all_hooks()
-        self.pipe = None
+    def release(self) -> None:
         self._negative = None
         if self._llm is not None:
             self._llm.unload()
             self._llm = None
-        free_device_memory(self.device)
-
-    def _pipe(self) -> Any:
-        if self.pipe is None:
-            raise JobError(ErrorCode.internal_error, f"{self.spec.id} was unloaded")
-        return self.pipe

@@ -20,10 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from foundation.core.errors import ErrorCode, JobError
-from pipelines.families.wan import WanLatents, WanTextToVideo, variant_lora_files
+from pipelines.families.wan import WanLatents, WanTextToVideo
+from pipelines.runtime.checks import check_image
 from pipelines.runtime.options import FAMILY_OPTIONS
-from pipelines.runtime.profile import check_image, load_dtypes, quiet_progress_bars, runtime_profile
-from pipelines.runtime.registry import hub_revision, resolve_weights
 from pipelines.runtime.sibling import pipeline_over
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
     from foundation.core.media import StepCallback
     from foundation.core.resolve import ResolvedJob
-    from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
 
@@ -49,23 +47,14 @@ class WanImageToVideo(WanTextToVideo):
         self._text_pipe: Any = None  # WanPipeline over the same modules, built on the first text_to_video job
 
     @classmethod
-    def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> WanImageToVideo:
+    def pipeline_class(cls, spec: ModelSpec) -> Any:
+        """``WanImageToVideoPipeline``; the CLIP image encoder, when the checkpoint has one, stays in the profile's
+        dtype for it (float32 in diffusers' Wan I2V example), like the VAE. The rest of loading is Wan's."""
         from diffusers import WanImageToVideoPipeline
 
-        quiet_progress_bars()
-        profile = runtime_profile(spec, runtime)
-        path = resolve_weights(spec.weights, runtime, tiny=spec.tiny)
-        # The CLIP image encoder, when the checkpoint has one, stays in the profile's dtype for it (float32 in
-        # diffusers' Wan I2V example), like the VAE.
-        pipe = WanImageToVideoPipeline.from_pretrained(
-            path, dtype=load_dtypes(profile, dtype), **hub_revision(spec.weights, path, spec.revision)
-        )
-        # The post-load steps are the text-to-video adapter's ``assemble`` (LoRAs, profile, constructor).
-        return cls.assemble(
-            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=variant_lora_files(spec, runtime)
-        )
+        return WanImageToVideoPipeline
 
-    def denoise(
+    def run_denoise(
         self,
         job: ResolvedJob,
         on_step: StepCallback,
@@ -74,7 +63,7 @@ class WanImageToVideo(WanTextToVideo):
         checkpoints: Checkpoints | None = None,
         previews: Previews | None = None,
     ) -> WanLatents:
-        pipe = self._pipe()
+        pipe = self.loaded_pipe()
         if check_image(self.spec.id, job, image) is None:
             return self._denoise_with(self._text_pipeline(pipe), job, on_step, checkpoints, previews)
         return self._denoise_with(pipe, job, on_step, checkpoints, previews, image=image)
@@ -90,6 +79,6 @@ class WanImageToVideo(WanTextToVideo):
             self._text_pipe = pipeline_over(WanPipeline, pipe)
         return self._text_pipe
 
-    def unload(self) -> None:
+    def release(self) -> None:
         self._text_pipe = None
-        super().unload()
+        super().release()

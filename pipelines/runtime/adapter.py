@@ -16,9 +16,12 @@ stored checkpoint when its fingerprint matches, setting ``resumed_from_step`` on
 A ``previewable`` adapter (the same ones) also takes ``previews=`` (``pipelines.runtime.previews.Previews``):
 it renders a live preview of its latents from the step callback whenever one is due.
 
-Every family subclasses ``Adapter``: the protocol declares everything the worker reads of a loaded model
-(``device``, ``profile``, ``pipe``, ``resumable``, ``prompt_tokens``), with defaults where a family has
-nothing to say, so no caller reaches past it. ``pipelines.runtime.registry`` loads only such subclasses.
+Every family subclasses ``Adapter``: the base declares everything the worker reads of a loaded model
+(``device``, ``profile``, ``resumable``, ``previewable``, ``prompt_tokens``), with defaults where a family has
+nothing to say, so no caller reaches past it; ``pipelines.runtime.registry`` loads only such subclasses. What the
+model layer measured while denoising (the denoisers' FLOPs, graphs compiled) comes back in the latents'
+``stats``, so the worker never reaches into the model's pipeline. Families on a diffusers pipeline subclass
+``pipelines.runtime.diffusers_adapter.DiffusersAdapter``, which fills most of this in.
 
 ``decode`` may be called again on the same latents (after an out-of-memory retry, possibly on a freshly
 loaded adapter of the same model) and returns the same media: latents carry everything decoding needs.
@@ -26,8 +29,9 @@ loaded adapter of the same model) and returns the same media: latents carry ever
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -37,10 +41,20 @@ if TYPE_CHECKING:
     from foundation.core.media import Media, StepCallback
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
+    from pipelines.runtime.flops import DenoiseFlops
     from pipelines.runtime.previews import Previews
     from pipelines.runtime.resume import Checkpoints
 
-__all__ = ["Adapter", "Latents", "generate"]
+__all__ = ["Adapter", "DenoiseStats", "Latents", "generate"]
+
+
+@dataclass(frozen=True)
+class DenoiseStats:
+    """What the model layer measured during one ``denoise``: its denoisers' calls (``flops``; None for a model
+    that records none) and the graphs compiled during it (a compiled model whose warm-up missed a shape)."""
+
+    flops: DenoiseFlops | None = None
+    compiled_graphs: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,12 +62,15 @@ class Latents:
     """The denoised state of one job, opaque to the worker; each family subclasses it (``WanLatents``).
 
     ``resumed_from_step``: the step a resumable adapter restored from a checkpoint (None: ran from step 0).
+    ``stats``: what the model layer measured while denoising (the worker reports it; empty by default).
     """
 
     resumed_from_step: int | None = field(default=None, kw_only=True)
+    # A plain (immutable) default, so it is a class attribute too: a subclass with its own ``__init__`` has it.
+    stats: DenoiseStats = field(default=DenoiseStats(), kw_only=True)
 
 
-class Adapter(Protocol):
+class Adapter(ABC):
     """A loaded model family. ``load`` once, then ``denoise`` + ``decode`` per job (deterministic per seed)."""
 
     spec: ModelSpec
@@ -63,10 +80,8 @@ class Adapter(Protocol):
     # Where the model runs ("cuda", "cuda:1", "cpu"): the worker reads GPU memory and FLOPs of it.
     device: str
     # The runtime profile the model was loaded under (the catalog's, with the worker's overrides): the
-    # worker warms up ``compile`` models before it reports ready and counts graphs compiled inside jobs.
+    # worker warms up ``compile`` models before it reports ready.
     profile: RuntimeProfile
-    # The diffusers pipeline whose denoisers' FLOPs the worker counts (MFU); None for a model not built on one.
-    pipe: Any = None
     # Whether ``denoise`` takes ``checkpoints=`` (resumable denoising, ``pipelines.runtime.resume``).
     resumable: bool = False
     # Whether ``denoise`` takes ``previews=`` (live previews of the latents, ``pipelines.runtime.previews``).
@@ -78,8 +93,10 @@ class Adapter(Protocol):
         return None
 
     @classmethod
+    @abstractmethod
     def load(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, *, device: str, dtype: str) -> Adapter: ...
 
+    @abstractmethod
     def denoise(
         self,
         job: ResolvedJob,
@@ -98,10 +115,12 @@ class Adapter(Protocol):
         """
         ...
 
+    @abstractmethod
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         """Decode what ``denoise`` returned for ``job`` into frames (and audio when the job asks for it)."""
         ...
 
+    @abstractmethod
     def extend_prompt(
         self, prompt: str, *, max_new_tokens: int, timeout_s: float, seed: int, image: Image | None = None
     ) -> str:
@@ -111,10 +130,12 @@ class Adapter(Protocol):
         it; passed only to jobs that have one, like ``denoise``'s."""
         ...
 
+    @abstractmethod
     def memory_bytes(self) -> int:
         """Bytes of weights and buffers this model holds now (0 once unloaded); the cache sizes models by it."""
         ...
 
+    @abstractmethod
     def unload(self) -> None:
         """Free the model's memory (host and device)."""
         ...

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipelines.runtime.context_parallel import load_across_gpus
-from pipelines.runtime.profile import free_device_memory
+from pipelines.runtime.memory import free_device_memory
 from pipelines.runtime.registry import load_adapter, resolve_device
 
 if TYPE_CHECKING:

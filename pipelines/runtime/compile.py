@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ DENOISERS = ("transformer", "transformer_2")
 # fewer than tiny LTX-2 alone needs (two modes, two stages, the LoRA on and off), and under fullgraph a model over
 # the limit fails its job (its warm-up, here: FailOnRecompileLimitHit).
 RECOMPILE_LIMIT = 64
+# Each compiled denoiser's block forwards, kept beside the module (weakly: they go with it) rather than stamped on it.
+_COMPILED_FORWARDS: weakref.WeakKeyDictionary[Any, list[_CompiledForward]] = weakref.WeakKeyDictionary()
 
 
 def compiled_graphs() -> int:
@@ -102,13 +105,14 @@ def compile_blocks(models: list[Any]) -> None:
         for block in blocks:
             block.forward = _CompiledForward(block.forward)
             forwards.append(block.forward)
-        model._genworker_compiled_forwards = forwards  # what ``_to_eager`` switches off, wherever hooks hold them
+        _COMPILED_FORWARDS[model] = forwards  # what ``_to_eager`` switches off, wherever hooks hold them
 
 
 def _to_eager(pipe: Any) -> None:
     """Every compiled block forward of the denoisers back to eager."""
     for name in DENOISERS:
-        for forward in getattr(getattr(pipe, name, None), "_genworker_compiled_forwards", ()):
+        model = getattr(pipe, name, None)
+        for forward in _COMPILED_FORWARDS.get(model, ()) if model is not None else ():
             forward.eager = True
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from foundation.core.errors import JobError, is_out_of_memory
 from pipelines.errors import FollowerStopped, ModelLoadError, ParallelSetupError
 from pipelines.runtime.adapter import Adapter
+from pipelines.runtime.diffusers_adapter import DiffusersAdapter
 from pipelines.runtime.registry import load_adapter
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def parallelize(adapter: Adapter, spec: ModelSpec) -> ParallelAdapter:
     with group.lock:
         if group.rank == 0:
             _send(group, _Order("load", model=spec.id))
-        pipe = adapter.pipe
+        pipe = _pipeline_of(adapter)
         try:
             for name in _DENOISERS:
                 if (model := getattr(pipe, name, None)) is not None:
@@ -164,6 +165,11 @@ def parallelize(adapter: Adapter, spec: ModelSpec) -> ParallelAdapter:
             adapter.unload()  # the same error on every rank (same model, same config): each frees its copy
             raise
     return ParallelAdapter(adapter, group)
+
+
+def _pipeline_of(adapter: Adapter) -> Any:
+    """A diffusers adapter's pipeline, whose denoisers are made context parallel; None for any other model."""
+    return adapter.pipe if isinstance(adapter, DiffusersAdapter) else None
 
 
 class ParallelAdapter(Adapter):
@@ -177,10 +183,10 @@ class ParallelAdapter(Adapter):
         self.inner = inner
         self._group = group
         self.spec: ModelSpec = inner.spec
-        self.options = inner.options
+        self.options = inner.options  # type: ignore[misc]  # per instance: the wrapped family's options
         self.device = inner.device
         self.profile = inner.profile
-        self.pipe = inner.pipe
+        self.pipe = _pipeline_of(inner)  # what the compile warm-up falls back to eager on
         self.previewable = inner.previewable  # rank 0 previews its own latents; the followers send none
 
     @classmethod

@@ -114,7 +114,7 @@ class ChatLLM:
     ) -> ChatLLM:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from pipelines.runtime.profile import torch_dtype
+        from pipelines.runtime.dtypes import torch_dtype
         from pipelines.runtime.registry import hub_revision, resolve_weights
 
         path = resolve_weights(ref, runtime, tiny=tiny)

@@ -18,7 +18,7 @@ import importlib
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from foundation.core.errors import JobError, is_out_of_memory
 from pipelines.errors import ModelLoadError
@@ -55,9 +55,9 @@ def adapter_class(path: str) -> type[Adapter]:
     cls = vars(module).get(class_name)
     if not isinstance(cls, type):
         raise ModelLoadError(f"adapter {path!r}: module {module_name!r} has no class {class_name!r}")
-    if Adapter not in cls.__mro__:  # the protocol's defaults come with the subclassing (pipelines.runtime.adapter)
+    if not issubclass(cls, Adapter):  # the base's defaults come with the subclassing (pipelines.runtime.adapter)
         raise ModelLoadError(f"adapter {path!r}: class {class_name!r} does not subclass {_ADAPTER}")
-    return cast("type[Adapter]", cls)
+    return cls
 
 
 def resolve_weights(ref: str, runtime: ModelRuntimeSettings, *, tiny: bool) -> str:

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from foundation.core.errors import GenworkerError, is_out_of_memory
+from foundation.core.errors import GenworkerError, Signal, is_out_of_memory
 from pipelines.errors import CheckpointCorrupt, CheckpointMismatch, UnsupportedState
 
 if TYPE_CHECKING:
@@ -331,7 +331,7 @@ class DenoiseSession:
         except CheckpointCorrupt:
             raise
         except Exception as e:
-            if not self._unconfirmed or isinstance(e, GenworkerError) or is_out_of_memory(e):
+            if not self._unconfirmed or isinstance(e, GenworkerError | Signal) or is_out_of_memory(e):
                 raise
             raise CheckpointMismatch(
                 f"resuming from step {self.resume_step} failed at step {self.done + 1}: {type(e).__name__}: {e}"

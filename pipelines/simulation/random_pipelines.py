@@ -2,8 +2,9 @@
 
 For measuring where no checkpoint is at hand: the GPU bench (``scripts/bench_gpu.py --random-weights``) and the
 full-size simulation on CPU (``pipelines.simulation.simulate``). Each family adapter's ``load`` is
-``from_pretrained`` + the adapter's ``assemble`` (variant LoRAs, the runtime profile, LTX-2's upsampler and
-two-stage setup, HunyuanVideo 1.5's attention processor, the constructor). Here the diffusers pipeline is built
+``from_pretrained`` + the adapter's ``assemble`` (``pipelines.runtime.diffusers_adapter``: variant LoRAs, the family's
+``prepare``, the runtime profile, the constructor, the family's ``attach``: LTX-2's upsampler and two-stage setup,
+HunyuanVideo 1.5's attention processor). Here the diffusers pipeline is built
 from ``pipelines.planning.random_weights`` components instead of read from a checkpoint, and the same
 ``assemble`` takes it: only the LoRA source differs (random LoRAs of the published ranks, made where the model
 lives, stand in for the files). Every ``denoise`` and ``decode`` afterwards is the production code.
@@ -23,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.planning.memory_plan import LORA_RANK
 from pipelines.planning.random_weights import add_random_lora, arch_entries, build_random, shrink
-from pipelines.runtime.profile import lora_adapter_name, quiet_progress_bars, runtime_profile
+from pipelines.runtime.lora import lora_adapter_name
+from pipelines.runtime.profile import quiet_progress_bars, runtime_profile
 
 if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec, RuntimeProfile
-    from pipelines.families.wan import LoraSource
+    from pipelines.runtime.lora import LoraSource
 
 __all__ = ["RandomModel", "random_adapter", "random_variant_loras"]
 
@@ -120,18 +122,19 @@ def _assemble(
         from pipelines.families.ltx2 import LORA_ADAPTER, LTX2TextToVideo
 
         pipe = _ltx2_pipeline(parts)
-        two_stage = None
+        lora, extra = None, {}
         if spec.two_stage is not None:  # the distilled LoRA at its published rank, in place of its file
-            two_stage = (parts["latent_upsampler"], _random_lora(LORA_ADAPTER, LORA_RANK, fake=fake))
+            lora = _random_lora(LORA_ADAPTER, LORA_RANK, fake=fake)
+            extra = {"latent_upsampler": parts["latent_upsampler"]}
         adapter = LTX2TextToVideo.assemble(
-            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, two_stage=two_stage
+            spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=lora, parts=extra
         )
         return adapter, ["transformer"], TEXT_ENCODERS["ltx2"]
     from pipelines.families.generic import DiffusersTextToVideo
 
     assert spec.diffusers is not None
     pipe = _generic_pipeline(spec, parts)
-    adapter = DiffusersTextToVideo.assemble(spec, runtime, pipe, device=device, profile=profile)
+    adapter = DiffusersTextToVideo.assemble(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
     encoders: list[str] = [n for n in ("text_encoder", "text_encoder_2") if n in parts]
     return adapter, list(spec.diffusers.denoisers), encoders
 

@@ -143,6 +143,7 @@ def simulate_model(spec: ModelSpec, jobs: list[SimJob], *, decode: bool = True) 
     except Exception as e:  # kept broad: the report says what failed, the sweep goes on
         return [JobResult(job, error=f"build: {type(e).__name__}: {e}") for job in jobs]
     adapter = model.adapter
+    adapter.records_flops = False  # the recorder below counts the ops; the adapter's meta copies would add to them
     before = _dtypes(adapter.pipe)
     params = sum(t.numel() for t in _unique(adapter.pipe, parameters=True))
     weights = sum(t.numel() * t.element_size() for t in _unique(adapter.pipe, parameters=False))

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from api.keys import Scope, SqliteKeyStore
+from api.api_keys import Scope, SqliteKeyStore
 from api.playground.page import STATIC_DIR
 from api.playground.session import COOKIE_NAME, SessionSigner
 from foundation.settings import Settings

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import uvicorn
 
+from api.api_keys import KeyStore, Scope, SqliteKeyStore
 from api.app import create_app
-from api.keys import KeyStore, Scope, SqliteKeyStore
 from api.limits import MemoryLimiter
 from api.server import artifacts_app_for
 from foundation.core.catalog import Catalog, load_catalog

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from api.api_keys import SqliteKeyStore
 from api.app import create_app
-from api.keys import SqliteKeyStore
 from foundation.core.catalog import load_catalog
 from foundation.queue.factory import open_queue
 from foundation.settings import Settings, settings_env

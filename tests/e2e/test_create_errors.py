@@ -110,14 +110,14 @@ class Provoker:
             thread.join(timeout=15)
 
     def images_busy(self) -> httpx.Response:
-        """One image fetch holds the API's one image slot; the next create waits past ``image_wait_s``."""
+        """One image fetch holds the project's one fetch slot; its next fetch waits past ``image_wait_s``."""
         held = i2v_body(image_url=self.images.url("/hold.png"))
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(self.post, held)
             try:
                 while "/hold.png" not in self.images.hits:
                     threading.Event().wait(0.02)
-                return self.post(i2v_body(image=data_uri(png(8))))
+                return self.post(held)
             finally:
                 self.hold.set()
                 first.result()

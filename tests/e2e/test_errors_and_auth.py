@@ -4,6 +4,7 @@ No 422 anywhere, no stack trace anywhere."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -224,16 +225,26 @@ def test_queue_outage_is_503_and_recovers(redis_factory, tmp_path: Path) -> None
         s.stop()
 
 
-def test_unexpected_failure_is_a_generic_500_without_a_trace(fresh_stack: Stack) -> None:
-    """A corrupted record in the queue's database: the client gets 500 ``internal_error`` and a
-    generic message; the details stay in the server log."""
+def test_unexpected_failure_is_a_generic_500_without_a_trace(
+    fresh_stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure no part of the service expects (the queue's database refuses a write with an error that is
+    neither "unavailable" nor a record it cannot read: a trigger someone left on its table): the client gets
+    500 ``internal_error`` and a generic message; the details stay in the server log."""
     import sqlite3
 
     with fresh_stack.client("alpha") as c:
         gid = c.post("/v1/generations", json=create_body()).json()["id"]
         with sqlite3.connect(fresh_stack.settings.queue.sqlite_path) as db:
-            assert db.execute("UPDATE jobs SET record = ? WHERE id = ?", ('{"id": 17, "broken', gid)).rowcount == 1
-        r = c.get(f"/v1/generations/{gid}")
+            db.execute(
+                "CREATE TRIGGER refuse_updates BEFORE UPDATE ON jobs "
+                "BEGIN SELECT RAISE(ABORT, 'secret detail of the refusal'); END"
+            )
+        r = c.post(f"/v1/generations/{gid}/cancel")
     error = assert_error(r, 500, "internal_error")
     assert error["message"] == "internal error"
-    assert "broken" not in r.text and "validation" not in r.text.lower()
+    assert "secret detail" not in r.text and "trigger" not in r.text.lower() and "Traceback" not in r.text
+    logged = [
+        rec.getMessage() for rec in caplog.records if rec.name == "genworker.api" and rec.levelno == logging.ERROR
+    ]
+    assert any("secret detail of the refusal" in message for message in logged)  # the operator's to read

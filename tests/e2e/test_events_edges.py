@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.keys import Scope
+from api.api_keys import Scope
 from tests.e2e.conftest import Stack, add_keys, assert_error, create_body, start_stack
 from tests.integration.worker_harness import redis_db_url
 

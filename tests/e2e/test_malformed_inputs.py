@@ -21,8 +21,8 @@ import httpx
 import pytest
 import redis
 
+from api.api_keys import RedisKeyStore, Scope, SqliteKeyStore
 from api.errors import InvalidProject
-from api.keys import RedisKeyStore, Scope, SqliteKeyStore
 from tests.e2e.conftest import Stack, add_keys, assert_error, create_body, start_stack
 
 READ_WRITE = [Scope.generations_read, Scope.generations_write]

@@ -30,8 +30,8 @@ import openai
 import pytest
 from PIL import Image
 
+from api.api_keys import SqliteKeyStore
 from api.app import create_app
-from api.keys import SqliteKeyStore
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import Artifact, Status
 from foundation.queue.base import Outcome

@@ -26,13 +26,13 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.api_keys import Scope, SqliteKeyStore
 from api.app import create_app
 from api.auth import KEY_CACHE_TTL_S, KeyCache
 from api.create import build_record
-from api.keys import Scope, SqliteKeyStore
 from api.routes.generations import CREATE_ROUTE, POLL_ROUTE
 from api.routes.models import MODELS_ROUTE
-from api.server import artifacts_app_for, open_async_limiter, open_limiter
+from api.server import artifacts_app_for, open_limiter
 from api.views import GenerationView, generation_view
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import ErrorInfo, GenerationRecord, Status, Usage, parse_create_request
@@ -112,7 +112,6 @@ def start_pair(
         "store": store,
         "catalog": load_catalog(),
         "keys": keys,
-        "limiter": open_limiter(settings),
         "artifacts_app": artifacts_app_for(store),
     }
     async_queue = open_async_queue(settings.queue, queue)
@@ -122,11 +121,16 @@ def start_pair(
         settings,
         **common,
         async_queue=async_queue,
-        async_limiter=open_async_limiter(settings),  # on Redis: the shared counter, awaited on the event loop
+        limiter=open_limiter(settings),  # on Redis: the shared counter, awaited on the event loop
         key_cache=key_cache,
     )
-    ref = create_app(
-        settings, **common, async_queue=OffloadedQueue(queue), key_cache=KeyCache(ttl_s=0), fast_path=False
+    ref = create_app(  # its own limiter: each app closes its own at shutdown
+        settings,
+        **common,
+        limiter=open_limiter(settings),
+        async_queue=OffloadedQueue(queue),
+        key_cache=KeyCache(ttl_s=0),
+        fast_path=False,
     )
     fast_url, fast_server, fast_thread = _serve(fast)
     ref_url, ref_server, ref_thread = _serve(ref)

@@ -34,8 +34,8 @@ __all__ = ["HangingWan", "InstantWan", "OomOnceWan", "OomWan", "RaisingWan", "Sl
 
 
 class _WrappedWan(Adapter):
-    """Delegates to the real tiny Wan adapter; subclasses change ``denoise``. Its ``pipe`` and
-    ``prompt_tokens`` keep the protocol's defaults: the worker counts no FLOPs or tokens of it."""
+    """Delegates to the real tiny Wan adapter; subclasses change ``denoise``. Its ``prompt_tokens`` keeps the
+    base's default: the worker counts no tokens of it (FLOPs come with the inner adapter's latents)."""
 
     options: ClassVar[frozenset[str]] = WanTextToVideo.options
 

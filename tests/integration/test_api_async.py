@@ -15,14 +15,15 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from api.auth import Authenticator
+from api.api_keys import Scope, SqliteKeyStore
+from api.auth import Authenticator, Principal
 from api.create import build_record
 from api.errors import ApiError
-from api.keys import Scope, SqliteKeyStore
-from api.limits import RATE_KEY_PREFIX, AsyncRedisLimiter, MemoryLimiter
+from api.limits import RATE_KEY_PREFIX, AsyncRedisLimiter
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import GenerationRecord, parse_create_request
 from foundation.queue import keys
+from foundation.queue.base import Polled
 from foundation.queue.config import QueueSettings
 from foundation.queue.errors import NotDurable
 from foundation.queue.factory import open_queue
@@ -109,10 +110,18 @@ def test_a_job_is_stored_alike_by_both_paths(redis_url: str) -> None:
         sync.close()
 
 
+async def _authorize_poll(
+    auth: Authenticator, key: str, job_id: str, queue: AsyncRedisQueue
+) -> tuple[Principal, Polled | None]:
+    """What the poll route does: the key authorized for reading (one hit of its window), then the poll."""
+    principal = await auth.authorize(key, Scope.generations_read)
+    return principal, await queue.poll(job_id)
+
+
 def test_an_authorized_poll_counts_its_hit_once_and_refuses_as_the_limiter(redis_url: str, tmp_path: Path) -> None:
-    """``Authenticator.authorize_poll`` on the asyncio Redis queue and limiter: the poll answers with the
-    job, each poll is one hit of the key's window (once, even on a server that lost its scripts), the
-    hit past the burst is 429, and a key without the scope is 403."""
+    """``Authenticator.authorize`` then a poll, as the poll route makes them, on the asyncio Redis queue and
+    limiter: the poll answers with the job, each poll is one hit of the key's window (once, even on a server
+    that lost its scripts), the hit past the burst is 429, and a key without the scope is 403."""
     keys_store = SqliteKeyStore(tmp_path / "keys.db")
     _, reader = keys_store.create("alpha", [Scope.generations_read])
     _, writer = keys_store.create("alpha", [Scope.generations_write])
@@ -123,25 +132,25 @@ def test_an_authorized_poll_counts_its_hit_once_and_refuses_as_the_limiter(redis
         queue = AsyncRedisQueue.open(QueueSettings(backend="redis", redis_url=redis_url, max_attempts=2), sync)
         assert queue is not None
         limiter = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url, decode_responses=True), rate_per_s=0.1, burst=4)
-        auth = Authenticator(keys_store, MemoryLimiter(1000, 1000), async_limiter=limiter)
+        auth = Authenticator(keys_store, limiter)
         try:
             job_id = (await queue.enqueue(_record(4))).record.id
-            principal, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            principal, polled = await _authorize_poll(auth, reader, job_id, queue)
             assert principal.project == "alpha" and polled is not None and polled.record.id == job_id
             assert polled.position == 0
             window_key = f"{RATE_KEY_PREFIX}:{limiter.item.key_for(principal.key_id)}"
             assert client.llen(window_key) == 1  # the hits in the window, as the limiter's scripts keep them
             client.script_flush()  # a restarted server: every script lost, the hit counted once
-            _, polled = await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            _, polled = await _authorize_poll(auth, reader, job_id, queue)
             assert polled is not None and polled.position == 0 and client.llen(window_key) == 2
-            _, missing = await auth.authorize_poll(reader, Scope.generations_read, "gen_unknown", queue)
+            _, missing = await _authorize_poll(auth, reader, "gen_unknown", queue)
             assert missing is None and client.llen(window_key) == 3  # no such job: the hit still counts
-            await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+            await _authorize_poll(auth, reader, job_id, queue)
             with pytest.raises(ApiError) as refused:  # 4 hits in the window: the 5th is refused
-                await auth.authorize_poll(reader, Scope.generations_read, job_id, queue)
+                await _authorize_poll(auth, reader, job_id, queue)
             assert refused.value.status == 429 and refused.value.headers["RateLimit-Remaining"] == "0"
             with pytest.raises(ApiError) as scope:
-                await auth.authorize_poll(writer, Scope.generations_read, job_id, queue)
+                await _authorize_poll(auth, writer, job_id, queue)
             assert scope.value.status == 403
         finally:
             auth.close()

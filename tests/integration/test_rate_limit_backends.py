@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision, RedisLimiter
+from api.limits import AsyncRedisLimiter, MemoryLimiter, RateDecision, RateLimiter, RedisLimiter
 
 RATE_PER_S, BURST = 0.1, 5
 WINDOW_S = 50  # burst / rate
@@ -29,13 +29,15 @@ def new_limiter(request: pytest.FixtureRequest, redis_url: str) -> Iterator[Call
     closers: list[Callable[[], None]] = []
 
     def make() -> Hit:
+        limiter: RateLimiter
         if request.param == "memory":
-            return MemoryLimiter(RATE_PER_S, BURST).hit
-        if request.param == "redis":
+            limiter = MemoryLimiter(RATE_PER_S, BURST)
+        elif request.param == "redis":
             client = redis.Redis.from_url(redis_url)
             closers.append(client.close)
-            return RedisLimiter(client, RATE_PER_S, BURST).hit
-        limiter = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url), RATE_PER_S, BURST)
+            limiter = RedisLimiter(client, RATE_PER_S, BURST)
+        else:
+            limiter = AsyncRedisLimiter(aioredis.Redis.from_url(redis_url), RATE_PER_S, BURST)
         closers.append(lambda: loop.run_until_complete(limiter.aclose()))
         return lambda key_id: loop.run_until_complete(limiter.hit(key_id))
 
@@ -111,8 +113,8 @@ def test_all_backends_decide_alike(redis_url: str) -> None:
             await limiter.aclose()
 
     try:
-        from_memory = [_shape(memory.hit(k)) for k in keys]
-        from_redis = [_shape(sync.hit(f"sync-{k}")) for k in keys]
+        from_memory = [_shape(asyncio.run(memory.hit(k))) for k in keys]
+        from_redis = [_shape(asyncio.run(sync.hit(f"sync-{k}"))) for k in keys]
         from_async = asyncio.run(run_async())
     finally:
         client.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from api.keys import Scope, SqliteKeyStore
+from api.api_keys import Scope, SqliteKeyStore
 from foundation.core.catalog import load_catalog
 from foundation.queue.config import QueueSettings
 from foundation.queue.factory import open_queue

@@ -14,7 +14,8 @@ from foundation.core.catalog import CacheSpec, Catalog
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.profile import apply_cache, lora_adapter_name
+from pipelines.runtime.lora import lora_adapter_name
+from pipelines.runtime.profile import apply_cache
 from pipelines.tiny.parts import TINY_EXPERT_LORAS
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of

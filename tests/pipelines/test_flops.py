@@ -1,4 +1,4 @@
-"""FLOPs of denoising counted on meta copies of the real denoisers (``pipelines.planning.flops``): equal to what torch
+"""FLOPs of denoising counted on meta copies of the real denoisers (``pipelines.runtime.flops``): equal to what torch
 counts on the real run, not counting the calls a resume replays, and at Wan 2.1 14B 720p equal to the
 closed-form transformer count within 1 %."""
 
@@ -12,8 +12,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from foundation.core.catalog import Catalog
-from pipelines.planning.flops import DenoiseFlops, _meta_model, achieved, forward_flops, peak_tflops
+from pipelines.planning.mfu import achieved, peak_tflops
 from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.flops import DenoiseFlops, _meta_model, forward_flops
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import MemoryCheckpoints, StepLog
 
@@ -31,8 +32,11 @@ def test_meta_count_equals_torchs_count_of_the_real_run(
     job = make_job("tiny-wan", ratio="1:1", duration_seconds=1)
     flops = DenoiseFlops()
     with FlopCounterMode(display=False) as real, flops.recording(pipe):
-        adapter.denoise(job, StepLog())
+        latents = adapter.denoise(job, StepLog())
     assert flops.calls == job.steps * 2  # CFG: conditional and unconditional forwards
+    # The adapter records the same calls itself and returns them with the latents (what the worker reads).
+    reported = latents.stats.flops
+    assert reported is not None and reported.snapshot() == flops.snapshot()
     real_ops = {str(op): n for op, n in real.get_flop_counts()[type(pipe.transformer).__name__].items()}
     ((_, args, kwargs),) = flops._skeletons.values()  # one call shape
     with FlopCounterMode(display=False) as meta, torch.no_grad():
@@ -49,13 +53,11 @@ def test_steps_a_resume_replays_are_not_counted(model_cache: ModelCache, catalog
     adapter = model_cache.get(catalog.models["tiny-wan"])
     job = make_job("tiny-wan", ratio="1:1", duration_seconds=1)
     stored = MemoryCheckpoints(every=1)
-    adapter.denoise(job, StepLog(), checkpoints=stored)  # type: ignore[call-arg]
-    flops = DenoiseFlops()
-    with flops.recording(adapter.pipe):  # type: ignore[attr-defined]
-        resume = MemoryCheckpoints(every=10**6, resume_at=1, stored=stored.stored)
-        adapter.denoise(job, StepLog(), checkpoints=resume)  # type: ignore[call-arg]
+    adapter.denoise(job, StepLog(), checkpoints=stored)
+    resume = MemoryCheckpoints(every=10**6, resume_at=1, stored=stored.stored)
+    flops = adapter.denoise(job, StepLog(), checkpoints=resume).stats.flops
     assert resume.resumes == [(1, job.steps)]
-    assert flops.calls == (job.steps - 1) * 2
+    assert flops is not None and flops.calls == (job.steps - 1) * 2
 
 
 def test_wan14b_720p_matches_the_closed_form_count() -> None:

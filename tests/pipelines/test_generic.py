@@ -183,7 +183,12 @@ def test_the_pipeline_class_and_argument_names_are_checked_when_used(
     adapter = _adapter(model_cache, catalog, "tiny-hunyuan15")
     renamed = spec.diffusers.model_copy(update={"arguments": {"num_frames": "num_video_frames"}})
     other = DiffusersTextToVideo(
-        spec.model_copy(update={"diffusers": renamed}), tiny_runtime, adapter.pipe, device="cpu", profile=spec.runtime
+        spec.model_copy(update={"diffusers": renamed}),
+        tiny_runtime,
+        adapter.pipe,
+        device="cpu",
+        dtype="float32",
+        profile=spec.runtime,
     )
     with pytest.raises(JobError, match="takes no 'num_video_frames'"):
         other.denoise(make_job("tiny-hunyuan15"), StepLog())

@@ -10,7 +10,7 @@ import pytest
 
 from foundation.core.catalog import Catalog, LoraSpec, ModelSpec, VariantSpec
 from foundation.settings.models import ModelRuntimeSettings
-from pipelines.runtime.profile import load_variant_loras, lora_adapter_name
+from pipelines.runtime.lora import load_variant_loras, lora_adapter_name
 
 FOLDER = "lightx2v-style-loras"  # beside the tiny models, where a tiny entry's lora.weights resolves
 LORA = "with-diff.safetensors"

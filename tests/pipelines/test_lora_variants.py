@@ -14,7 +14,7 @@ from foundation.core.catalog import Catalog, LoraSpec, VariantSpec
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.profile import lora_adapter_name
+from pipelines.runtime.lora import lora_adapter_name
 from pipelines.runtime.registry import load_adapter
 from pipelines.tiny.parts import TINY_WAN_LORA
 from tests.pipelines.conftest import MakeJob
@@ -99,7 +99,7 @@ def test_variants_whose_lora_files_are_missing_here_are_named_without_loading(
     from huggingface_hub import constants
 
     from foundation.settings import load_settings
-    from pipelines.runtime.profile import variants_without_weights
+    from pipelines.runtime.lora import variants_without_weights
     from worker.context import unserved_variants
 
     both = catalog.models["tiny-wan-i2v-a14b"]  # one LoRA file per expert, both built with the model

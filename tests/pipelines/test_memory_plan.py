@@ -121,7 +121,8 @@ def test_the_fp8_storage_count_equals_the_bytes_of_a_cast_tiny_model(tiny_runtim
     import torch
     from diffusers import WanTransformer3DModel
 
-    from pipelines.runtime.profile import apply_fp8, module_bytes
+    from pipelines.runtime.memory import module_bytes
+    from pipelines.runtime.profile import apply_fp8
 
     folder = Path(tiny_runtime.tiny_models_dir) / "tiny-wan" / "transformer"
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))

@@ -17,7 +17,7 @@ from foundation.settings.models import ModelRuntimeSettings
 from pipelines.families.wan import WanLatents, WanTextToVideo
 from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
-from pipelines.runtime.profile import CHUNK_FRAMES
+from pipelines.runtime.output import CHUNK_FRAMES
 from tests.pipelines.conftest import MakeJob
 from tests.pipelines.helpers import StepLog, frames_of
 

@@ -31,7 +31,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from api.keys import Scope, SqliteKeyStore
+from api.api_keys import Scope, SqliteKeyStore
 from foundation.settings import settings_env
 from tests.e2e.conftest import free_port
 from tests.fixtures.image_server import ImageServer, Route, serve_images

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import redis
 
-from api.keys import RedisKeyStore, Scope, SqliteKeyStore
+from api.api_keys import RedisKeyStore, Scope, SqliteKeyStore
 from foundation.core.catalog import load_catalog
 from foundation.settings import settings_env
 from foundation.stores.config import StoreSettings

@@ -9,7 +9,7 @@ import pytest
 
 from api.create import build_record, check_idempotency_key, parse_body, request_hash
 from api.errors import ApiError
-from api.routes.generations import retry_after_s
+from api.views import retry_after_s
 from foundation.core.catalog import load_catalog
 from foundation.core.contract import Status, parse_create_request, utcnow
 from foundation.core.errors import ErrorCode, RequestRejected

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from api.keys import KEY_PREFIX, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, hash_key
+from api.api_keys import KEY_PREFIX, KeyStore, RedisKeyStore, Scope, SqliteKeyStore, hash_key
 from foundation.core.errors import BackendUnavailable
 
 

@@ -8,7 +8,7 @@ import threading
 import anyio
 import anyio.lowlevel
 
-from api.routes.models import REFRESH_S, CatalogBody
+from api.catalog_body import REFRESH_S, CatalogBody
 
 
 class SteppedClock:
@@ -24,8 +24,9 @@ def test_the_body_is_computed_once_per_refresh_however_many_ask_at_once() -> Non
     computed: list[int] = []
     release = threading.Event()
 
-    def compute() -> bytes:
-        release.wait(10)  # every caller arrives while the first computation is still running
+    async def compute() -> bytes:
+        # every caller arrives while the first computation is still running
+        await anyio.to_thread.run_sync(release.wait, 10)
         computed.append(len(computed))
         return b'{"data": [%d]}' % len(computed)
 

@@ -5,7 +5,6 @@ tests/pipelines/test_resume.py; the whole path with real workers in tests/integr
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import torch
@@ -18,16 +17,24 @@ from worker.logs import job_logger
 from worker.metrics import WorkerMetrics
 
 JOB = "gen_checkpoints"
+TICK = 2**-10  # the smallest step the tests take on their clock (about 1 ms)
 
 
 class _Drain:
+    """The worker's shutdown as the checkpoints see it, on a clock that moves only when the test says: the step
+    times, the cadence and the grace are then exact, however slowly this machine runs the test."""
+
     def __init__(self) -> None:
         self.draining = threading.Event()
         self.stop_now = threading.Event()
         self.deadline: float | None = None
+        self.now = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
     def clock(self) -> DrainClock:
-        return DrainClock(self.draining, self.stop_now, lambda: self.deadline)
+        return DrainClock(self.draining, self.stop_now, lambda: self.deadline, clock=lambda: self.now)
 
 
 def _checkpoints(
@@ -86,25 +93,33 @@ def test_cadence_by_steps_and_the_latest_checkpoint_wins(tmp_path: Path) -> None
 
 
 def test_cadence_by_time(tmp_path: Path) -> None:
-    checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=0.2), _Drain(), WorkerMetrics())
+    drain = _Drain()
+    checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=0.25), drain, WorkerMetrics())
+    drain.advance(0.25 - TICK)  # times in binary fractions: exact, so the boundaries are too
     assert not checkpoints.due(1, 10)
-    time.sleep(0.25)
-    assert checkpoints.due(2, 10)
+    drain.advance(TICK)
+    assert checkpoints.due(2, 10)  # every_s after the start
     checkpoints.save(_checkpoint(2))
+    drain.advance(0.25 - TICK)
     assert not checkpoints.due(3, 10)  # the clock restarts at each save
+    drain.advance(TICK)
+    assert checkpoints.due(4, 10)
     checkpoints.close()
 
 
 def test_a_drain_stops_a_job_that_cannot_finish_in_the_grace_and_not_one_that_can(tmp_path: Path) -> None:
     drain = _Drain()
     checkpoints, _ = _checkpoints(tmp_path, CheckpointPolicy(every_s=3600), drain, WorkerMetrics())
+    step_s = 1 / 64
     checkpoints.due(1, 100)
-    time.sleep(0.02)
-    assert not checkpoints.due(2, 100)  # ~20 ms a step; no drain: nothing due
+    drain.advance(step_s)
+    assert not checkpoints.due(2, 100)  # no drain: nothing due
     drain.draining.set()
-    drain.deadline = time.monotonic() + 60.0  # 98 steps x ~20 ms + 1 s margin fits 60 s
+    drain.advance(step_s)
+    drain.deadline = drain.now + 97 * step_s + 1.0  # 97 steps left + the 1 s margin: just fits
     assert not checkpoints.due(3, 100) and not checkpoints.stop_requested
-    drain.deadline = time.monotonic() + 1.5  # ~2 s + 1 s margin does not fit 1.5 s: checkpoint now and stop
+    drain.advance(step_s)
+    drain.deadline = drain.now + 96 * step_s + 1.0 - TICK  # a hair short: checkpoint now and stop
     assert checkpoints.due(4, 100) and checkpoints.stop_requested
     checkpoints.close()
 

@@ -59,10 +59,10 @@ WRONG_WAY = [
         "foundation.settings.models -> pipelines.errors",
     ),
     (
-        "pipelines/planning/flops.py",
+        "pipelines/runtime/flops.py",
         "from worker import metrics",
         "models (pipelines/)",
-        "pipelines.planning.flops -> worker.metrics",
+        "pipelines.runtime.flops -> worker.metrics",
     ),
     (
         "pipelines/runtime/resume.py",

@@ -25,8 +25,9 @@ from foundation.core.media import Media, StepCallback
 from foundation.core.resolve import ResolvedJob, resolve
 from foundation.settings import Settings
 from foundation.settings.models import ModelRuntimeSettings
-from pipelines.runtime.adapter import Adapter, Latents
+from pipelines.runtime.adapter import Adapter, DenoiseStats, Latents
 from pipelines.runtime.cache import ModelCache
+from pipelines.runtime.flops import DenoiseFlops
 from worker.generate import generate_once, prepare_job
 from worker.pipeline_run import RunHooks, run_pipeline
 
@@ -44,6 +45,7 @@ class RecordingAdapter(Adapter):
     images: ClassVar[list[tuple[str, object]]] = []  # (call, the image it was given)
     oom_left: ClassVar[dict[str, int]] = {}  # call name -> out-of-memory errors still to raise
     step_sleep_s: ClassVar[float] = 0.0
+    stats: ClassVar[DenoiseStats] = DenoiseStats()  # what its denoise reports having measured
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
@@ -62,7 +64,7 @@ class RecordingAdapter(Adapter):
         for done in range(1, job.steps + 1):
             time.sleep(self.step_sleep_s)
             on_step(done, job.steps)
-        return _FakeLatents(job.seed)
+        return _FakeLatents(job.seed, stats=self.stats)
 
     def decode(self, latents: Latents, job: ResolvedJob) -> Media:
         self._event("decode")
@@ -114,6 +116,9 @@ class Recorder(RunHooks):
     def out_of_memory(self, stage: Stage) -> None:
         self.calls.append(("oom", stage))
 
+    def compiled(self, model_id: str, graphs: int) -> None:
+        self.calls.append(("compiled", model_id, graphs))
+
 
 @pytest.fixture(autouse=True)
 def _fresh_adapter_state() -> Iterator[None]:
@@ -121,6 +126,7 @@ def _fresh_adapter_state() -> Iterator[None]:
     RecordingAdapter.images.clear()
     RecordingAdapter.oom_left.clear()
     RecordingAdapter.step_sleep_s = 0.0
+    RecordingAdapter.stats = DenoiseStats()
     yield
 
 
@@ -177,6 +183,21 @@ def test_stages_run_in_order_with_steps_inside_denoising(tmp_path: Path, cache: 
     assert rendered.gpu_seconds > 0
     frames = np.concatenate(list(rendered.media.chunks))
     assert frames.shape == (job.num_frames, job.gen_height, job.gen_width, 3) and (frames == 7).all()
+
+
+def test_what_the_model_measured_comes_from_the_denoise_result(tmp_path: Path, cache: ModelCache) -> None:
+    """FLOPs and graphs compiled inside the job are what ``denoise`` returned in ``Latents.stats``: the run reads
+    the result, never the adapter's pipeline (``tests/unit/test_worker_reads_no_pipe.py``)."""
+    spec, job = _job(_catalog_file(tmp_path))
+    hooks = Recorder()
+    assert run_pipeline(cache, spec, job, hooks).flops is None  # nothing measured: nothing reported
+    assert not [call for call in hooks.calls if call[0] == "compiled"]
+    flops = DenoiseFlops()
+    RecordingAdapter.stats = DenoiseStats(flops=flops, compiled_graphs=3)
+    hooks = Recorder()
+    rendered = run_pipeline(cache, spec, job, hooks)
+    assert rendered.flops is flops
+    assert [call for call in hooks.calls if call[0] == "compiled"] == [("compiled", "tiny-wan", 3)]
 
 
 def test_prompt_extension_is_its_own_stage_and_the_run_uses_the_new_prompt(tmp_path: Path, cache: ModelCache) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +14,7 @@ from foundation.core.contract import Stage, Status
 from foundation.core.errors import BackendUnavailable, ErrorCode, JobCanceled, JobError
 from foundation.queue.base import Claim
 from foundation.queue.sqlite.backend import SqliteQueue
+from foundation.queue.sqlite.clock import Clock
 from tests.integration.worker_harness import make_record
 from worker.errors import JobInterrupted, StaleClaim
 from worker.lease import LeaseKeeper
@@ -38,22 +38,65 @@ def claimed(queue: SqliteQueue, worker_id: str = "w1") -> Claim:
     return claim
 
 
-def test_held_leases_are_renewed_and_dropped_ones_lapse(queue: SqliteQueue) -> None:
-    claim = claimed(queue)
-    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None)
+class SteppedClock:
+    """A monotonic clock that moves only when the test says: the queue's lease times and the keeper's
+    deadlines read it, so no assertion depends on how fast a thread gets scheduled."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class CountedKeeper(LeaseKeeper):
+    """The real keeper on its real thread; each finished tick is counted, so a test waits for ticks."""
+
+    def __init__(self, queue: SqliteQueue, clock: SteppedClock) -> None:
+        super().__init__(queue, LEASE_S, hang_margin_s=60, on_hang=lambda reason: None, clock=clock)
+        self.ticks = 0
+        self._ticked = threading.Condition()
+
+    def tick(self) -> None:
+        super().tick()
+        with self._ticked:
+            self.ticks += 1
+            self._ticked.notify_all()
+
+    def wait_ticks(self, count: int) -> None:
+        """Until ``count`` more ticks have run in full (the first may have begun before the call)."""
+        with self._ticked:
+            target = self.ticks + count
+            assert self._ticked.wait_for(lambda: self.ticks >= target, timeout=30), "the keeper thread never ticked"
+
+
+def test_held_leases_are_renewed_and_dropped_ones_lapse(tmp_path: Path) -> None:
+    clock = SteppedClock()
+    queue = SqliteQueue(tmp_path / "queue.db", lease_ttl_s=LEASE_S, clock=Clock(monotonic=clock))
+    keeper = CountedKeeper(queue, clock)
     keeper.start()
     try:
+        claim = claimed(queue)
         lease = keeper.hold(claim, max_job_seconds=300)
-        time.sleep(2 * LEASE_S)
-        assert queue.reclaim_expired() == 0  # renewed all along
+        for _ in range(3):  # three steps of 2/3 of a lease: the first grant lapsed long ago
+            clock.advance(LEASE_S * 2 / 3)
+            keeper.wait_ticks(2)  # one whole tick after the step: the lease was renewed at this time
+            assert queue.reclaim_expired() == 0  # renewed all along
         assert not lease.stale.is_set()
         keeper.drop(lease)
-        time.sleep(2 * LEASE_S)
+        clock.advance(LEASE_S * 2 / 3)
+        keeper.wait_ticks(2)  # a keeper that still renewed a dropped lease would do it here
+        clock.advance(LEASE_S * 2 / 3)  # past the last renewal's lease, not past one made after the drop
         assert queue.reclaim_expired() == 1  # no longer renewed: re-queued
         record = queue.get(claim.job_id)
         assert record is not None and record.status is Status.queued
     finally:
         keeper.stop()
+        keeper.join()
+        queue.close()
 
 
 def test_a_renewal_refused_marks_the_lease_stale(queue: SqliteQueue) -> None:
@@ -68,9 +111,13 @@ def test_a_renewal_refused_marks_the_lease_stale(queue: SqliteQueue) -> None:
 def test_a_job_far_past_its_limit_is_given_up_and_reported(queue: SqliteQueue) -> None:
     claim = claimed(queue)
     reasons: list[str] = []
-    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=0, on_hang=reasons.append)
-    lease = keeper.hold(claim, max_job_seconds=0)
-    time.sleep(0.01)
+    clock = SteppedClock()
+    keeper = LeaseKeeper(queue, LEASE_S, hang_margin_s=5, on_hang=reasons.append, clock=clock)
+    lease = keeper.hold(claim, max_job_seconds=10)
+    clock.advance(15)  # at its limit plus the margin: still renewed
+    keeper.tick()
+    assert not lease.hung and reasons == []
+    clock.advance(0.001)  # past them: given up, its lease left to lapse
     keeper.tick()
     assert lease.hung and claim.job_id in reasons[0]
 
@@ -235,8 +282,8 @@ class FlakyRenewals(SqliteQueue):
     """A real SQLite queue whose ``renew`` raises for chosen jobs: the backend down for one key
     (``BackendUnavailable``) or a bug (anything else)."""
 
-    def __init__(self, path: Path, lease_ttl_s: float, failing: dict[str, Exception]) -> None:
-        super().__init__(path, lease_ttl_s=lease_ttl_s)
+    def __init__(self, path: Path, lease_ttl_s: float, failing: dict[str, Exception], clock: Clock) -> None:
+        super().__init__(path, lease_ttl_s=lease_ttl_s, clock=clock)
         self.failing = failing
 
     def renew(self, claim: Claim) -> bool:
@@ -248,16 +295,17 @@ class FlakyRenewals(SqliteQueue):
 def test_one_renewal_that_raises_does_not_skip_the_others(tmp_path: Path) -> None:
     lease_s = 0.6
     failing: dict[str, Exception] = {}
-    queue = FlakyRenewals(tmp_path / "queue.db", lease_s, failing)
+    clock = SteppedClock()
+    queue = FlakyRenewals(tmp_path / "queue.db", lease_s, failing, Clock(monotonic=clock))
     try:
         down, buggy, healthy = claimed(queue), claimed(queue), claimed(queue)
         failing[down.job_id] = BackendUnavailable("redis unavailable: TimeoutError")
         failing[buggy.job_id] = RuntimeError("a bug in one renewal")
-        keeper = LeaseKeeper(queue, lease_s, hang_margin_s=60, on_hang=lambda reason: None)
+        keeper = LeaseKeeper(queue, lease_s, hang_margin_s=60, on_hang=lambda reason: None, clock=clock)
         leases = [keeper.hold(c, max_job_seconds=300) for c in (down, buggy, healthy)]  # failing ones first
-        time.sleep(lease_s * 0.7)
+        clock.advance(lease_s * 0.7)
         keeper.tick()  # must not raise, and must renew ``healthy`` after the two that raise
-        time.sleep(lease_s * 0.7)  # past the first grant: only a renewed lease is still live
+        clock.advance(lease_s * 0.7)  # past the first grant: only a renewed lease is still live
         assert queue.reclaim_expired() == 2
         statuses = {c.job_id: queue.get(c.job_id).status for c in (down, buggy, healthy)}  # type: ignore[union-attr]
         assert statuses == {down.job_id: Status.queued, buggy.job_id: Status.queued, healthy.job_id: Status.running}

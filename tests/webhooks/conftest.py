@@ -4,6 +4,7 @@ through their worker calls, and settings with short backoffs."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -105,6 +106,46 @@ def start_receiver() -> Receiver:
     holder.append(Receiver(server))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return holder[0]
+
+
+class DeadReceivers:
+    """Listening sockets that accept every connection and never answer (nor read, nor close)."""
+
+    def __init__(self, count: int) -> None:
+        self.listeners = [socket.create_server(("127.0.0.1", 0), backlog=128) for _ in range(count)]
+        self.held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        for listener in self.listeners:
+            listener.settimeout(0.1)
+            threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.held.append(conn)
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{s.getsockname()[1]}/hook" for s in self.listeners]
+
+    def accepted(self) -> int:
+        with self._lock:
+            return len(self.held)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for conn in self.held:  # the sender's attempts end now instead of at their time limit
+                conn.close()
+        for listener in self.listeners:
+            listener.close()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 from cryptography.fernet import Fernet
 
-from api.keys import Scope, SqliteKeyStore
+from api.api_keys import Scope, SqliteKeyStore
 from api.webhooks.models import DeliveryState, EventType
 from api.webhooks.service import open_webhooks
 from api.webhooks.store import SqliteWebhookStore

@@ -5,14 +5,12 @@ create-and-cancel pairs (each cancel is one delivery per endpoint), pushed anoth
 from 0.18 s to 20.4 s, because the sender claimed 8 deliveries and waited for the slowest. Here the
 sender runs as the API runs it (a thread, the default settings: a 10 s attempt time limit, a 1 s poll),
 over a real queue and real loopback sockets, while the victim's jobs finish one every 0.25 s; each of its
-deliveries must arrive within 2 s of its event (p99).
+deliveries must arrive within 2 s of its event (every one of its 48: the maximum, not a percentile;
+the p99 over a larger sample is in test_backlog_fairness.py).
 """
 
 from __future__ import annotations
 
-import math
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -28,52 +26,12 @@ from foundation.queue.base import JobQueue
 from foundation.queue.factory import open_queue
 from foundation.settings import Settings
 from tests.integration.worker_harness import make_record
-from tests.webhooks.conftest import SERVER_KEY, Receiver, run_job
+from tests.webhooks.conftest import SERVER_KEY, DeadReceivers, Receiver, run_job
 
 DEAD_RECEIVERS = 20
 PAIRS_AT_START = 4
 VICTIM_JOBS = 24
-P99_BOUND_S = 2.0
-
-
-class DeadReceivers:
-    """Listening sockets that accept every connection and never answer (nor read, nor close)."""
-
-    def __init__(self, count: int) -> None:
-        self.listeners = [socket.create_server(("127.0.0.1", 0), backlog=128) for _ in range(count)]
-        self.held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        for listener in self.listeners:
-            listener.settimeout(0.1)
-            threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self.held.append(conn)
-
-    @property
-    def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{s.getsockname()[1]}/hook" for s in self.listeners]
-
-    def accepted(self) -> int:
-        with self._lock:
-            return len(self.held)
-
-    def close(self) -> None:
-        self._stop.set()
-        with self._lock:
-            for conn in self.held:  # the sender's attempts end now instead of at their time limit
-                conn.close()
-        for listener in self.listeners:
-            listener.close()
+BOUND_S = 2.0  # each delivery's, the slowest included
 
 
 @pytest.fixture
@@ -88,11 +46,6 @@ def _create_and_cancel(queue: JobQueue, catalog: Catalog, project: str) -> None:
     record = make_record(catalog, "tiny-wan").model_copy(update={"project": project})
     queue.enqueue(record)
     queue.cancel(record.id)
-
-
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
@@ -143,6 +96,6 @@ def test_hanging_receivers_of_one_project_do_not_delay_another(
     first = {r.webhook_id: r for r in reversed(receiver.received)}  # each delivery's first arrival
     latencies = [r.at - datetime.fromisoformat(r.payload["timestamp"]).timestamp() for r in first.values()]
     assert len(latencies) == 2 * VICTIM_JOBS
-    p99 = _p99(latencies)
-    print(f"alice, {DEAD_RECEIVERS} hanging receivers beside her: p99 {p99:.3f} s, max {max(latencies):.3f} s")
-    assert p99 <= P99_BOUND_S, sorted(round(x, 2) for x in latencies)
+    slowest = max(latencies)
+    print(f"alice, {DEAD_RECEIVERS} hanging receivers beside her: slowest of {len(latencies)} {slowest:.3f} s")
+    assert slowest <= BOUND_S, sorted(round(x, 2) for x in latencies)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from api.keys import Scope
+from api.api_keys import Scope
 from api.server import open_key_store
 from api.webhooks.models import DeliveryState
 from api.webhooks.redis_store import RedisWebhookStore

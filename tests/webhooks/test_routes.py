@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from api.api_keys import Scope, SqliteKeyStore
 from api.app import create_app
 from api.errors import UrlRefused
-from api.keys import Scope, SqliteKeyStore
 from api.webhooks.outbound_transport import GuardedTransport
 from api.webhooks.sender import Sender
 from api.webhooks.service import Webhooks, open_webhooks

@@ -28,9 +28,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from foundation.core.contract import GenerationRecord
-from foundation.queue import keys
+from foundation.queue import keys, records
 from foundation.queue.base import Polled
 from foundation.queue.config import QueueSettings
+from foundation.queue.offload import OffloadedCalls
 from foundation.queue.redis.backend import RedisQueue
 from foundation.queue.redis.connect import redis_client
 from foundation.queue.redis.scripts import lua_source
@@ -162,15 +163,17 @@ async def execute_commands(
     return replies
 
 
-class AsyncRedisQueue:
-    """``AsyncApiQueue`` on one Redis server, beside the ``RedisQueue`` the rest of the API uses."""
+class AsyncRedisQueue(OffloadedCalls):
+    """``AsyncApiQueue`` on one Redis server: polls native, the rest ``RedisQueue``'s own calls on threads."""
 
     def __init__(self, client: aioredis.Redis, queue: RedisQueue) -> None:
         self._r: Any = client  # redis-py's stubs are loose; replies are read as decoded str
         if not self._r.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisQueue needs a client made with decode_responses=True")
         self.queue = queue  # the backend's sync face: its ``enqueue`` is the one create
+        self._record_format = queue.record_format  # the newest record format a poll reads (``records.read``)
         self._creates = ThreadPoolExecutor(max_workers=CREATE_THREADS, thread_name_prefix="genworker-create")
+        self._executor = self._creates  # and the calls besides poll and create (``OffloadedCalls``)
         self._position_lua = lua_source("position")
         # The script's SHA1, as the server names it once loaded (``SCRIPT LOAD`` on NOSCRIPT).
         self._position_sha = client.register_script(self._position_lua).sha
@@ -198,10 +201,13 @@ class AsyncRedisQueue:
                 mine = await self._poll_commands(job_id)
             if not mine:
                 return None
-            raw, pos = await execute_commands(self._r, mine, (self._position_lua,))
+            (raw, fmt, project), pos = await execute_commands(self._r, mine, (self._position_lua,))
         if raw is None:
             return None
-        return Polled(GenerationRecord.model_validate_json(raw), _position(pos))
+        # ``records.read``, as the sync queue's ``get``: a newer version's record or text that is no record
+        # raises, naming the project stored beside it.
+        record = records.read(raw, records.record_format(fmt), project=project, readable=self._record_format)
+        return Polled(record, _position(pos))
 
     async def _poll_commands(self, job_id: str) -> tuple[tuple[Any, ...], ...]:
         """The poll's two commands for ``job_id`` (none when it has no model index: no such job), kept
@@ -210,7 +216,7 @@ class AsyncRedisQueue:
         if model is None:
             return ()
         mine = (
-            ("HGET", keys.job_record(model, job_id), "record"),
+            ("HMGET", keys.job_record(model, job_id), "record", "format", "project"),
             ("EVALSHA", self._position_sha, 4, *_position_call(model, job_id)),
         )
         if len(self._polls) >= _POLL_CACHE_MAX:

@@ -42,6 +42,7 @@ from foundation.queue.base import (
     DeadLetter,
     EnqueueResult,
     Event,
+    JobPage,
     NewerRecordMet,
     Outcome,
     ProgressNote,
@@ -124,6 +125,11 @@ class RedisQueue:
         """What each commit waits for (``queue.wait_replicas`` unset: settled by asking the server once)."""
         return self._scripts.durability()
 
+    @property
+    def record_format(self) -> int:
+        """The record format this queue writes, the newest it reads (``records.RECORD_FORMAT`` but in tests)."""
+        return self._scripts.record_format
+
     # ------------------------------------------------------------------------------------ reads
     def get(self, job_id: str) -> GenerationRecord | None:
         return self.reads.get(job_id)
@@ -132,6 +138,11 @@ class RedisQueue:
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
         return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
+
+    def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        return self.reads.list_page(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def depth(self, model: str) -> int:
         return self.reads.depth(model)

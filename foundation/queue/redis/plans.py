@@ -25,10 +25,14 @@ constructor        status change                   stream / zset
 ``promote_unread`` — (a newer version's due retry) leave the delayed zset, new entry
 ``fail_unread``    a newer version's record, past  ack; leave the delayed zset; dead-letter stream
                    the wait → failed (unread)
+``set_aside``      a record that does not          ack if any; leave the delayed zset (the reaper
+                   validate → failed               dead-letters it with what was stored)
 =================  ==============================  ============================================
 
 A newer version's record (``records.NewerRecord``) is never parsed: ``Unread`` is its hash as stored, and
 the two ``_unread`` constructors change it without reading it (``records.failed_unread`` ends its text).
+``set_aside`` ends a record of this version's formats that does not validate the same way, unparsed
+(``records.set_aside`` ends its text).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ __all__ = [
     "reclaim_unstarted",
     "release",
     "retry",
+    "set_aside",
     "split_token",
     "start",
     "sweep",
@@ -471,4 +476,25 @@ def fail_unread(
         dead=DeadReason.newer_record.value,
         dead_code=code.value,
         dead_message=message,
+    )
+
+
+def set_aside(unread: Unread) -> Plan:
+    """A record in a format this version reads that does not validate: ``failed`` in a text every version
+    reads (``records.set_aside``: ``record_unreadable``, the rest kept when it then validates), whatever
+    status its hash holds, its entry acknowledged, out of the delayed zset, its end an event (the reaper
+    writes the dead letter, with what was stored). Never left ``running`` for ever."""
+    code = ErrorCode.record_unreadable
+    return Plan(
+        job_id=unread.job_id,
+        model=unread.model,
+        attempt=unread.attempt,
+        rev=unread.rev,
+        raw_record=records.set_aside(unread.raw),
+        newer=True,  # its hash's status may be none this table knows: only to failed, as for a newer record
+        cancel=unread.cancel,
+        status=Status.failed,
+        ack=unread.entry or None,
+        undelay=True,
+        event=dead_event(code, DeadReason.invalid_record),
     )

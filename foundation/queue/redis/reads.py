@@ -4,15 +4,17 @@ these calls through it. Every public method translates "Redis unreachable" (``un
 
 from __future__ import annotations
 
-import math
+import functools
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from foundation.core.contract import GenerationRecord, Stage, Status
 from foundation.core.media import Preview
-from foundation.queue import keys
-from foundation.queue.base import DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
+from foundation.queue import keys, records
+from foundation.queue.base import DeadLetter, Event, JobPage, ProgressNote, WorkerHeartbeat, read_list_cursor
+from foundation.queue.listing import Listed, page_of
 from foundation.queue.redis.scripts import Scripts
 from foundation.queue.unavailable import redis_unavailable
 
@@ -36,19 +38,6 @@ def _event_cursor(value: str) -> tuple[tuple[int, int], str]:
     return _stream_id(sid), model
 
 
-def _list_cursor(cursor: str) -> tuple[float, str]:
-    """``<created ms>:<job id>`` as ``list_jobs`` hands it out; ``ValueError`` for anything else (the
-    API answers 400). Redis refuses a NaN score with an error that is no "cannot answer" (a 500), and
-    ``float`` reads more than we write ('nan', 'inf', '١', '1_0'): only finite ASCII numbers pass."""
-    score, sep, last_id = cursor.partition(":")
-    if not sep or not score.isascii() or "_" in score:
-        raise ValueError(f"malformed list cursor {cursor!r}")
-    value = float(score)
-    if not math.isfinite(value):
-        raise ValueError(f"list cursor {cursor!r} has no finite position")
-    return value, last_id
-
-
 class RedisReads:
     def __init__(self, client: Any, scripts: Scripts) -> None:
         self._r = client
@@ -59,44 +48,57 @@ class RedisReads:
     # ----------------------------------------------------------------------------------- records
     @redis_unavailable
     def get(self, job_id: str) -> GenerationRecord | None:
+        """``records.read`` of the job's record, in the format stored beside it (``NewerRecord``,
+        ``UnreadableRecord`` name the project stored on the job hash)."""
         model = self.model_of(job_id)
         if model is None:
             return None
-        raw = self._r.hget(keys.job_record(model, job_id), "record")
-        return None if raw is None else GenerationRecord.model_validate_json(raw)
+        raw, fmt, project = self._r.hmget(keys.job_record(model, job_id), "record", "format", "project")
+        if raw is None:
+            return None
+        return records.read(raw, records.record_format(fmt), project=project, readable=self._scripts.record_format)
 
     @redis_unavailable
+    def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        """Newest first (or oldest first), records this version cannot read left out and counted
+        (``listing.page_of``). The cursor is ``list_cursor`` of the last job the page stepped over."""
+        after = read_list_cursor(cursor) if cursor else None
+        return page_of(self._listed(project, after, oldest_first, batch=limit + 1), limit)
+
     def list_jobs(
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first (or oldest first). The cursor is ``list_cursor`` of the last record returned."""
+        page = self.list_page(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
+        return page.records, page.next_cursor
+
+    def _listed(
+        self, project: str, after: tuple[float, str] | None, oldest_first: bool, *, batch: int
+    ) -> Iterator[Listed]:
+        """The project's index (zset by created ms) in the listing's order from ``after`` on."""
         name = keys.project_jobs(project)
-        after = _list_cursor(cursor) if cursor else None
-        found: list[GenerationRecord] = []
         offset = 0
-        while len(found) <= limit:
+        while True:
             if oldest_first:
                 low = after[0] if after is not None else "-inf"
-                batch = self._r.zrangebyscore(name, low, "+inf", start=offset, num=limit + 1, withscores=True)
+                rows = self._r.zrangebyscore(name, low, "+inf", start=offset, num=batch, withscores=True)
             else:
                 top = after[0] if after is not None else "+inf"
-                batch = self._r.zrevrangebyscore(name, top, "-inf", start=offset, num=limit + 1, withscores=True)
-            if not batch:
-                break
-            offset += len(batch)
-            for job_id, score in batch:
+                rows = self._r.zrevrangebyscore(name, top, "-inf", start=offset, num=batch, withscores=True)
+            offset += len(rows)
+            for job_id, score in rows:
                 # Members with equal scores come in id order (descending when newest first): skip those up
                 # to the cursor.
-                if after is not None and score == after[0]:
-                    passed = job_id <= after[1] if oldest_first else job_id >= after[1]
-                    if passed:
-                        continue
-                record = self.get(job_id)
-                if record is not None:  # listed before its record was written (a crashed enqueue), or deleted
-                    found.append(record)
-        page = found[:limit]
-        more = len(found) > limit
-        return page, (list_cursor(page[-1]) if more and page else None)
+                if (
+                    after is not None
+                    and score == after[0]
+                    and (job_id <= after[1] if oldest_first else job_id >= after[1])
+                ):
+                    continue
+                yield Listed(score, job_id, functools.partial(self.get, job_id))
+            if len(rows) < batch:
+                return
 
     # ----------------------------------------------------------------------------------- queue state
     @redis_unavailable

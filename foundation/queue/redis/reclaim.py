@@ -11,8 +11,9 @@
   forever, since the reaper only sees pending entries. The ``running`` set of the model's pool lists
   every running record; those without a pending entry are re-queued like a lapsed lease.
 - One record at a time: a record this version cannot read (``records.UnreadableRecord``) is set
-  aside as a dead letter with the reason and what was stored, its entry acknowledged, and the reaper
-  goes on with the other jobs. A bad record never stops reclamation or claiming.
+  aside as a dead letter with the reason and what was stored, its entry acknowledged, its job ended
+  ``failed`` (``redis_plans.set_aside``), and the reaper goes on with the other jobs. A bad record never
+  stops reclamation or claiming, and never stays ``running``.
 - Newer versions' records (``records.NewerRecord``, a rolling upgrade): never read, never taken. Their
   pending entries are left idle (no ``XCLAIM``), so a newer worker's reaper takes them once its lease
   passed and runs the job; an entry still idle past ``newer_record_wait_s`` had no newer reader in all
@@ -28,13 +29,14 @@ from typing import Any
 import redis
 
 from foundation.core.contract import Status, utcnow
+from foundation.core.errors import ErrorCode
 from foundation.queue import keys, records
 from foundation.queue.errors import NewerRecord, UnreadableEntry, UnreadableRecord
 from foundation.queue.newer import NewerNotes
 from foundation.queue.policy import DeadReason
 from foundation.queue.redis import plans as redis_plans
 from foundation.queue.redis.entries import read_payload
-from foundation.queue.redis.jobs import JobWriter
+from foundation.queue.redis.jobs import MAX_CAS_TRIES, JobWriter
 from foundation.queue.redis.scripts import Scripts
 
 __all__ = ["Reaper"]
@@ -221,11 +223,26 @@ class Reaper:
 
     def set_aside(self, model: str, job_id: str, error: UnreadableRecord, entry_id: str = "") -> None:
         """A record this version cannot read: a dead letter with the problem and the stored text; its
-        entry (if any) is acknowledged so no reader meets it again. The record itself is kept as stored."""
+        entry (if any) is acknowledged so no reader meets it again, and its job ends ``failed``."""
         dead = {"job_id": job_id, "model": model, "reason": DeadReason.invalid_record.value}
+        dead["code"] = ErrorCode.record_unreadable.value
         dead.update(message=error.detail, raw=error.raw[:2000], at=utcnow().isoformat())
         if entry_id:
             dead["entry"] = entry_id
         self._scripts.drop_entry(model, entry_id, dead)
+        self._end_set_aside(model, job_id)
         # Nobody can claim or run it any more (no reader parses it): the sweep need not look again.
         self._r.srem(keys.running_set(model), job_id)
+
+    def _end_set_aside(self, model: str, job_id: str) -> None:
+        """End a set-aside job ``failed`` (``redis_plans.set_aside``), so no client sees it ``running`` or
+        ``queued`` for ever; again after a lost race with another writer, never over an ended one."""
+        for _ in range(MAX_CAS_TRIES):
+            try:
+                unread = self._jobs.unread(model, job_id)
+            except UnreadableRecord:  # its hash's own numbers are broken: the dead letter says so
+                return
+            if unread is None or unread.status in _ENDED:
+                return
+            if self._scripts.commit(redis_plans.set_aside(unread)).kind != "conflict":
+                return

@@ -32,6 +32,7 @@ from foundation.queue.base import (
     DeadLetter,
     EnqueueResult,
     Event,
+    JobPage,
     NewerRecordMet,
     Outcome,
     ProgressNote,
@@ -114,7 +115,7 @@ class SqliteQueue:
         self._claim_reclaims = 0  # re-queued by the claim path, reported by the next reclaim_expired
         self._reclaims_lock = threading.Lock()
         self._clock = clock or Clock()
-        self.reads = SqliteReads(self._db, self._clock, fair=self.fair.enabled)
+        self.reads = SqliteReads(self._db, self._clock, fair=self.fair.enabled, record_format=self._format)
         self._creates: GroupCommit[tuple[GenerationRecord, str | None, str], EnqueueResult]
         self._creates = GroupCommit(self._db, self._create)
         try:
@@ -191,6 +192,11 @@ class SqliteQueue:
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
         return self.reads.list_jobs(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
+
+    def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        return self.reads.list_page(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
 
     def backlog(self, model: str) -> Backlog:
         return self.reads.backlog(model)
@@ -475,11 +481,23 @@ class SqliteQueue:
         self._dead(conn, rec.id, rec.model, reason, code=error.code.value, message=error.message)
 
     def _set_aside(self, conn: sqlite3.Connection, job_id: str, model: str, error: UnreadableRecord) -> None:
-        """An unreadable row: a dead letter, the row kept as stored but out of every query (``unreadable``)."""
-        self._dead(conn, job_id, model, DeadReason.invalid_record, message=error.detail, raw=error.raw[:2000])
-        aside = "status = 'unreadable', ready_at = NULL, queue_seq = NULL, token = NULL, lease_expires_at = NULL"
-        aside += ", lease_boot = NULL"
-        conn.execute(f"UPDATE jobs SET {aside} WHERE id = ?", (job_id,))
+        """A row of a format this version reads whose record does not validate: a dead letter with what was
+        stored, and the job ended ``failed`` where every version reads it (``records.set_aside``: its text
+        ``failed: record_unreadable`` when anything of it validates), out of the queue, its end an event and
+        its row purged with the other ended ones (``ended_ms``). Never ``running`` for ever."""
+        code = ErrorCode.record_unreadable
+        dead = {"code": code.value, "message": error.detail, "raw": error.raw[:2000]}
+        self._dead(conn, job_id, model, DeadReason.invalid_record, **dead)
+        aside = "status = 'failed', record = ?, ended_ms = ?, ready_at = NULL, queue_seq = NULL, token = NULL"
+        aside += ", lease_expires_at = NULL, lease_boot = NULL"
+        conn.execute(
+            f"UPDATE jobs SET {aside} WHERE id = ?", (records.set_aside(error.raw), self._clock.wall() * 1000, job_id)
+        )
+        conn.execute(
+            """INSERT INTO events (job_id, status, attempt, at, reason)
+               SELECT id, 'failed', attempt, ?, ? FROM jobs WHERE id = ?""",
+            (utcnow().isoformat(), dead_event(code, DeadReason.invalid_record), job_id),
+        )
 
     @sqlite_unavailable
     def reclaim_expired(self) -> int:

@@ -5,9 +5,14 @@ database (``unavailable``). Heartbeat expiry is on the file's monotonic clock (`
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+
 from foundation.core.contract import GenerationRecord, Stage, Status
 from foundation.core.media import Preview
-from foundation.queue.base import Backlog, DeadLetter, Event, ProgressNote, WorkerHeartbeat, list_cursor
+from foundation.queue import records
+from foundation.queue.base import Backlog, DeadLetter, Event, JobPage, ProgressNote, WorkerHeartbeat, read_list_cursor
+from foundation.queue.listing import Listed, page_of
 from foundation.queue.sqlite.clock import Clock
 from foundation.queue.sqlite.db import SqliteFile
 from foundation.queue.unavailable import sqlite_unavailable
@@ -16,33 +21,61 @@ __all__ = ["SqliteReads"]
 
 
 class SqliteReads:
-    def __init__(self, db: SqliteFile, clock: Clock, *, fair: bool = False) -> None:
+    def __init__(
+        self, db: SqliteFile, clock: Clock, *, fair: bool = False, record_format: int = records.RECORD_FORMAT
+    ) -> None:
         self._db = db
+        self._format = record_format  # the newest record format this version reads (``records.read``)
         self._clock = clock
         self._fair = fair  # claims take the fair order (foundation/queue/fairness.py): positions follow it
 
     @sqlite_unavailable
     def get(self, job_id: str) -> GenerationRecord | None:
-        row = self._db.conn().execute("SELECT record FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else GenerationRecord.model_validate_json(row[0])
+        """``records.read`` of the row's record, in the format stored beside it (``NewerRecord``,
+        ``UnreadableRecord`` name the row's project)."""
+        row = (
+            self._db.conn()
+            .execute("SELECT record, record_format, project FROM jobs WHERE id = ?", (job_id,))
+            .fetchone()
+        )
+        return None if row is None else self._read(*row)
+
+    def _read(self, raw: str, stored_format: object, project: str | None) -> GenerationRecord:
+        return records.read(raw, records.record_format(stored_format), project=project, readable=self._format)
 
     @sqlite_unavailable
+    def list_page(
+        self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
+    ) -> JobPage:
+        """Newest first (or oldest first), records this version cannot read left out and counted
+        (``listing.page_of``). The cursor is ``list_cursor`` of the last job the page stepped over."""
+        after = read_list_cursor(cursor) if cursor else None
+        return page_of(self._listed(project, after, oldest_first, batch=limit + 1), limit)
+
     def list_jobs(
         self, project: str, *, limit: int = 20, cursor: str | None = None, oldest_first: bool = False
     ) -> tuple[list[GenerationRecord], str | None]:
-        """Newest first (or oldest first). The cursor is ``list_cursor`` of the last record returned."""
+        page = self.list_page(project, limit=limit, cursor=cursor, oldest_first=oldest_first)
+        return page.records, page.next_cursor
+
+    def _listed(
+        self, project: str, after: tuple[float, str] | None, oldest_first: bool, *, batch: int
+    ) -> Iterator[Listed]:
+        """The project's rows in the listing's order from ``after`` on, ``batch`` rows per query."""
         beyond, order = (">", "ASC") if oldest_first else ("<", "DESC")
-        sql = "SELECT record FROM jobs WHERE project = ?"
-        args_: list[object] = [project]
-        if cursor:
-            score, _, last_id = cursor.partition(":")
-            sql += f" AND (created_ms {beyond} ? OR (created_ms = ? AND id {beyond} ?))"
-            args_ += [float(score), float(score), last_id]
-        sql += f" ORDER BY created_ms {order}, id {order} LIMIT ?"
-        rows = self._db.conn().execute(sql, [*args_, limit + 1]).fetchall()
-        page = [GenerationRecord.model_validate_json(r[0]) for r in rows[:limit]]
-        more = len(rows) > limit and bool(page)
-        return page, (list_cursor(page[-1]) if more else None)
+        while True:
+            sql = "SELECT created_ms, id, record, record_format FROM jobs WHERE project = ?"
+            args_: list[object] = [project]
+            if after is not None:
+                sql += f" AND (created_ms {beyond} ? OR (created_ms = ? AND id {beyond} ?))"
+                args_ += [after[0], after[0], after[1]]
+            sql += f" ORDER BY created_ms {order}, id {order} LIMIT ?"
+            rows = self._db.conn().execute(sql, [*args_, batch]).fetchall()
+            for created_ms, job_id, raw, fmt in rows:
+                yield Listed(created_ms, job_id, functools.partial(self._read, raw, fmt, project))
+            if len(rows) < batch:
+                return
+            after = (rows[-1][0], rows[-1][1])
 
     @sqlite_unavailable
     def position(self, job_id: str) -> int | None:

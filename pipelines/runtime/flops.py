@@ -1,4 +1,4 @@
-"""FLOPs of denoising, counted on the real model code, and what fraction of a GPU's peak a job achieved (MFU).
+"""FLOPs of denoising, counted on the real model code (the fraction of a GPU's peak: ``pipelines.planning.mfu``).
 
 No formula to keep in step with each architecture: while a job denoises, ``DenoiseFlops`` records each
 denoiser call's input shapes (a forward pre-hook; nothing is copied); afterwards it rebuilds each denoiser
@@ -7,9 +7,8 @@ from its own config on the **meta device** and runs one forward per distinct cal
 anything. Wan 2.1 14B at 720p x 81 frames counts in ~1.6 s of CPU, once per model and shape (cached).
 
 What is counted is the full model's forward: a cache variant's skipped blocks count as done (its MFU reads
-as effective throughput), and LoRA adapters are not counted (a few per mille). ``PEAK_BF16_TFLOPS`` holds
-the dense bf16 peaks of the datacenter GPUs we know (vendor datasheets, without sparsity); MFU is reported
-only on those.
+as effective throughput), and LoRA adapters are not counted (a few per mille). Every diffusers adapter records
+its denoise this way (``pipelines.runtime.diffusers_adapter``) and returns the record in its latents' ``stats``.
 """
 
 from __future__ import annotations
@@ -21,30 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["PEAK_BF16_TFLOPS", "DenoiseFlops", "achieved", "forward_flops", "peak_tflops"]
-
-# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by a substring of ``torch.cuda.get_device_name()``;
-# the first match wins, so the specific names come first. Sources: NVIDIA H100/H200/A100/L40S/B200 datasheets.
-PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.4),  # SXM5 (HBM3)
-    ("H200", 989.4),
-    ("GH200", 989.4),
-    ("B200", 2250.0),
-    ("A100", 312.0),
-    ("L40S", 362.1),
-)
-
-
-def peak_tflops(device: str) -> float | None:
-    """The dense bf16 peak of ``device`` (a CUDA device we know), else None (CPU, unknown GPUs)."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    name = torch.cuda.get_device_name(torch.device(device))
-    return next((peak for key, peak in PEAK_BF16_TFLOPS if key in name), None)
+__all__ = ["DenoiseFlops", "forward_flops"]
 
 
 class DenoiseFlops:
@@ -189,13 +165,3 @@ def _signature(args: Any, kwargs: Any) -> str:
         return repr(value)
 
     return json.dumps([describe(args), describe(kwargs)], sort_keys=True)
-
-
-def achieved(flops: float, seconds: float, device: str) -> tuple[float, float | None]:
-    """(TFLOP/s achieved, MFU or None when the device's peak is unknown). A job that runs across the GPUs of
-    a job group (``models.gpus_per_job``) is measured against all of them."""
-    from pipelines.runtime.context_parallel import job_gpus
-
-    tflops = flops / seconds / 1e12 if seconds > 0 else 0.0
-    peak = peak_tflops(device)
-    return tflops, (tflops / (peak * job_gpus()) if peak else None)
