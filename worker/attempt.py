@@ -14,17 +14,19 @@ stderr, is written to this worker's log line for the outcome, with the job id bo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foundation.core.contract import ErrorInfo, Status
+from foundation.core.contract import ErrorInfo, Stage, Status
 from foundation.core.errors import BackendUnavailable, ErrorCode, public_message
 from foundation.queue.base import Claim, Outcome, WorkerQueue
 from worker.checkpoints import delete_checkpoint
 from worker.faults import LocalFaults
 from worker.lease import Lease, LeaseKeeper
-from worker.logs import JobLogger
+from worker.logs import JobLogger, log_stage
 from worker.metrics import WorkerMetrics
 from worker.progress import JobProgress
 from worker.verdict import Verdict, backoff_s, classify
@@ -49,6 +51,18 @@ class Attempt:
     @property
     def job_id(self) -> str:
         return self.claim.job_id
+
+    @contextmanager
+    def stage(
+        self, metrics: WorkerMetrics, name: Stage, *, instant: bool = False, overlap: bool = False
+    ) -> Iterator[None]:
+        """Enter a stage on the record, log one line when it ends and observe its duration. ``instant``:
+        the stage ends at once; ``overlap``: its write does not hold up its work (``JobProgress.enter``)."""
+        self.progress.enter(name, instant=instant, overlap=overlap)
+        started = time.perf_counter()
+        with log_stage(self.log, name.value):
+            yield
+        metrics.stage_seconds.labels(self.claim.model, name.value).observe(time.perf_counter() - started)
 
 
 @dataclass(frozen=True)

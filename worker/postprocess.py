@@ -29,7 +29,6 @@ from worker.attempt import Attempt, HandOff, Settler
 from worker.checkpoints import delete_checkpoint
 from worker.faults import LocalFaults
 from worker.metrics import WorkerMetrics
-from worker.runner import stage
 from worker.verdict import FaultKind
 
 if TYPE_CHECKING:
@@ -97,7 +96,7 @@ class PostProcessor:
         from foundation.media.encoder import encode_video
 
         job = handoff.rendered.job
-        with stage(handoff.attempt, self._metrics, Stage.encoding):
+        with handoff.attempt.stage(self._metrics, Stage.encoding):
             encoded = encode_video(
                 handoff.rendered.media,
                 keep_frames=job.keep_frames,
@@ -117,7 +116,7 @@ class PostProcessor:
         A cancel that arrived while the files went up is honoured: the cancel flag is read once more
         after the upload, right before the finish, and the objects just stored are deleted before the
         attempt ends ``canceled`` (a canceled job points at no artifact)."""
-        with stage(handoff.attempt, self._metrics, Stage.uploading):
+        with handoff.attempt.stage(self._metrics, Stage.uploading):
             stored = upload_artifacts(self._store, handoff.attempt.claim, files)
         self._faults.clear(handoff.rendered.job.model, FaultKind.backend)  # the store answered again
         try:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +28,7 @@ from worker.checkpoints import CheckpointSetup, JobCheckpoints
 from worker.errors import JobInterrupted
 from worker.faults import LocalFaults
 from worker.lease import LeaseKeeper
-from worker.logs import job_logger, log_stage
+from worker.logs import job_logger
 from worker.metrics import WorkerMetrics
 from worker.pipeline_run import RunHooks, run_pipeline
 from worker.progress import JobProgress
@@ -43,22 +41,9 @@ if TYPE_CHECKING:
     from foundation.stores.base import ArtifactStore
     from pipelines.runtime.cache import ModelCache
 
-__all__ = ["JobRunner", "stage"]
+__all__ = ["JobRunner"]
 
 _DEFAULT_LIMIT_S = 3600.0
-
-
-@contextmanager
-def stage(
-    attempt: Attempt, metrics: WorkerMetrics, name: Stage, *, instant: bool = False, overlap: bool = False
-) -> Iterator[None]:
-    """Enter a stage on the record, log one line when it ends and observe its duration. ``instant``:
-    the stage ends at once; ``overlap``: its write does not hold up its work (``JobProgress.enter``)."""
-    attempt.progress.enter(name, instant=instant, overlap=overlap)
-    started = time.perf_counter()
-    with log_stage(attempt.log, name.value):
-        yield
-    metrics.stage_seconds.labels(attempt.claim.model, name.value).observe(time.perf_counter() - started)
 
 
 class JobRunner:
@@ -194,7 +179,7 @@ class _AttemptHooks(RunHooks):
     def stage(self, name: Stage) -> AbstractContextManager[None]:
         # Denoising starts while its stage write is in flight: the first step takes the answer.
         instant = name is Stage.loading and self._resident
-        return stage(self._attempt, self._metrics, name, instant=instant, overlap=name is Stage.denoising)
+        return self._attempt.stage(self._metrics, name, instant=instant, overlap=name is Stage.denoising)
 
     def on_step(self, done: int, total: int) -> None:
         checkpoints = self._checkpoints

@@ -36,10 +36,10 @@ import numpy as np
 from foundation.core.contract import Artifact, AudioInfo
 from foundation.core.errors import ErrorCode, JobError
 from foundation.core.media import Media
+from foundation.media.config import EncoderSettings
 from foundation.media.errors import EncoderUnavailable, WorkDiskFull
 from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, ffmpeg_exe, ffmpeg_problem, resolve_codec
 from foundation.media.frames import CropBox, audio_sample_count, exact_fps, fit_audio, output_box
-from foundation.media.settings import EncoderSettings
 
 __all__ = ["EncodedFile", "EncodedVideo", "EncoderSettings", "encode_video"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from foundation.media.config import EncoderSettings
 from foundation.media.errors import EncoderUnavailable
-from foundation.media.settings import EncoderSettings
 
 __all__ = [
     "AudioInput",

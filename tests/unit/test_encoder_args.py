@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from foundation.core.media import AudioTrack
+from foundation.media.config import EncoderSettings
 from foundation.media.ffmpeg import AudioInput, VideoInput, build_command, resolve_codec
 from foundation.media.frames import audio_sample_count, center_crop_box, exact_fps, fit_audio, output_box
-from foundation.media.settings import EncoderSettings
 
 
 @pytest.mark.parametrize(
