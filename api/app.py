@@ -62,7 +62,7 @@ def create_app(
     async_queue: AsyncApiQueue | None = None,
     key_cache: KeyCache | None = None,
     webhooks: Webhooks | None = None,
-    fast_path: bool = True,
+    fast_path: bool = False,
 ) -> FastAPI:
     """Build the app. ``artifacts_app`` (the local store's file server) is mounted where the local store's
     signed URLs point (``ARTIFACTS_PATH``) in the embedded mode; with S3 they point at the store itself.
@@ -72,8 +72,9 @@ def create_app(
     window of ``api.rate_limit_per_s``), ``key_cache`` sets the key cache's bound (``api/auth.py``). The app
     closes the async queue, the limiter and the authenticator's threads at shutdown (lifespan); ``queue``
     and ``keys`` stay its opener's to close. ``webhooks`` (optional) adds ``/v1/webhooks`` and runs its
-    sender thread, if it has one, for the app's lifetime (``api/webhooks``). ``fast_path`` off sends polls
-    and creates through the framework's routing and middleware too (the tests compare both)."""
+    sender thread, if it has one, for the app's lifetime (``api/webhooks``). ``fast_path``
+    (``api.fast_path``) answers polls, creates and the catalog in front of the framework's routing and
+    middleware, as they would answer (the tests compare both)."""
     api = settings.api
     api_queue = async_queue or OffloadedQueue(queue)
     ctx = ApiContext(

@@ -5,8 +5,9 @@ A client repeats ``GET /v1/generations/{generation_id}`` every few seconds per g
 anyone may repeat it. Through FastAPI each pays the routing and six middleware layers, more than the
 poll's own work and many times the catalog's (a body from memory). ``FastPath`` sits outside that
 stack and answers these requests itself, with what each layer would have added, by the same functions
-the layers use (what it buys, against the framework path in the same run: docs/benchmarks.md,
-"Micro-optimizations, A/B (issue 37)" and "Hostile inputs and the catalog (issue 40)"):
+the layers use. It is optional, off by default (``api.fast_path``): the framework's path is the reference
+tests/e2e/test_poll_path.py compares its answers with; what it buys: docs/benchmarks.md,
+"Micro-optimizations off by default (issue 48)":
 
 - the route's body: ``routes.generations.answer_poll`` / ``answer_create``, ``routes.models.answer_models``;
 - the error bodies: ``errors.error_answer``, the handlers' own table; an unexpected error is answered

@@ -117,6 +117,7 @@ def build_app(settings: Settings) -> FastAPI:
         artifacts_app=artifacts_app_for(store),
         async_queue=async_queue,
         webhooks=webhooks,
+        fast_path=settings.api.fast_path,
     )
 
 

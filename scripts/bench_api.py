@@ -290,7 +290,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
+def _api_env(
+    data: Path, port: int, redis_url: str | None, extra: dict[str, dict[str, Any]] | None = None, root: Path = ROOT
+) -> dict[str, str]:
     from foundation.settings import settings_env
 
     queue: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(data / "queue.db")}
@@ -298,7 +300,7 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
     if redis_url:  # an API on Redis needs the deployment's webhook key
         queue = {"backend": "redis", "redis_url": redis_url}
         webhooks = {"secret_key": base64.urlsafe_b64encode(os.urandom(32)).decode("ascii")}
-    settings = {
+    settings: dict[str, Any] = {
         "data_dir": str(data),
         "queue": queue,
         "store": {
@@ -312,19 +314,29 @@ def _api_env(data: Path, port: int, redis_url: str | None) -> dict[str, str]:
         "webhooks": webhooks,
         "log_level": "WARNING",
     }
-    return {**os.environ, "PYTHONPATH": str(ROOT), **settings_env(settings)}
+    for section, values in (extra or {}).items():  # an arm's settings (scripts/bench_optional.py)
+        settings[section] = {**settings[section], **values}
+    return {**os.environ, "PYTHONPATH": str(root), **settings_env(settings)}
 
 
 class _Api:
-    """One ``genworker api`` process, a key for it and one generation to poll."""
+    """One ``genworker api`` process, a key for it and one generation to poll. ``extra``: settings by
+    section on top of the benchmark's; ``tree``: another checkout whose code the server runs."""
 
-    def __init__(self, tmp: Path, name: str, redis_url: str | None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        redis_url: str | None,
+        extra: dict[str, dict[str, Any]] | None = None,
+        tree: Path | None = None,
+    ) -> None:
         from foundation.settings import Settings
 
         self.data = tmp / name
         self.data.mkdir()
         self.port = _free_port()
-        env = _api_env(self.data, self.port, redis_url)
+        env = _api_env(self.data, self.port, redis_url, extra, tree or ROOT)
         settings = Settings(
             data_dir=str(self.data),
             queue={"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "sqlite"},
@@ -336,7 +348,7 @@ class _Api:
         _record, self.token = keys.create("bench", [Scope.generations_read, Scope.generations_write])
         keys.close()
         cmd = [sys.executable, "-m", "genworker.cli", "api", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, cwd=tree or ROOT, env=env, stderr=subprocess.DEVNULL)
         self.gen_id = ""
 
     def ready(self) -> None:

@@ -140,18 +140,16 @@ MISSED_TARGETS: dict[str, str] = {
         "and quality, so it is not applied."
     ),
     "API req/s": (
-        "**API req/s against the empty async route.** The hot routes skip FastAPI: a plain-ASGI layer "
-        "(`api/fast_path.py`) answers the poll and the create with what each middleware would add, checked "
-        "against the framework path request by request (`tests/e2e/test_poll_path.py`). On SQLite a poll is "
-        "one read on the event loop and creates share one transaction per batch (one fsync); on Redis the "
-        "rate-limit hit and the poll are each one round trip of raw commands over a lean asyncio connection "
-        "(`foundation/queue/redis/wire.py`: hiredis packs and parses, one write and one wake-up per round "
-        "trip; what it buys: 'Micro-optimizations, A/B (issue 37)' below). Quiet runs give 0.54-0.58x on "
-        "Redis; on a busy machine it "
-        "falls to 0.45-0.48x, because redis-server then shares the 2 cores with the API and the load "
-        "generator and spends ~57 µs per poll, most of it in the `limits` moving-window scripts (the "
-        "benchmark's lifted limit lets each key's window of hits grow). One Lua script for limiter + record "
-        "+ position would cut that, at the cost of no longer sharing keys with the sync limiter."
+        "**API req/s against the empty async route.** By default every route takes FastAPI's path, creates "
+        "commit one by one on SQLite, and Redis round trips take redis-py's asyncio pipeline. Three settings, off "
+        "by default, buy the rate back: `api.fast_path` (a plain-ASGI layer answers the poll, the create and the "
+        "catalog with what each middleware would add, checked against the framework path request by request in "
+        "`tests/e2e/test_poll_path.py`), `queue.redis_wire` (the poll and the rate-limit hit over a lean asyncio "
+        "connection: hiredis packs and parses, one write and one wake-up per round trip) and "
+        "`queue.sqlite_group_commit` (creates that arrive together share one transaction and one fsync). What each "
+        "buys, in one run: 'Micro-optimizations off by default (issue 48)' below. On Redis, redis-server shares "
+        "the 2 cores with the API and the load generator, and spends most of its time per poll in the `limits` "
+        "moving-window scripts (the benchmark's lifted limit lets each key's window of hits grow)."
     ),
     "API p99": (
         "**API p99 at half rate.** GET stays at 2-6 ms. A create at half rate (now 2-3x the old maximum) "

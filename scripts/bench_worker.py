@@ -187,14 +187,23 @@ def worker_env(base: Path, redis_url: str, models_dir: Path, *, overlap: bool) -
     return settings_env(settings)
 
 
-def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = False) -> dict[str, Any]:
+def daemon_pickup(
+    n: int,
+    *,
+    also_hosted: tuple[str, ...] = (),
+    busy: bool = False,
+    worker: dict[str, Any] | None = None,
+    tree: Path | None = None,
+) -> dict[str, Any]:
     """Enqueue → adapter called, ``n`` jobs one at a time into an idle worker of ``instant-wan`` (and
     ``also_hosted``, with no jobs), on its own Redis. Each job is enqueued once the previous one ended
     and the worker is back in its blocking claim; both times are the machine's wall clock. ``busy``:
-    with every core kept from idling by a lowest-priority load (``bench_load``)."""
+    with every core kept from idling by a lowest-priority load (``bench_load``). ``worker``: settings of
+    the ``worker`` section besides the hosted models; ``tree``: another checkout whose code the worker
+    runs (an A/B against a commit: ``scripts/bench_optional.py``)."""
     if busy:
         with busy_cores() as spinners:
-            return {**daemon_pickup(n, also_hosted=also_hosted), "busy_cores": spinners}
+            return {**daemon_pickup(n, also_hosted=also_hosted, worker=worker, tree=tree), "busy_cores": spinners}
     from tests.integration.worker_harness import write_test_catalog
 
     base = Path(tempfile.mkdtemp(prefix="bench-pickup-"))
@@ -210,7 +219,7 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
         "queue": {"backend": "redis", "redis_url": redis.url},
         "store": {"backend": "local", "local_root": str(base / "data" / "artifacts")},
         "models": {"tiny_models_dir": str(models_dir)},
-        "worker": {"hosted_models": hosted, "preload": ["instant-wan"]},
+        "worker": {"hosted_models": hosted, "preload": ["instant-wan"], **(worker or {})},
         "log_level": "INFO",  # the default: the lines a deployed worker logs
     }
     env = {**settings_env(settings), "GENWORKER_TEST_CALL_LOG": str(calls)}
@@ -218,13 +227,14 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
     from foundation.queue.factory import open_queue
 
     queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url))
-    worker = WorkerProcess(env, base / "worker.log")
+    command = None if tree is None else [sys.executable, "-m", "genworker.cli", "worker"]
+    daemon = WorkerProcess(env, base / "worker.log", command=command, cwd=tree or ROOT)
     samples: list[float] = []
     claimed: list[float] = []  # of those, the enqueue call → the claim's start (``started_at``)
     floor: list[float] = []  # bare Streams' pick-up, one after each job: the host's wake-up cost then
     raw, raw_lane = raw_streams_lane(redis.port, n + 3, "daemon")
     try:
-        worker.start().wait_ready()
+        daemon.start().wait_ready()
         with Consumers([raw_lane]) as bare:
             for i in range(n + 3):  # the first 3 warm the worker up and are not counted
                 record = make_record(catalog, "instant-wan", variant="fast", resolution="144p", duration_seconds=1)
@@ -240,7 +250,7 @@ def daemon_pickup(n: int, *, also_hosted: tuple[str, ...] = (), busy: bool = Fal
                     claimed.append((done.started_at.timestamp() - enqueued_at) * 1000)
                     floor.append(raw_ms)
     finally:
-        worker.stop()
+        daemon.stop()
         queue.close()
         raw.close()
         redis.stop()

@@ -21,9 +21,9 @@ pytest_plugins = [
 # the short versions of what they show are in make test (see each module's docstring).
 collect_ignore_glob = [] if os.environ.get("GENWORKER_LONG_TESTS") == "1" else ["long/*"]
 
-# make test stays under 15 minutes on two cores: of these tests, each case of which loads and runs tiny models or
-# the full-size simulation, make test runs the first case (or none, where a shorter test of the same claim is in
-# make test: named beside it) and `make test-extended` the rest. .ci/run runs both.
+# make test stays under 15 minutes on two cores: of the tests in FIRST_CASE_ONLY, each case of which loads and runs
+# tiny models, make test runs the first case and `make test-extended` the rest; those in EXTENDED (a test, or one
+# case of it) run in make test-extended only. .ci/run runs both.
 FIRST_CASE_ONLY = {
     "tests/pipelines/test_distilled_sampler.py::test_a_loaded_model_runs_distilled_jobs_first_order_and_standard_ones_with_the_corrector",
     "tests/pipelines/test_shipped_profiles.py::test_a_shipped_profile_runs_on_the_tiny_model_in_bfloat16",
@@ -43,6 +43,22 @@ EXTENDED = {
     "tests/pipelines/test_simulate.py::test_one_job_per_family_runs_at_full_size_within_the_plan",
     # the short version: test_gpu_bench.py::test_the_dry_run_computes_the_floors_of_each_variant
     "tests/pipelines/test_gpu_bench.py::test_the_device_command_runs_on_cpu_as_its_dry_run",
+    # Multi-process runs of 15-60 s whose claims make test shows more briefly elsewhere; named with their case
+    # where only one case of a parametrized test moves.
+    "tests/integration/test_fleet.py::test_each_of_100_jobs_runs_once_on_a_worker_that_hosts_its_model",
+    "tests/integration/test_fleet.py::test_models_follow_the_fleet_as_workers_stop_and_start",
+    "tests/client/test_docs_examples.py::test_every_example_of_the_page_runs[docs/client.md]",
+    "tests/client/test_docs_examples.py::test_every_example_of_the_page_runs[docs/adding-a-pipeline.md]",
+    "tests/pipelines/test_scaffold.py::test_the_scaffold_for_an_unserved_class_passes_its_generated_tests",
+    "tests/webhooks/test_replicas.py::test_replicas_deliver_each_others_webhooks_through_a_key_rotation",
+    "tests/pipelines/test_context_parallel.py::test_two_gloo_ranks_match_one_process_and_stop_together",
+    "tests/e2e/test_data_dir.py::test_processes_in_different_directories_share_one_queue",
+    "tests/pipelines/test_compile_cache.py::test_the_keys_of_a_real_torch_blob_are_read_and_plain",
+    "tests/client/test_package.py::test_the_api_tier_resolves_without_the_model_stack",
+    "tests/reliability/test_local_faults.py::test_a_model_that_loads_on_no_worker_fails_after_n_distinct_workers",
+    "tests/reliability/test_local_faults.py::test_a_worker_with_a_broken_model_path_leaves_every_job_to_a_good_one",
+    "tests/integration/test_worker_generate.py::test_generate_jobs_reports_a_failed_job_on_its_line_and_runs_the_rest",
+    "tests/unit/test_harmless_warnings.py::test_known_harmless_lines_are_quiet_and_the_rest_shows",
 }
 
 
@@ -50,9 +66,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seen: set[str] = set()
     for item in items:
         base = item.nodeid.split("[", 1)[0]
-        if base in EXTENDED or (base in FIRST_CASE_ONLY and base in seen):
+        if base in EXTENDED or item.nodeid in EXTENDED or (base in FIRST_CASE_ONLY and base in seen):
             item.add_marker(pytest.mark.extended)
-        seen.add(base)
+        seen.update((base, item.nodeid))
     files = {item.nodeid.split("::", 1)[0] for item in items}
     stale = {name for name in FIRST_CASE_ONLY | EXTENDED if name.split("::", 1)[0] in files and name not in seen}
     if stale:  # a renamed test would otherwise quietly run in make test again, or nowhere

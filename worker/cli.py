@@ -36,12 +36,11 @@ def worker_command(config: _ConfigOption = None) -> None:
     import logging
 
     from foundation.settings import load_settings, state_paths
-    from worker.logs import configure_logging, write_logs_in_background
+    from worker.logs import configure_logging
     from worker.loop import run_worker
 
     settings = load_settings(config)
     configure_logging(settings.log_level)
-    write_logs_in_background()
     logging.getLogger("genworker.worker").info("state", extra=state_paths(settings))
     if settings.models.gpus_per_job > 1:  # one job across the node's GPUs: rank 0 works, the others follow
         from pipelines.errors import ParallelSetupError

@@ -8,15 +8,14 @@ Threads and who owns what:
   here and the process exits.
 - **gpu** — ``process()``: claim → run on the GPU → hand over to post-processing, until draining.
 - **postprocess** — encode → upload → finish, one job behind the GPU (``worker.postprocess``).
-- **progress** — the progress writes of the running job, sent while the GPU runs on (``worker.runner``).
+- **progress** — the denoising stage's write, sent while the model starts, with
+  ``worker.overlap_stage_write`` on (``worker.runner``).
 - **checkpoint-writer** — serializes and uploads the running job's denoising checkpoints, the newest one
   only (``worker.checkpoints``); started by a job's first checkpoint.
 - **lease-keeper** — renews the leases of claimed jobs (``worker.lease``).
 - **heartbeat** — the fleet heartbeat and the queue's reclaim pass (``worker.lease``).
 - **status-http** — ``/healthz``, ``/readyz`` and ``/metrics`` (``worker.health``).
 - **sweeper** — retention, and what killed attempts and expired records left behind (``worker.sweeper``).
-- **log-writer** — writes the log lines in the order they were logged (``worker.logs``), started by
-  ``genworker worker`` before ``run_worker``.
 
 Each has that name (an executor's adds ``_0``); tests/integration/test_worker_threads.py compares this
 list with the threads a running worker starts. Libraries start none that lasts: diffusers and transformers

@@ -15,8 +15,8 @@ A stage entered with ``overlap`` (denoising) starts its work while its write is 
 is raised at the attempt's next checkpoint (the first step, the next stage, ``check``) or by
 ``ended_by`` when the work raised first; at most one write is in flight and the next one waits for it,
 so writes land in order. A cancel or a stale claim that write finds still stops the job within one
-step: the first. What the overlap buys, against a write awaited in place in the same run:
-docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)".
+step: the first. No ``writer`` (``worker.overlap_stage_write`` off, the default): the write is awaited in
+place. What the overlap buys: docs/benchmarks.md, "Micro-optimizations off by default (issue 48)".
 
 Whatever it raises unwinds the pipeline: ``JobCanceled``, ``JobError(timeout)``, ``StaleClaim`` or
 ``JobInterrupted``, or ``BackendUnavailable`` from the queue (a transient failure: the settler

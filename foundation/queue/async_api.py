@@ -13,10 +13,11 @@ create waits for its commit's fsync, so it always goes to the executor. (A reade
 where SQLite says so: a WAL left by a crashed process is recovered by the next reader, within
 ``busy_timeout``.) Redis through Sentinel or Cluster is network I/O: every call goes to the executor.
 
-SQLite's creates go to the executor in batches (``enqueue_many``): the creates that arrive while one
-batch is being written wait for it, then go together, one hand-off to a thread and one transaction
-(one fsync) for all of them (``sqlite_group``). Each is answered once its batch committed. Every path
-creates through the backend's one ``enqueue`` (SQLite's is ``enqueue_many`` of one).
+SQLite's creates each go to the executor and commit on their own. With ``queue.sqlite_group_commit`` on
+they go in batches (``enqueue_many``): the creates that arrive while one batch is being written wait for
+it, then go together, one hand-off to a thread and one transaction (one fsync) for all of them
+(``sqlite.group``). Each is answered once its batch committed. Every path creates through the backend's
+one ``enqueue`` (SQLite's is ``enqueue_many`` of one).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def open_async_queue(settings: QueueSettings, queue: ApiQueue) -> AsyncApiQueue:
         if native is not None:
             return native
         return OffloadedQueue(queue)
-    many = queue.enqueue_many if isinstance(queue, SqliteQueue) else None
+    many = queue.enqueue_many if isinstance(queue, SqliteQueue) and settings.sqlite_group_commit else None
     return OffloadedQueue(queue, reads_inline=True, enqueue_many=many)
 
 

@@ -112,6 +112,19 @@ class QueueSettings(BaseModel):
         description="Redis: a consumer of a model's group (one per worker process and hosted model) that holds "
         "no job and has not read for this long is deleted by the sweeper (`XGROUP DELCONSUMER`).",
     )
+    redis_wire: bool = Field(
+        default=False,
+        description="Redis, one server over plain TCP: the API's polls and rate-limit hits go over lean connections "
+        "of its own (hiredis packing, one write and one wake-up per round trip) instead of redis-py's asyncio "
+        "pipeline. Off: redis-py alone, the reference its tests compare against. What it buys: "
+        'docs/benchmarks.md, "Micro-optimizations off by default (issue 48)".',
+    )
+    sqlite_group_commit: bool = Field(
+        default=False,
+        description="SQLite: the API's creates that arrive together are written in one transaction, and so one "
+        "fsync. Off: each create commits on its own. What it buys: docs/benchmarks.md, "
+        '"Micro-optimizations off by default (issue 48)".',
+    )
     fair: FairShare = Field(
         default_factory=FairShare,
         description="Fair share by project inside each model pool: weights, caps (`max_running`, `max_queued`) "

@@ -38,4 +38,9 @@ def open_queue(settings: QueueSettings) -> JobQueue:
             consumer_idle_s=settings.consumer_idle_s,
             **common,  # type: ignore[arg-type]
         )
-    return SqliteQueue(settings.sqlite_path, record_ttl_s=record_ttl_s, **common)  # type: ignore[arg-type]
+    return SqliteQueue(
+        settings.sqlite_path,
+        record_ttl_s=record_ttl_s,
+        group_commit=settings.sqlite_group_commit,
+        **common,  # type: ignore[arg-type]
+    )

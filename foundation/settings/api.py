@@ -79,6 +79,12 @@ class ApiSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="Bind address of the HTTP API.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port of the HTTP API.")
+    fast_path: bool = Field(
+        default=False,
+        description="Polls, creates and the catalog answered in front of the framework's routing and middleware "
+        "(the same answers, byte for byte; tests/e2e/test_poll_path.py compares them). Off: every request takes "
+        'the framework\'s path. What it buys: docs/benchmarks.md, "Micro-optimizations off by default (issue 48)".',
+    )
     max_body_bytes: int = Field(
         default=1_000_000, ge=1, description="Bodies above this are refused with 413 before they are read whole."
     )

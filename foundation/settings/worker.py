@@ -77,6 +77,12 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Progress writes per job are at most one per this interval (stage changes are always written).",
     )
+    overlap_stage_write: bool = Field(
+        default=False,
+        description="The denoising stage's queue write is sent on a thread while the model starts, instead of "
+        "awaited first (its answer, a cancel or a lost claim, still stops the job at the first step). What it "
+        'buys: docs/benchmarks.md, "Micro-optimizations off by default (issue 48)".',
+    )
     previews: bool = Field(
         default=True,
         description=(

@@ -1,9 +1,9 @@
 """The fast poll and create path answers exactly as the sync queue does, on both backends.
 
-Two APIs run side by side over the same backends, keys and store: ``fast`` with the path
-``genworker api`` builds (``open_async_queue``: ``AsyncRedisQueue`` on Redis, its round trips over
-``redis_wire``'s connections; SQLite polls inline) and
-``ref`` whose routes call the sync queue on threads (``OffloadedQueue``). Every answer of one must be
+Two APIs run side by side over the same backends, keys and store: ``fast`` with the optional pieces
+on (``api.fast_path``; ``open_async_queue``: ``AsyncRedisQueue`` on Redis, its round trips over
+``queue.redis_wire``'s connections; SQLite polls inline) and ``ref``, the plain path, whose routes call
+the sync queue on threads (``OffloadedQueue``) through the framework. Every answer of one must be
 the answer of the other, byte for byte in JSON, with the same status and headers, and equal to what the
 sync route returned before (the view validated and serialized as a ``response_model``). Then: the key
 cache's revocation bound (a clock of the test's own), and Redis going away under the fast path.
@@ -98,6 +98,9 @@ def start_pair(
             "sqlite_path": str(data_dir / "queue.db"),
             "redis_url": redis_url or "redis://127.0.0.1:1/0",
             "max_attempts": 2,
+            # The tuned side's round trips and batched creates (the reference app's async queue is the plain one).
+            "redis_wire": True,
+            "sqlite_group_commit": True,
         },
         store={"backend": "local", "local_root": str(data_dir / "artifacts"), "public_base_url": "http://files"},
         api={**API, **(api or {})},
@@ -120,6 +123,7 @@ def start_pair(
     fast = create_app(
         settings,
         **common,
+        fast_path=True,
         async_queue=async_queue,
         limiter=open_limiter(settings),  # on Redis: the shared counter, awaited on the event loop
         key_cache=key_cache,
@@ -130,7 +134,6 @@ def start_pair(
         limiter=open_limiter(settings),
         async_queue=OffloadedQueue(queue),
         key_cache=KeyCache(ttl_s=0),
-        fast_path=False,
     )
     fast_url, fast_server, fast_thread = _serve(fast)
     ref_url, ref_server, ref_thread = _serve(ref)

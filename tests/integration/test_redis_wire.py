@@ -24,7 +24,7 @@ _ECHO = "return {ARGV[1], 7, redis.error_reply('MINE oops'), false, ARGV[2]}"
 
 
 def _wired(url: str, **settings: Any) -> WiredRedis:
-    client = async_redis_client(QueueSettings(backend="redis", redis_url=url, **settings))
+    client = async_redis_client(QueueSettings(backend="redis", redis_url=url, redis_wire=True, **settings))
     assert isinstance(client, WiredRedis)
     return client
 
@@ -207,8 +207,10 @@ def test_password_and_database_as_redis_py_sets_them(redis_factory: Callable[...
 
 
 def test_tls_sentinel_and_cluster_keep_redis_pys_connections() -> None:
-    tls = async_redis_client(QueueSettings(backend="redis", redis_url="rediss://127.0.0.1:1/0"))
+    tls = async_redis_client(QueueSettings(backend="redis", redis_url="rediss://127.0.0.1:1/0", redis_wire=True))
     assert isinstance(tls, aioredis.Redis) and not isinstance(tls, WiredRedis)
+    plain = async_redis_client(QueueSettings(backend="redis", redis_url="redis://127.0.0.1:1/0"))
+    assert isinstance(plain, aioredis.Redis) and not isinstance(plain, WiredRedis)  # redis_wire is off by default
     assert (
         async_redis_client(QueueSettings(backend="redis", redis_mode="sentinel", sentinel_addresses=["127.0.0.1:1"]))
         is None

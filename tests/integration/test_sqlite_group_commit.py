@@ -127,8 +127,10 @@ def _record() -> GenerationRecord:
     return build_record(parse_create_request(create_body()), load_catalog(), project="alpha", max_attempts=2)
 
 
-def test_creates_in_one_transaction_keep_their_idempotency(tmp_path: Path) -> None:
-    queue = SqliteQueue(tmp_path / "q.db")
+@pytest.mark.parametrize("group_commit", [False, True], ids=["each-its-own", "grouped"])
+def test_concurrent_creates_keep_their_idempotency(tmp_path: Path, group_commit: bool) -> None:
+    """The same answers whether the creates share transactions (``queue.sqlite_group_commit``) or not."""
+    queue = SqliteQueue(tmp_path / "q.db", group_commit=group_commit)
     try:
         same_key = _together(8, lambda i: queue.enqueue(_record(), idempotency_key="k", request_hash="h"))
         assert len({r.record.id for r in same_key}) == 1
@@ -144,9 +146,10 @@ def test_creates_in_one_transaction_keep_their_idempotency(tmp_path: Path) -> No
 
 
 def test_the_apis_creates_go_to_the_file_in_batches_each_with_its_answer(tmp_path: Path) -> None:
-    """``OffloadedQueue`` over SQLite: creates that arrive together take one hand-off to a thread and
-    one transaction; each caller gets its own answer (a replay, a conflict, its queue position)."""
-    queue = SqliteQueue(tmp_path / "q.db")
+    """``OffloadedQueue`` over SQLite with ``queue.sqlite_group_commit``: creates that arrive together take
+    one hand-off to a thread and one transaction; each caller gets its own answer (a replay, a conflict,
+    its queue position)."""
+    queue = SqliteQueue(tmp_path / "q.db", group_commit=True)
     batches: list[int] = []
 
     def enqueue_many(creates: list[Any]) -> list[Any]:

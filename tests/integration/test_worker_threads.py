@@ -4,7 +4,6 @@ starts (``threading.settrace`` runs in every new thread before its target) and c
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 import threading
@@ -21,7 +20,6 @@ from foundation.queue.factory import open_queue
 from foundation.settings import Settings
 from tests.integration.worker_harness import free_port, make_record, wait_for, write_test_catalog
 from worker.lifecycle import Shutdown
-from worker.logs import write_logs_in_background
 
 # "- **name** —" at the start of a line of the module docstring's thread list.
 LISTED = re.compile(r"^- \*\*([a-z-]+)\*\* —", re.MULTILINE)
@@ -48,7 +46,12 @@ def test_the_loop_lists_every_thread_a_running_worker_starts(tmp_path: Path, tin
             "data_dir": str(tmp_path / "data"),
             "catalog_path": str(catalog_path),
             "models": {"tiny_models_dir": str(tiny_models_dir)},
-            "worker": {"hosted_models": ["tiny-wan"], "preload": ["tiny-wan"], "metrics_port": free_port()},
+            "worker": {
+                "hosted_models": ["tiny-wan"],
+                "preload": ["tiny-wan"],
+                "metrics_port": free_port(),
+                "overlap_stage_write": True,  # starts the progress thread, off by default
+            },
         }
     )
     started: list[str] = []
@@ -58,14 +61,10 @@ def test_the_loop_lists_every_thread_a_running_worker_starts(tmp_path: Path, tin
         sys.settrace(None)
         started.append(threading.current_thread().name)  # list.append is atomic
 
-    # genworker worker's own start: the log lines go through the writer thread (here a logger of the test's).
-    logs = logging.getLogger("genworker.test.worker-threads")
-    logs.addHandler(logging.NullHandler())
     shutdown, codes = Shutdown(), []
     before = set(threading.enumerate())
     threading.settrace(note_start)  # type: ignore[arg-type]
     try:
-        write_logs_in_background(logs)
         main = threading.Thread(
             target=lambda: codes.append(worker.loop.run_worker(settings, install_signals=False, shutdown=shutdown)),
             name="main",  # the thread that runs run_worker is the worker's main thread
@@ -82,8 +81,6 @@ def test_the_loop_lists_every_thread_a_running_worker_starts(tmp_path: Path, tin
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
         shutdown.request_stop("test over")
-        for handler in logs.handlers:
-            handler.close()
 
     # A library's unnamed pool (diffusers and transformers load weights on a few threads): it ends with the load.
     loaders = {name for name in started if name.startswith("ThreadPoolExecutor-")}

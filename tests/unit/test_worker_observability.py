@@ -6,18 +6,19 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from worker import logs as daemon_logs
 from worker.health import HealthState, StatusServer
 from worker.lifecycle import Shutdown
-from worker.logs import JsonFormatter, job_logger, log_stage, write_logs_in_background
+from worker.logs import JsonFormatter, job_logger, log_stage
 from worker.metrics import WorkerMetrics
 
 
@@ -64,62 +65,27 @@ def test_a_stage_that_raises_is_logged_as_stopped(captured: ListHandler) -> None
     assert json.loads(captured.lines[-1])["msg"] == "stage denoising stopped"
 
 
-def _in_background(name: str) -> tuple[logging.Logger, ListHandler]:
-    """A logger of its own whose lines go through the background writer into a ``ListHandler``."""
-    logger = logging.getLogger(name)
-    logger.propagate, logger.level = False, logging.INFO
-    target = ListHandler()
-    logger.handlers[:] = [target]
-    write_logs_in_background(logger)
-    return logger, target
+# What ``genworker worker`` does before it runs (worker/cli.py: ``configure_logging``), then lines logged and the
+# process killed outright at once: no exit handler, no flush at shutdown.
+_LOG_THEN_KILL = """
+import os, signal
+from worker.logs import configure_logging, job_logger
+configure_logging("INFO")
+log = job_logger("gen_7", "tiny-wan", 1)
+for i in range(200):
+    log.info("line %d", i, extra={"stage": "claimed"})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
 
 
-def test_lines_written_in_background_come_out_in_order_as_logged() -> None:
-    logger, target = _in_background("genworker.test-background")
-    log = job_logger("gen_7", "tiny-wan", 1, name=logger.name)
-    models = ["tiny-wan"]
-    log.info("claimed %s", models, extra={"stage": "claimed"})
-    models.append("tiny-ltx2")  # changed after the line was logged: the line keeps what it was
-    try:
-        raise ValueError("boom")
-    except ValueError as e:
-        log.error("failed: %s", e, exc_info=e)
-    for i in range(100):
-        log.info("line %d", i)
-    logger.handlers[0].close()  # what logging.shutdown does at exit: what is queued is written
-    logger.handlers.clear()
-    lines = [json.loads(line) for line in target.lines]
-    assert lines[0]["msg"] == "claimed ['tiny-wan']" and lines[0]["job_id"] == "gen_7"
-    assert lines[1]["msg"] == "failed: boom" and "ValueError: boom" in lines[1]["exc"]
-    assert [line["msg"] for line in lines[2:]] == [f"line {i}" for i in range(100)]
-    assert threading.current_thread().name not in target.threads
-
-
-def test_the_writer_writes_what_came_on_its_own_within_a_few_passes() -> None:
-    logger, target = _in_background("genworker.test-background-timer")
-    logger.info("first")  # wakes nobody: the line waits for the writer's next pass
-    deadline = time.monotonic() + 2
-    while not target.lines and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert [json.loads(line)["msg"] for line in target.lines] == ["first"]  # written with no close
-    assert target.threads == {"log-writer"}
-    logger.handlers[0].close()
-    logger.handlers.clear()
-
-
-def test_a_warning_wakes_the_writer_and_comes_out_after_the_lines_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(daemon_logs, "WRITE_EVERY_S", 60.0)  # no timed pass within this test
-    logger, target = _in_background("genworker.test-background-wake")
-    logger.info("before")
-    time.sleep(0.2)
-    assert target.lines == []  # an INFO line waits for the writer's next pass
-    logger.warning("now")
-    deadline = time.monotonic() + 5
-    while len(target.lines) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert [json.loads(line)["msg"] for line in target.lines] == ["before", "now"]
-    logger.handlers[0].close()
-    logger.handlers.clear()
+def test_a_worker_killed_outright_has_written_every_line_it_logged() -> None:
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-c", _LOG_THEN_KILL]
+    done = subprocess.run(command, check=False, cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [line["msg"] for line in lines] == [f"line {i}" for i in range(200)]
+    assert all(line["job_id"] == "gen_7" for line in lines)
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -8,11 +8,12 @@
   index writes, ``commit.lua``), on a thread of this queue's own, then the job's place in the queue.
 
 Only a single server (``redis_mode: single``) gets this path (``async_redis_client``); Sentinel and
-Cluster clients keep the sync queue behind ``async_api.OffloadedQueue``. Over plain TCP the client is a
-``WiredRedis``: the round trips of ``execute_commands`` (every poll and rate-limit hit) go over
-``wire.RedisWire``, lean connections of its own; over TLS they take redis-py's pipeline. What each buys:
-docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)". Every public method translates "Redis
-cannot answer" into ``BackendUnavailable`` (``unavailable.redis_unavailable``).
+Cluster clients keep the sync queue behind ``async_api.OffloadedQueue``. The round trips of
+``execute_commands`` (every poll and rate-limit hit) take redis-py's asyncio pipeline; with
+``queue.redis_wire`` on, over plain TCP, the client is a ``WiredRedis`` and they go over
+``wire.RedisWire``, lean connections of its own. What that buys: docs/benchmarks.md, "Micro-optimizations
+off by default". Every public method translates "Redis cannot answer" into ``BackendUnavailable``
+(``unavailable.redis_unavailable``).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class WiredRedis(aioredis.Redis):
 
 def async_redis_client(settings: QueueSettings, url: str | None = None) -> aioredis.Redis | None:
     """An asyncio client reaching Redis exactly as ``redis_client(settings, url)`` does (credentials,
-    timeouts, TLS), for ``redis_mode: single``; None for Sentinel and Cluster. Over plain TCP with UTF-8
-    replies it is a ``WiredRedis``; over TLS, redis-py's connections carry every call."""
+    timeouts, TLS), for ``redis_mode: single``; None for Sentinel and Cluster. With ``redis_wire`` on, over
+    plain TCP with UTF-8 replies, it is a ``WiredRedis``; else redis-py's connections carry every call."""
     if settings.redis_mode != "single":
         return None
     sync: Any = redis_client(settings, url)  # one server: a redis.Redis
@@ -82,7 +83,7 @@ def async_redis_client(settings: QueueSettings, url: str | None = None) -> aiore
     utf8 = kwargs.get("encoding", "utf-8") == "utf-8"  # the wire decodes replies as UTF-8
     connection_class = aioredis.SSLConnection if tls else aioredis.Connection
     async_pool = aioredis.ConnectionPool(connection_class=connection_class, **kwargs)
-    if tls or not utf8 or pool.connection_class is not redis.Connection:
+    if not settings.redis_wire or tls or not utf8 or pool.connection_class is not redis.Connection:
         return aioredis.Redis(connection_pool=async_pool)
     return WiredRedis(connection_pool=async_pool, wire=_wire_for(async_pool))
 

@@ -5,8 +5,9 @@ Over redis-py's asyncio connection that round trip pays a pool checkout, a strea
 context and a parser call per reply, a large share of a poll's whole cost in the API process. Here a
 connection is an ``asyncio.Protocol`` feeding ``hiredis.Reader``: the commands go out in one write, the
 replies are parsed in C as the bytes arrive, and the waiting request is woken once, when the last reply
-is in; one timer bounds the whole round trip. What it buys, against redis-py's own connection in the
-same run: docs/benchmarks.md, "Micro-optimizations, A/B (issue 37)".
+is in; one timer bounds the whole round trip. It is optional, off by default (``queue.redis_wire``):
+redis-py's connection is the reference tests/integration/test_redis_wire.py compares it with; what it
+buys: docs/benchmarks.md, "Micro-optimizations off by default (issue 48)".
 
 It keeps what the redis-py connection did for this path, with redis-py's public pieces only:
 

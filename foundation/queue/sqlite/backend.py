@@ -98,6 +98,7 @@ class SqliteQueue:
         newer_record_wait_s: float = 900.0,
         record_format: int = records.RECORD_FORMAT,
         fair: FairShare | None = None,
+        group_commit: bool = False,
     ) -> None:
         self.path = str(path)
         self.fair = fair or FairShare()  # fair share by project per pool (sqlite_fair), or plain FIFO
@@ -117,7 +118,7 @@ class SqliteQueue:
         self._clock = clock or Clock()
         self.reads = SqliteReads(self._db, self._clock, fair=self.fair.enabled, record_format=self._format)
         self._creates: GroupCommit[tuple[GenerationRecord, str | None, str], EnqueueResult]
-        self._creates = GroupCommit(self._db, self._create)
+        self._creates = GroupCommit(self._db, self._create, shared=group_commit)
         try:
             self._db.conn().executescript(SCHEMA)
             with self._db.tx() as conn:  # once per file and boot, whoever opens first
@@ -238,9 +239,10 @@ class SqliteQueue:
 
     @sqlite_unavailable
     def enqueue_many(self, creates: list[Create]) -> list[EnqueueResult | Exception]:
-        """Create each ``(record, idempotency key, request hash)`` (or find the job its key made), in as few
-        transactions as ``sqlite_group`` takes, with the creates of other threads too (one fsync for all);
-        each one's result, or the exception it raised (``IdempotencyConflict``), once it is committed."""
+        """Create each ``(record, idempotency key, request hash)`` (or find the job its key made), in one
+        transaction (``GroupCommit``; with ``group_commit``, shared with the creates of other threads: one
+        fsync for all); each one's result, or the exception it raised (``IdempotencyConflict``), once it is
+        committed."""
         enqueued = [
             (records.enqueued(r, max_attempts=self.max_attempts, idempotency_key=key), key, h or "")
             for r, key, h in creates

@@ -12,6 +12,9 @@ A write that raises is rolled back to its savepoint and its caller gets the exce
 the batch commit. When the transaction itself fails (BEGIN or COMMIT), nothing of the batch was
 written and every caller in it gets that exception. A caller is answered only after the commit, so a
 result it returns is as durable as a write of its own transaction would have been.
+
+Not shared (``shared=False``, the default of ``queue.sqlite_group_commit``), each caller commits its own
+writes, with the same savepoints: the reference the shared path's tests compare against.
 """
 
 from __future__ import annotations
@@ -47,11 +50,17 @@ class GroupCommit(Generic[T, R]):
     """``run(item)`` = ``write(conn, item)`` in a transaction on ``db``, batched with concurrent runs."""
 
     def __init__(
-        self, db: SqliteFile, write: Callable[[sqlite3.Connection, T], R], *, max_batch: int = MAX_BATCH
+        self,
+        db: SqliteFile,
+        write: Callable[[sqlite3.Connection, T], R],
+        *,
+        max_batch: int = MAX_BATCH,
+        shared: bool = True,
     ) -> None:
         self._db = db
         self._write = write
         self._max_batch = max_batch
+        self._shared = shared
         self._reset()
 
     def _reset(self) -> None:
@@ -80,9 +89,13 @@ class GroupCommit(Generic[T, R]):
         return outcomes
 
     def _run(self, items: list[T]) -> list[_Ticket[T, R]]:
+        tickets: list[_Ticket[T, R]] = [_Ticket(item) for item in items]
+        if not self._shared:  # this caller's writes alone, in transactions of their own
+            for start in range(0, len(tickets), self._max_batch):
+                self._commit(tickets[start : start + self._max_batch])
+            return tickets
         if self._pid != os.getpid():  # a forked child: the parent's locks may be held, its queue is not ours
             self._reset()
-        tickets: list[_Ticket[T, R]] = [_Ticket(item) for item in items]
         with self._queue_lock:
             self._pending.extend(tickets)
         with self._writer:
