@@ -128,11 +128,12 @@ class SqliteReads:
             (job_id,),
         ).fetchone()
         project, ready_at, queue_seq, pass_ = row
-        now = self._clock.monotonic()
+        # This job is due, so every row before it in (ready_at, queue_seq) is due too: the row value bounds the
+        # index range at this job (a bound at ``now`` instead counted over every due row of the project).
         mine = conn.execute(
-            """SELECT COUNT(*) FROM jobs WHERE model = ? AND project = ? AND status = 'queued' AND ready_at <= ?
-               AND (ready_at < ? OR (ready_at = ? AND queue_seq < ?))""",
-            (model, project, now, ready_at, ready_at, queue_seq),
+            """SELECT COUNT(*) FROM jobs WHERE model = ? AND project = ? AND status = 'queued'
+               AND (ready_at, queue_seq) < (?, ?)""",
+            (model, project, ready_at, queue_seq),
         ).fetchone()[0]
         projects, before = conn.execute(
             """SELECT COUNT(*), COALESCE(SUM(pass < ? OR (pass = ? AND project < ?)), 0)
