@@ -95,6 +95,9 @@ def test_page_and_models_tolerate_extra_fields() -> None:
     assert [g.id for g in page.data] == ["gen_123", "gen_2"]
     assert page.next_cursor == "c2"
     assert GenerationPage.model_validate({"data": []}).next_cursor is None
+    assert page.skipped == 0  # a server that does not say
+    skipped = wire.page_from_response(response(200, {"object": "list", "data": [], "next_cursor": None, "skipped": 2}))
+    assert skipped.skipped == 2
     models = wire.models_from_response(response(200, {"data": [{"id": "tiny-wan", "available": True, "fps": 4}]}))
     assert models == [Model(id="tiny-wan", available=True, fps=4)]
     assert wire.models_from_response(response(200, [{"id": "m"}]))[0].id == "m"

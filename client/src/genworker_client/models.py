@@ -130,6 +130,9 @@ class GenerationPage(BaseModel):
 
     data: list[Generation] = Field(default_factory=list)
     next_cursor: str | None = None
+    # Generations of this page's stretch left out because the service cannot read their records (written by a
+    # newer version during an upgrade); a later request may list them. 0 from a server that does not say.
+    skipped: int = 0
 
 
 class Model(BaseModel):
