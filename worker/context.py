@@ -301,7 +301,7 @@ def _job_path(
         work_root=work_root(settings),
         store=store,  # input images of image_to_video jobs
         checkpointing=checkpointing,
-        overlap_writes=ws.overlap_stage_write,
+        overlap_stage_write=ws.overlap_stage_write,
     )
     processor = PostProcessor(
         catalog=catalog,

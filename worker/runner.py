@@ -62,7 +62,7 @@ class JobRunner:
         work_root: Path,
         store: ArtifactStore | None = None,
         checkpointing: CheckpointSetup | None = None,
-        overlap_writes: bool = False,
+        overlap_stage_write: bool = False,
         previews: PreviewCadence | None = None,
     ) -> None:
         self._catalog = catalog
@@ -81,7 +81,7 @@ class JobRunner:
         self._previews = previews  # None: no live previews (settings)
         # Sends the denoising stage's write while the model starts (``JobProgress.enter``); its thread
         # is started here, not on the first job's pick-up.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress") if overlap_writes else None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress") if overlap_stage_write else None
         if self._writer is not None:
             self._writer.submit(int)
 

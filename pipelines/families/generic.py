@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-    from foundation.core.catalog import DiffusersSpec, ModelSpec, RuntimeProfile
+    from foundation.core.catalog import DiffusersSpec, ModelSpec
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.lora import LoraSource
@@ -107,18 +107,9 @@ class DiffusersTextToVideo(DiffusersAdapter):
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["diffusers"]
     own_options: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(
-        self,
-        spec: ModelSpec,
-        runtime: ModelRuntimeSettings,
-        pipe: Any,
-        *,
-        device: str,
-        dtype: str,
-        profile: RuntimeProfile | None = None,
-    ) -> None:
-        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
-        self.generic: DiffusersSpec = _generic_block(spec)
+    def init_state(self) -> None:
+        pipe = self.pipe
+        self.generic: DiffusersSpec = _generic_block(self.spec)
         self.allowed = frozenset(self.generic.options)
         self._call_keywords = frozenset(inspect.signature(type(pipe).__call__).parameters)
         # Resumable (``checkpoints=``, ``pipelines.runtime.resume``) when the pipeline has a step callback to hang the

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-    from foundation.core.catalog import ModelSpec, RuntimeProfile
+    from foundation.core.catalog import ModelSpec
     from foundation.core.resolve import ResolvedJob
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.lora import LoraSource
@@ -147,17 +147,8 @@ class LTX2TextToVideo(DiffusersAdapter):
 
     denoisers: ClassVar[tuple[str, ...]] = ("transformer",)
 
-    def __init__(
-        self,
-        spec: ModelSpec,
-        runtime: ModelRuntimeSettings,
-        pipe: Any,
-        *,
-        device: str,
-        dtype: str,
-        profile: RuntimeProfile | None = None,
-    ) -> None:
-        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+    def init_state(self) -> None:
+        pipe = self.pipe
         self.upsample_pipe: Any = None  # the two-stage recipe's x2 latent upsampler (``attach``)
         self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
         self._image_pipe: Any = None  # LTX2ImageToVideoPipeline over the same modules (image_to_video jobs)

@@ -40,9 +40,8 @@ if TYPE_CHECKING:
     import torch
     from PIL.Image import Image
 
-    from foundation.core.catalog import ModelSpec, RuntimeProfile
+    from foundation.core.catalog import ModelSpec
     from foundation.core.resolve import ResolvedJob
-    from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.previews import Previews
 
 __all__ = ["WanLatents", "WanTextToVideo"]
@@ -90,17 +89,8 @@ class WanTextToVideo(DiffusersAdapter):
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
     own_options: ClassVar[frozenset[str]] = frozenset({"boundary_ratio"})
 
-    def __init__(
-        self,
-        spec: ModelSpec,
-        runtime: ModelRuntimeSettings,
-        pipe: Any,
-        *,
-        device: str,
-        dtype: str,
-        profile: RuntimeProfile | None = None,
-    ) -> None:
-        super().__init__(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
+    def init_state(self) -> None:
+        pipe = self.pipe
         self._base_scheduler_config = dict(pipe.scheduler.config)
         self._scheduler_key: tuple[Any, ...] | None = None  # (shift, sampler, steps) the scheduler was built for
         self._negative: tuple[tuple[str, int], torch.Tensor] | None = None

@@ -42,8 +42,8 @@ class WanImageToVideo(WanTextToVideo):
 
     options: ClassVar[frozenset[str]] = FAMILY_OPTIONS["wan"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def init_state(self) -> None:
+        super().init_state()
         self._text_pipe: Any = None  # WanPipeline over the same modules, built on the first text_to_video job
 
     @classmethod

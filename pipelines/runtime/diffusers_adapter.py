@@ -98,6 +98,11 @@ class DiffusersAdapter(Adapter):
         self.pipe = pipe
         self.device = device
         self.dtype = dtype
+        self.init_state()
+
+    def init_state(self) -> None:
+        """The family's own state over ``self.pipe`` (schedulers, a second pipeline), set once the base's is:
+        a family overrides this instead of the constructor."""
 
     # ------------------------------------------------------------------------------------------ loading
 
