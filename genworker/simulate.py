@@ -34,6 +34,7 @@ SHORT: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "wan2.2-ti2v-5b": ("720p", [("text_to_video", "standard"), ("image_to_video", "standard")]),
     "ltx-2": ("480p", [("image_to_video", "standard")]),
     "hunyuanvideo-1.5-480p": ("480p", [("text_to_video", "standard")]),
+    "hunyuanvideo-1.5-i2v-480p": ("480p", [("image_to_video", "fast")]),
 }
 # Dense bf16 peaks (TFLOP/s) of the device classes the plan knows, for the time floors (vendor datasheets,
 # no sparsity; pipelines.planning.mfu.PEAK_BF16_TFLOPS). The RTX 4090 has no datacenter figure there.

@@ -202,9 +202,10 @@ class RuntimeProfile(BaseModel):
 
 
 # The call arguments the generic adapter fills from the job, under their usual names; ``diffusers.arguments``
-# renames those a pipeline calls otherwise (``num_frames: num_video_frames``).
+# renames those a pipeline calls otherwise (``num_frames: num_video_frames``). ``image`` goes to an
+# image_to_video entry's pipeline only.
 GENERIC_ARGUMENTS: frozenset[str] = frozenset(
-    {"prompt", "negative_prompt", "height", "width", "num_frames", "num_inference_steps", "guidance_scale"}
+    {"prompt", "negative_prompt", "height", "width", "num_frames", "num_inference_steps", "guidance_scale", "image"}
 )
 
 
@@ -250,6 +251,10 @@ class DiffusersSpec(BaseModel):
     # an instance of its ``replaces``): HunyuanVideo 1.5's, without the dense L x L mask
     # (pipelines/families/hunyuan15.py).
     attention_processor: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
+    # "module:Class" of a video processor put in place of the pipeline's own at load (built from its config): for
+    # an image-to-video pipeline that sizes the video from the image, one that keeps the size the worker fitted
+    # the image to (HunyuanVideo 1.5's re-buckets it, off by a stride on some ratios: pipelines/families/hunyuan15.py).
+    video_processor: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
     options: list[str] = Field(default_factory=list)  # keys a variant may set in pipeline_kwargs (call keywords)
     decode: DecodeSpec = Field(default_factory=DecodeSpec)
 
@@ -383,8 +388,9 @@ class ModelSpec(BaseModel):
         """The runtime profile and the recipe fit the family (nothing accepted and then ignored)."""
         if (self.family == "diffusers") != (self.diffusers is not None):
             raise ValueError("family 'diffusers' needs a diffusers block (the generic adapter's data), and only it")
-        if self.family == "diffusers" and set(self.modes) != {"text_to_video"}:
-            raise ValueError("modes: the generic adapter serves text_to_video only (image input needs an adapter)")
+        if self.family == "diffusers" and len(self.modes) != 1:
+            # One pipeline class per entry, so one call shape: a checkpoint with both modes is two entries.
+            raise ValueError("modes: a generic entry serves one mode, its pipeline's (text_to_video or image_to_video)")
         if self.family == "diffusers" and self.prompt_extend is not None:
             raise ValueError("prompt_extend: the generic adapter has no prompt extension (a custom adapter may)")
         chat_llm = self.prompt_extend is not None and self.prompt_extend.method == "chat_llm"

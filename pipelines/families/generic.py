@@ -1,7 +1,8 @@
-"""Any diffusers text-to-video pipeline of the common call shape, driven by the catalog entry's ``diffusers`` block.
+"""Any diffusers video pipeline of the common call shape, driven by the catalog entry's ``diffusers`` block.
 
 Most text-to-video pipelines in diffusers take the same call: prompt, negative prompt, height, width, frames,
-steps, guidance, a generator and ``output_type="latent"``. This adapter serves them from data
+steps, guidance, a generator and ``output_type="latent"``; their image-to-video twins add the image (one entry
+serves one mode: its pipeline's). This adapter serves them from data
 (``foundation.core.catalog.DiffusersSpec``): which class, the argument names where a pipeline differs, whether CFG
 is a call argument or the pipeline's ``guider`` component, the options a variant may pass, and the decode path.
 Families with special needs keep their own adapter (Wan 2.2's two experts: ``pipelines.families.wan``; LTX-2's audio and
@@ -11,14 +12,16 @@ Read top to bottom: ``load`` once (``pipelines.runtime.diffusers_adapter``'s tem
 per job ``denoise`` (check_inputs -> scheduler shift -> guidance -> diffusion loop to latents) and ``decode`` (the
 VAE, as the catalog says). Facts handled here:
 - the size and frame count are checked against the pipeline's own VAE compression and patch size before the
-  call, because pipelines round other values silently;
+  call, because pipelines round other values silently; a pipeline that sizes the video from the image (no
+  height/width keywords) is held to the job's size by the latents it returns;
 - progress and cancel: through ``callback_on_step_end`` when the pipeline takes it, else by wrapping its
   scheduler's ``step`` for the call (HunyuanVideo 1.5 has no step callback); either way ``on_step`` runs after
   every step and whatever it raises leaves the loop at once; with the callback the job is also resumable
   from denoising checkpoints (``pipelines.runtime.resume``), without it not;
 - the variant's ``flow_shift`` rebuilds the shipped scheduler from its config (``shift`` or ``flow_shift``);
 - an entry may name an attention processor to replace the denoisers' own at load (``diffusers.attention_processor``:
-  HunyuanVideo 1.5's without the dense L x L mask, ``pipelines.families.hunyuan15``).
+  HunyuanVideo 1.5's without the dense L x L mask, ``pipelines.families.hunyuan15``), and a video processor to
+  replace the pipeline's (``diffusers.video_processor``: HunyuanVideo 1.5 I2V's, which keeps the fitted size).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.lora import LoraSource
 
-__all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention"]
+__all__ = ["DiffusersLatents", "DiffusersTextToVideo", "pipeline_class", "replace_attention", "replace_video_processor"]
 
 # The denoising loop's version in checkpoint fingerprints: bump it with any change to ``denoise`` that changes
 # what a checkpoint holds or how it is restored, so workers of another version start such jobs over instead
@@ -87,6 +90,22 @@ def replace_attention(pipe: Any, denoisers: list[str], ref: str) -> None:
         model.set_attn_processor(processors)
     if not replaced:
         raise ModelLoadError(f"attention processor {ref!r}: no {processor_class.replaces.__name__} to replace")
+
+
+def replace_video_processor(pipe: Any, ref: str) -> None:
+    """Put the video processor class ``ref`` ("module:Class") in place of ``pipe.video_processor``, built from the
+    replaced one's config; ``ModelLoadError`` when it cannot be imported or the pipeline has no video processor."""
+    import importlib
+
+    module_name, _, name = ref.partition(":")
+    try:
+        processor_class = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ModelLoadError(f"video processor {ref!r} cannot be imported: {e}") from e
+    current = getattr(pipe, "video_processor", None)
+    if current is None:
+        raise ModelLoadError(f"video processor {ref!r}: {type(pipe).__name__} has no video_processor to replace")
+    pipe.video_processor = processor_class.from_config(current.config)
 
 
 def pipeline_class(name: str) -> Any:
@@ -136,10 +155,12 @@ class DiffusersTextToVideo(DiffusersAdapter):
 
     @classmethod
     def prepare(cls, spec: ModelSpec, pipe: Any, parts: dict[str, Any]) -> None:
-        """The entry's attention processor, before the profile: its backend is set on them."""
+        """The entry's attention processor (before the profile: its backend is set on them) and video processor."""
         generic = _generic_block(spec)
         if generic.attention_processor is not None:
             replace_attention(pipe, generic.denoisers, generic.attention_processor)
+        if generic.video_processor is not None:
+            replace_video_processor(pipe, generic.video_processor)
 
     # ------------------------------------------------------------------------------------------ denoise
 
@@ -155,14 +176,14 @@ class DiffusersTextToVideo(DiffusersAdapter):
         import torch
 
         pipe = self.loaded_pipe()
-        checks.check_image(self.spec.id, job, image)  # text-to-video only: an image (or an image mode) is refused
+        checks.check_image(self.spec.id, job, image)  # the image its mode needs, at the generation size, and only it
         # 1. Check inputs against the pipeline's own compression (a mismatch is a catalog bug).
         self._check_inputs(job)
         apply_cache([m for n in self.generic.denoisers if (m := getattr(pipe, n, None)) is not None], job.cache)
         kwargs = checks.pipeline_options(self.spec.id, job, self.allowed)
         # 2. The variant's scheduler shift and guidance.
         self._set_shift(job.flow_shift)
-        call = self._job_arguments(job)
+        call = self._job_arguments(job, image)
         # 3. Denoise to latents; progress after every step, and whatever on_step raises stops the loop. With a
         # step callback the session also checkpoints and resumes (``pipelines.runtime.resume``).
         generator = torch.Generator(self.device).manual_seed(job.seed)
@@ -170,7 +191,7 @@ class DiffusersTextToVideo(DiffusersAdapter):
             with self._progress(pipe, on_step, job.steps, previews), torch.no_grad():
                 latents = pipe(**call, generator=generator, output_type="latent", **kwargs).frames
             self.synchronize()
-            return DiffusersLatents(latents)
+            return DiffusersLatents(self._sized(latents, job))
         session = DenoiseSession(
             on_step,
             total=job.steps,
@@ -186,10 +207,24 @@ class DiffusersTextToVideo(DiffusersAdapter):
                 **call, generator=generator, output_type="latent", callback_on_step_end=session.callback, **kwargs
             ).frames
         self.synchronize()
-        return DiffusersLatents(latents, resumed_from_step=session.resume_step or None)
+        return DiffusersLatents(self._sized(latents, job), resumed_from_step=session.resume_step or None)
 
-    def _job_arguments(self, job: ResolvedJob) -> dict[str, Any]:
-        """The call's job-driven keywords under the pipeline's names (guidance on the guider when it has one)."""
+    def _sized(self, latents: torch.Tensor, job: ResolvedJob) -> torch.Tensor:
+        """``latents``, refused unless they are the job's size (a pipeline that sizes the video from the image may
+        pick another than the one the worker fitted the image to: a catalog bug, never a silently other video)."""
+        spatial = _first_int(self.pipe, ("vae_scale_factor_spatial", "vae_spatial_compression_ratio"), default=8)
+        made = (int(latents.shape[-1]) * spatial, int(latents.shape[-2]) * spatial)
+        if made != (job.gen_width, job.gen_height):
+            raise JobError(
+                ErrorCode.pipeline_error,
+                f"{self.spec.id}: {type(self.pipe).__name__} made {made[0]}x{made[1]} latents' worth, "
+                f"the job generates {job.gen_width}x{job.gen_height}",
+            )
+        return latents
+
+    def _job_arguments(self, job: ResolvedJob, image: Image | None) -> dict[str, Any]:
+        """The call's job-driven keywords under the pipeline's names (guidance on the guider when it has one; the
+        image for an image_to_video job)."""
         values: dict[str, Any] = {
             "prompt": job.prompt,
             "negative_prompt": job.negative_prompt,
@@ -199,6 +234,8 @@ class DiffusersTextToVideo(DiffusersAdapter):
             "num_inference_steps": job.steps,
             "guidance_scale": job.guidance_scale,
         }
+        if image is not None:
+            values["image"] = image
         if self.generic.guidance == "guider":
             self._set_guider(values.pop("guidance_scale"))
         call = {}

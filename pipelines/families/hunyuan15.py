@@ -41,6 +41,14 @@ a valid one, in any block. The padded query rows get attention over the valid ke
 key-padding one (a convex combination of valid values: finite, where the dense mask leaves them no key at all);
 the text stream carries them to the next block, where they are only keys again, and ``proj_out`` reads the video
 tokens only.
+
+The image-to-video pipeline (``HunyuanVideo15ImageToVideoPipeline``) takes no height or width: it sizes the video
+from the image, as the bucket of ``generate_crop_size_list(target_size, 16)`` nearest the image's h/w, with the
+buckets' ratios rounded to five decimals and, for a portrait image, only buckets no taller in ratio than the image.
+The worker has already fitted the image to the job's size, an official bucket, and on that exact size the rounding
+picks another bucket for 2 of the 5 ratios at 480p (9:16 480x848 -> 480x832, 3:4 544x720 -> 560x720) and 2 at
+720p (9:16 720x1280 -> 720x1264, 4:3 1104x832 -> 1088x832). ``FittedImageProcessor`` keeps an image that is
+already on the VAE stride at its size.
 """
 
 from __future__ import annotations
@@ -49,11 +57,12 @@ from typing import TYPE_CHECKING, Any
 
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_hunyuan_video15 import HunyuanVideo15AttnProcessor2_0
+from diffusers.pipelines.hunyuan_video1_5.image_processor import HunyuanVideo15ImageProcessor
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KeyPaddingAttnProcessor", "shared_valid_prefix"]
+__all__ = ["FittedImageProcessor", "KeyPaddingAttnProcessor", "shared_valid_prefix"]
 
 
 def shared_valid_prefix(attention_mask: torch.Tensor) -> int | None:
@@ -171,3 +180,15 @@ class KeyPaddingAttnProcessor(HunyuanVideo15AttnProcessor2_0):  # type: ignore[m
         if not self.slice_padding_tail or torch.compiler.is_compiling() or self._parallel_config is not None:
             return None
         return shared_valid_prefix(attention_mask)
+
+
+class FittedImageProcessor(HunyuanVideo15ImageProcessor):  # type: ignore[misc]
+    """diffusers' HunyuanVideo 1.5 image processor that keeps an image already on the VAE stride at its own size
+    (the worker fitted it to the job's bucket); any other size gets diffusers' bucket."""
+
+    def calculate_default_height_width(self, height: int, width: int, target_size: int) -> tuple[int, int]:
+        stride = self.config.vae_scale_factor
+        if height % stride == 0 and width % stride == 0:
+            return height, width
+        chosen: tuple[int, int] = super().calculate_default_height_width(height, width, target_size)
+        return chosen

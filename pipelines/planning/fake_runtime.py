@@ -4,14 +4,17 @@
 ``torch.compile`` and ``torch.export`` trace with); it has no public alias, hence the private module path. A fake
 tensor carries shape, dtype and device and no storage; every op on one computes only its result's metadata.
 
-Three seams where the production code meets fake tensors, each kept to the simulation:
+Four seams where the production code meets fake tensors, each kept to the simulation:
 - ``fake_safe_moves``: ``nn.Module._apply`` (behind ``.to``, ``.half``...) swaps a fake parameter in place with
   ``torch.utils.swap_tensors``, which refuses tensors the fake mode holds weak references to; under this context
   a move that changes nothing is skipped and a real move or cast rebinds the parameter (ties kept);
 - ``HostBoundary``: frames and waveforms leave for the host with ``Tensor.numpy``, which needs real values: a
   fake tensor's shape is recorded there and zeros of its shape and dtype go on;
 - ``integer_indices``: a real boolean mask indexing a fake tensor needs the mask's values to size its result;
-  the mask's true positions (real, computed here) index instead, which is the same selection.
+  the mask's true positions (real, computed here) index instead, which is the same selection;
+- ``real_outputs``: a branch on an encoder's output values (HunyuanVideo 1.5's transformer tells a text job from an
+  image job by ``torch.all(image_embeds == 0)``) cannot read a fake tensor; the encoder's fake outputs are
+  replaced by real random values of their shape and dtype, which is what an image gives (nonzero embeddings).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HostBoundary", "fake_mode", "fake_safe_moves", "integer_indices", "is_fake"]
+__all__ = ["HostBoundary", "fake_mode", "fake_safe_moves", "integer_indices", "is_fake", "real_outputs"]
 
 
 @functools.cache
@@ -130,3 +133,35 @@ def integer_indices(indices: list[Any]) -> list[Any] | None:
         else:
             out.append(index)
     return out if replaced else None
+
+
+@contextlib.contextmanager
+def real_outputs(module: torch.nn.Module | None) -> Iterator[None]:
+    """While inside, each fake tensor ``module`` returns (alone, in a tuple or in a ``ModelOutput``) is replaced by
+    real values of its shape and dtype (standard normal; ones for integers); nothing happens for ``None``."""
+    if module is None:
+        yield
+        return
+
+    def hook(_module: Any, _args: Any, output: Any) -> Any:
+        return _realized(output)
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _realized(value: Any) -> Any:
+    import torch
+
+    if is_fake(value):
+        make = torch.randn if value.dtype.is_floating_point else torch.ones
+        return make(tuple(value.shape), dtype=value.dtype, device=value.device)
+    if isinstance(value, tuple):
+        return type(value)(_realized(v) for v in value) if type(value) is tuple else value
+    if isinstance(value, dict):  # transformers' ModelOutput is an ordered dict whose keys are its attributes too
+        for key, item in list(value.items()):
+            value[key] = _realized(item)
+    return value

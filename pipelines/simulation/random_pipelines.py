@@ -11,7 +11,8 @@ lives, stand in for the files). Every ``denoise`` and ``decode`` afterwards is t
 
 What a checkpoint would bring and no architecture config holds is made here: tokenizers (byte-level ones
 built in code, as the tiny models use: prompts are padded to the family's fixed text length either way, so
-the text encoders see the real token counts), the CLIP image processor (its defaults are the checkpoint's) and
+the text encoders see the real token counts), the image processors (CLIP's defaults are Wan's checkpoint's; SigLIP's
+at 384, FLUX.1-Redux-dev's, for HunyuanVideo 1.5 I2V) and
 schedulers (the classes the checkpoints ship; each variant's shift is applied by the adapter as in production).
 """
 
@@ -135,7 +136,7 @@ def _assemble(
     assert spec.diffusers is not None
     pipe = _generic_pipeline(spec, parts)
     adapter = DiffusersTextToVideo.assemble(spec, runtime, pipe, device=device, dtype=dtype, profile=profile)
-    encoders: list[str] = [n for n in ("text_encoder", "text_encoder_2") if n in parts]
+    encoders: list[str] = [n for n in ("text_encoder", "text_encoder_2", "image_encoder") if n in parts]
     return adapter, list(spec.diffusers.denoisers), encoders
 
 
@@ -226,7 +227,8 @@ def _ltx2_pipeline(parts: dict[str, Any]) -> Any:
 
 
 def _generic_pipeline(spec: ModelSpec, parts: dict[str, Any]) -> Any:
-    """HunyuanVideo 1.5 or SkyReels-V2 over ``parts``, as their checkpoints' model_index.json assemble them."""
+    """HunyuanVideo 1.5 (either mode) or SkyReels-V2 over ``parts``, as their checkpoints' model_index.json assemble
+    them."""
     from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
     from diffusers.guiders import ClassifierFreeGuidance
 
@@ -244,8 +246,14 @@ def _generic_pipeline(spec: ModelSpec, parts: dict[str, Any]) -> Any:
             vae=parts["vae"],
             scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0),
         )
-    if name != "HunyuanVideo15Pipeline":
+    if name not in {"HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"}:
         raise ValueError(f"{spec.id}: random weights are assembled for HunyuanVideo 1.5 and SkyReels-V2 only")
+    image = {}
+    if "image_encoder" in parts:  # the I2V checkpoints: SigLIP so400m at 384 (FLUX.1-Redux-dev's preprocessor)
+        from transformers import SiglipImageProcessor
+
+        processor = SiglipImageProcessor(size={"height": 384, "width": 384})
+        image = {"image_encoder": parts["image_encoder"], "feature_extractor": processor}
     return cls(
         text_encoder=parts["text_encoder"],
         tokenizer=byte_chat_tokenizer(),
@@ -255,4 +263,5 @@ def _generic_pipeline(spec: ModelSpec, parts: dict[str, Any]) -> Any:
         text_encoder_2=parts["text_encoder_2"],
         tokenizer_2=_byte_tokenizer(512),
         guider=ClassifierFreeGuidance(guidance_scale=6.0),
+        **image,
     )

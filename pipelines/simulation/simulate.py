@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.planning.fake_runtime import HostBoundary, fake_safe_moves
+from pipelines.planning.fake_runtime import HostBoundary, fake_safe_moves, real_outputs
 from pipelines.planning.op_stats import ForwardFlops, OpRecorder
 
 if TYPE_CHECKING:
@@ -207,7 +207,9 @@ def _run(adapter: Any, model: Any, spec: ModelSpec, job: SimJob, result: JobResu
         recorder = OpRecorder()
         # Outside the fake mode: small real tensors stay real; ops on the fake parameters run fake by themselves.
         hooks = recorder.phases(adapter.pipe, encoders=model.text_encoders, denoisers=model.denoisers)
-        with fake_safe_moves(), recorder.recording(), hooks:
+        # An image encoder's output is real (``real_outputs``): HunyuanVideo 1.5 reads its values to tell the mode.
+        image_encoder = getattr(adapter.pipe, "image_encoder", None) if image is not None else None
+        with fake_safe_moves(), recorder.recording(), hooks, real_outputs(image_encoder):
             recorder.phase = "denoise"
             latents = adapter.denoise(cut, lambda step, total: None, image=image)
             if decode:

@@ -10,6 +10,9 @@ real entry's stride and frame rule.
   ``AutoencoderKLHunyuanVideo15`` (16x spatial, 4x temporal, as the real VAE), ``Qwen2_5_VLTextModel`` with a
   byte-level ``Qwen2Tokenizer`` and a ChatML template built in code, ``T5EncoderModel`` + ``ByT5Tokenizer``
   (the glyph encoder), a ``FlowMatchEulerDiscreteScheduler`` and a ``ClassifierFreeGuidance`` guider.
+- ``tiny-hunyuan15-i2v``: its image-to-video twin (``HunyuanVideo15ImageToVideoPipeline``): the same parts with the
+  transformer's ``task_type`` i2v, plus a two-layer ``SiglipVisionModel`` as wide as the transformer's image
+  embedding and a ``SiglipImageProcessor`` at its image size (the real one is SigLIP so400m at 384).
 - ``tiny-skyreels-v2``: SkyReels-V2 (``SkyReelsV2Pipeline``): ``SkyReelsV2Transformer3DModel`` (the Wan layout),
   ``AutoencoderKLWan`` (the Wan 2.1 VAE it ships: 8x spatial, 4x temporal), ``T5EncoderModel`` + ``ByT5Tokenizer``
   (the real text encoder is UMT5-XXL; the pipeline takes either class), ``UniPCMultistepScheduler``.
@@ -81,12 +84,37 @@ def byte_t5(seed: int, *, d_model: int) -> tuple[Any, Any]:
 
 
 def _build_hunyuan15(out: Path) -> None:
-    from diffusers import (
-        AutoencoderKLHunyuanVideo15,
-        FlowMatchEulerDiscreteScheduler,
-        HunyuanVideo15Pipeline,
-        HunyuanVideo15Transformer3DModel,
-    )
+    from diffusers import HunyuanVideo15Pipeline
+
+    HunyuanVideo15Pipeline(**_hunyuan15_parts("t2v")).save_pretrained(out)
+
+
+def _build_hunyuan15_i2v(out: Path) -> None:
+    from diffusers import HunyuanVideo15ImageToVideoPipeline
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    parts = _hunyuan15_parts("i2v")
+    seeded(47)
+    image_size = 32
+    image_encoder = SiglipVisionModel(
+        SiglipVisionConfig(
+            hidden_size=parts["transformer"].config.image_embed_dim,
+            intermediate_size=24,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=image_size,
+            patch_size=8,
+        )
+    ).eval()
+    # FLUX.1-Redux-dev's preprocessor settings (mean and std 0.5, bicubic) at the tiny encoder's image size.
+    feature_extractor = SiglipImageProcessor(size={"height": image_size, "width": image_size})
+    pipe = HunyuanVideo15ImageToVideoPipeline(**parts, image_encoder=image_encoder, feature_extractor=feature_extractor)
+    pipe.save_pretrained(out)
+
+
+def _hunyuan15_parts(task_type: str) -> dict[str, Any]:
+    """The tiny HunyuanVideo 1.5 components, same seeds for both modes (the transformer's ``task_type`` aside)."""
+    from diffusers import AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Transformer3DModel
     from diffusers.guiders import ClassifierFreeGuidance
     from transformers import Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel
 
@@ -126,7 +154,7 @@ def _build_hunyuan15(out: Path) -> None:
         image_embed_dim=12,
         rope_axes_dim=(2, 2, 4),
         target_size=16,
-        task_type="t2v",
+        task_type=task_type,
     ).eval()
     seeded(43)
     # The real VAE's 16x spatial / 4x temporal compression (five blocks), with 4-8 channels (an upsampling
@@ -142,17 +170,16 @@ def _build_hunyuan15(out: Path) -> None:
         downsample_match_channel=False,
         upsample_match_channel=False,
     ).eval()
-    pipe = HunyuanVideo15Pipeline(
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        transformer=transformer,
-        vae=vae,
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0),  # the 480p checkpoints' shift
-        text_encoder_2=text_encoder_2,
-        tokenizer_2=tokenizer_2,
-        guider=ClassifierFreeGuidance(guidance_scale=6.0),
-    )
-    pipe.save_pretrained(out)
+    return {
+        "text_encoder": text_encoder,
+        "tokenizer": tokenizer,
+        "transformer": transformer,
+        "vae": vae,
+        "scheduler": FlowMatchEulerDiscreteScheduler(shift=5.0),  # the 480p checkpoints' shift
+        "text_encoder_2": text_encoder_2,
+        "tokenizer_2": tokenizer_2,
+        "guider": ClassifierFreeGuidance(guidance_scale=6.0),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- SkyReels-V2
@@ -186,6 +213,7 @@ def _unipc() -> Any:
 
 GENERIC_BUILDERS: dict[str, Callable[[Path], None]] = {
     "tiny-hunyuan15": _build_hunyuan15,
+    "tiny-hunyuan15-i2v": _build_hunyuan15_i2v,
     "tiny-skyreels-v2": _build_skyreels_v2,
 }
 

@@ -1,9 +1,9 @@
-"""Shared checks every text-to-video family passes on its tiny model (the generic families' tests and the tests
+"""Shared checks every family passes on its tiny model (the generic families' tests and the tests
 ``genworker pipeline new`` writes call these; nothing here is family-specific).
 
 - ``check_offered_outputs``: every offered resolution and ratio, the shortest and the longest duration through
   ``genworker generate``'s path (resolve -> run_pipeline -> ffmpeg), the MP4 decoded independently with PyAV: exact
-  size, frame count, duration;
+  size, frame count, duration (an image-only entry gets an image fitted as the worker fits one);
 - ``check_seed_determinism``: same seed, same latents; another seed, other latents;
 - ``check_decode_repeats``: decoding one denoise twice gives the same frames, of the job's shape;
 - ``check_cancel_within_one_step``: an ``on_step`` that raises at step 1 stops the loop before step 2.
@@ -72,12 +72,18 @@ def output_shapes(spec: ModelSpec) -> list[tuple[str, str, int]]:
 
 
 def request(
-    model: str, *, variant: str = "fast", seed: int = 1, prompt: str = "a red fox", **params: object
+    model: str,
+    *,
+    variant: str = "fast",
+    seed: int = 1,
+    prompt: str = "a red fox",
+    mode: str = "text_to_video",
+    **params: object,
 ) -> CreateRequest:
     return CreateRequest.model_validate(
         {
             "model": model,
-            "mode": "text_to_video",
+            "mode": mode,
             "variant": variant,
             "parameters": {"seed": seed, **params},
             "input": {"prompt": prompt},
@@ -105,12 +111,17 @@ def _check_offered_output(
 ) -> None:
     import av
 
+    from tests.pipelines.i2v_support import fitted
     from worker.generate import generate_once, prepare_job
 
     resolution, ratio, seconds = shape
-    job = prepare_job(settings, request(spec.id, resolution=resolution, ratio=ratio, duration_seconds=seconds))
+    mode = "text_to_video" if "text_to_video" in spec.modes else "image_to_video"
+    variant = "fast" if "fast" in spec.modes[mode].variants else next(iter(spec.modes[mode].variants))
+    asked = request(spec.id, variant=variant, mode=mode, resolution=resolution, ratio=ratio, duration_seconds=seconds)
+    job = prepare_job(settings, asked)
+    image = fitted(job, seed=len(ratio)) if mode == "image_to_video" else None
     out = out_dir / f"{spec.id}-{resolution}-{ratio.replace(':', 'x')}-{seconds}.mp4"
-    result = generate_once(settings, job, out, cache=cache)
+    result = generate_once(settings, job, out, cache=cache, image=image)
     with av.open(str(result.video)) as container:
         stream = container.streams.video[0]
         decoded = sum(1 for _ in container.decode(video=0))

@@ -16,7 +16,7 @@ import yaml
 
 from foundation.core.catalog import Catalog, default_catalog_path, load_catalog
 from foundation.core.errors import CatalogError, ErrorCode, JobError
-from foundation.core.resolve import resolve
+from foundation.core.resolve import ResolvedJob, resolve
 from foundation.settings import Settings
 from foundation.settings.models import ModelRuntimeSettings
 from pipelines.families.generic import DiffusersLatents, DiffusersTextToVideo
@@ -33,7 +33,8 @@ from tests.pipelines.family_checks import (
 )
 from tests.pipelines.helpers import StepLog
 
-FAMILIES = ["tiny-hunyuan15", "tiny-skyreels-v2"]
+FAMILIES = ["tiny-hunyuan15", "tiny-skyreels-v2"]  # text_to_video
+IMAGE_FAMILIES = ["tiny-hunyuan15-i2v"]  # image_to_video
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def _adapter(model_cache: ModelCache, catalog: Catalog, model: str) -> Diffusers
     return adapter
 
 
-@pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.parametrize("model", FAMILIES + IMAGE_FAMILIES)
 def test_every_offered_shape_is_exact_through_generate(
     model: str, settings: Settings, catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -160,8 +161,13 @@ def test_a_new_model_of_a_served_class_by_catalog_entry_alone(
         ),
         ({"prompt_extend": {"method": "text_encoder"}}, "no prompt extension"),
         (
-            {"modes": {"image_to_video": {"variants": {"x": {"steps": 2, "guidance_scale": 1}}}}},
-            "text_to_video only",
+            {
+                "modes": {
+                    "text_to_video": {"variants": {"x": {"steps": 2, "guidance_scale": 1}}},
+                    "image_to_video": {"variants": {"x": {"steps": 2, "guidance_scale": 1}}},
+                }
+            },
+            "serves one mode",
         ),
     ],
 )
@@ -203,16 +209,69 @@ def test_each_generic_entry_matches_its_pipeline_class(catalog: Catalog) -> None
     from pipelines.families.generic import pipeline_class
 
     generic = [spec for spec in catalog.models.values() if spec.diffusers is not None]
-    served = {"hunyuanvideo-1.5-480p", "hunyuanvideo-1.5-720p", "skyreels-v2-t2v-14b-720p", *FAMILIES}
+    served = {"hunyuanvideo-1.5-480p", "hunyuanvideo-1.5-720p", "skyreels-v2-t2v-14b-720p", *FAMILIES, *IMAGE_FAMILIES}
+    served |= {"hunyuanvideo-1.5-i2v-480p", "hunyuanvideo-1.5-i2v-720p", "hunyuanvideo-1.5-i2v-480p-step-distilled"}
     assert {spec.id for spec in generic} >= served
     for spec in generic:
         assert spec.diffusers is not None
         cls = pipeline_class(spec.diffusers.pipeline)
         keywords = set(inspect.signature(cls.__call__).parameters)
         components = set(inspect.signature(cls.__init__).parameters)
-        called = {spec.diffusers.call_name(name) for name in GENERIC_ARGUMENTS} - {""}
+        filled = GENERIC_ARGUMENTS if "image_to_video" in spec.modes else GENERIC_ARGUMENTS - {"image"}
+        called = {spec.diffusers.call_name(name) for name in filled} - {""}
         if spec.diffusers.guidance == "guider":
             called.discard("guidance_scale")
             assert "guider" in components, spec.id
         assert called | set(spec.diffusers.options) <= keywords, (spec.id, sorted(called - keywords))
         assert set(spec.diffusers.components) | set(spec.diffusers.denoisers) <= components, spec.id
+
+
+# ------------------------------------------------------------------------------------------ image_to_video
+
+
+def _image_job(catalog: Catalog, **params: object) -> ResolvedJob:
+    from tests.pipelines.i2v_support import i2v_job
+
+    return i2v_job(catalog, "tiny-hunyuan15-i2v", **params)
+
+
+def test_the_image_conditions_the_video_and_a_seed_repeats_it(model_cache: ModelCache, catalog: Catalog) -> None:
+    """The fitted image reaches HunyuanVideo 1.5 I2V's pipeline (its latents change with the image), and one image
+    and one seed give the same latents twice."""
+    from tests.pipelines.i2v_support import fitted
+
+    adapter = _adapter(model_cache, catalog, "tiny-hunyuan15-i2v")
+    job = _image_job(catalog, ratio="9:16")
+    first = adapter.denoise(job, StepLog(), image=fitted(job, seed=1))
+    again = adapter.denoise(job, StepLog(), image=fitted(job, seed=1))
+    other = adapter.denoise(job, StepLog(), image=fitted(job, seed=4))
+    assert isinstance(first, DiffusersLatents) and isinstance(other, DiffusersLatents)
+    assert isinstance(again, DiffusersLatents)
+    assert np.array_equal(first.video.numpy(), again.video.numpy())
+    assert not np.allclose(first.video.numpy(), other.video.numpy())
+    assert tuple(first.video.shape[-2:]) == (job.gen_height // 16, job.gen_width // 16)
+
+
+def test_a_pipeline_that_sizes_the_video_otherwise_is_refused(
+    tiny_runtime: ModelRuntimeSettings, catalog: Catalog
+) -> None:
+    """Without the entry's video processor, diffusers re-buckets the fitted image (to 16x16 at the tiny model's
+    target size): the adapter refuses the other size instead of returning another video."""
+    from diffusers.pipelines.hunyuan_video1_5.image_processor import HunyuanVideo15ImageProcessor
+
+    from pipelines.runtime.registry import load_adapter
+    from tests.pipelines.i2v_support import fitted
+
+    spec = catalog.models["tiny-hunyuan15-i2v"]
+    assert spec.diffusers is not None
+    plain = spec.model_copy(update={"diffusers": spec.diffusers.model_copy(update={"video_processor": None})})
+    adapter = load_adapter(plain, tiny_runtime)
+    try:
+        assert type(adapter.pipe.video_processor) is HunyuanVideo15ImageProcessor
+        job = _image_job(catalog)
+        with pytest.raises(JobError) as raised:
+            adapter.denoise(job, StepLog(), image=fitted(job, seed=1))
+        assert raised.value.code == ErrorCode.pipeline_error
+        assert "the job generates 256x144" in raised.value.message
+    finally:
+        adapter.unload()

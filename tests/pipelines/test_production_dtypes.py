@@ -28,6 +28,7 @@ FAMILIES = [
     ("tiny-wan-i2v", "wan2.1-i2v-14b-480p", ["image_to_video"]),
     ("tiny-ltx2", "ltx-2", ["image_to_video", "text_to_video"]),
     ("tiny-hunyuan15", "hunyuanvideo-1.5-480p", ["text_to_video"]),
+    ("tiny-hunyuan15-i2v", "hunyuanvideo-1.5-i2v-480p", ["image_to_video"]),
 ]
 
 

@@ -8,7 +8,14 @@ import torch
 
 from foundation.core.catalog import Catalog
 from genworker.simulate import SHORT, plan_phases, problems
-from pipelines.planning.fake_runtime import HostBoundary, fake_mode, fake_safe_moves, integer_indices, is_fake
+from pipelines.planning.fake_runtime import (
+    HostBoundary,
+    fake_mode,
+    fake_safe_moves,
+    integer_indices,
+    is_fake,
+    real_outputs,
+)
 from pipelines.planning.op_stats import OpRecorder, cpu_flash_flops
 from pipelines.simulation.simulate import JobResult, sim_jobs, simulate_model
 
@@ -69,6 +76,25 @@ def test_frames_for_the_host_are_recorded_as_shapes() -> None:
     assert host.shapes == [(2, 480)] and samples.shape == (2, 480)
 
 
+def test_an_encoders_fake_output_is_made_real_for_a_branch_on_its_values() -> None:
+    """HunyuanVideo 1.5's transformer tells a text job by ``torch.all(image_embeds == 0)``: a fake image encoder's
+    output cannot answer that; under ``real_outputs`` it is real, nonzero, of its shape and dtype."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException  # noqa: PLC2701 - no public alias
+
+    with fake_mode():
+        encoder = torch.nn.Linear(4, 6, dtype=torch.bfloat16)
+    image = torch.ones(2, 4, dtype=torch.bfloat16)
+    with OpRecorder().recording():
+        fake_out = encoder(image)
+        with pytest.raises(DataDependentOutputException):
+            bool(torch.all(fake_out == 0))
+        with real_outputs(encoder):
+            out = encoder(image)
+        assert not is_fake(out) and out.shape == (2, 6) and out.dtype == torch.bfloat16
+        assert not bool(torch.all(out == 0))
+        assert is_fake(encoder(image))  # the hook is gone outside
+
+
 def test_the_random_assembly_runs_hunyuanvideos_production_attention(catalog: Catalog) -> None:
     """The bench and the simulation assemble through the adapter's own ``assemble``: HunyuanVideo 1.5 runs the
     key-padding processor that ``load`` puts in, not diffusers' dense-mask one."""
@@ -105,7 +131,8 @@ def _short_results(catalog: Catalog, short: dict[str, tuple[str, list[tuple[str,
 @pytest.mark.timeout(1200)
 def test_one_job_per_family_runs_at_full_size_within_the_plan(catalog: Catalog) -> None:
     """Wan 2.1 14B, TI2V-5B in both modes (the second mode once cast its shared modules to float32), LTX-2
-    image-to-video (two stages) and HunyuanVideo 1.5, prompt encode and denoise at full size: no failure, no dtype
+    image-to-video (two stages) and HunyuanVideo 1.5 in both modes (the image one reads its SigLIP embeddings'
+    values), prompt encode and denoise at full size: no failure, no dtype
     change, no tensor of 2^31 elements, the plan at most 10 % under either phase, attention counted."""
     _assert_clean(_short_results(catalog, SHORT))
 

@@ -1,4 +1,4 @@
-"""HunyuanVideo 1.5 generates on Tencent's own size buckets, not on our rounded targets."""
+"""HunyuanVideo 1.5 generates on Tencent's own size buckets, not on our rounded targets, in both modes."""
 
 from __future__ import annotations
 
@@ -18,8 +18,51 @@ OFFICIAL_BUCKETS = {
 }
 
 
-@pytest.mark.parametrize("model", ["hunyuanvideo-1.5-480p", "hunyuanvideo-1.5-720p"])
+HUNYUAN15 = [
+    "hunyuanvideo-1.5-480p",
+    "hunyuanvideo-1.5-720p",
+    "hunyuanvideo-1.5-i2v-480p",
+    "hunyuanvideo-1.5-i2v-720p",
+    "hunyuanvideo-1.5-i2v-480p-step-distilled",
+]
+TARGET_SIZE = {"480p": 640, "720p": 960}  # the transformers' config.target_size (configs/arch)
+
+
+@pytest.mark.parametrize("model", HUNYUAN15)
 def test_sizes_are_the_official_buckets(model: str) -> None:
     spec = CATALOG.models[model]
     made = {(res, ratio): generation_size(spec, res, ratio) for res in spec.resolutions for ratio in spec.ratios}
     assert made == {(res, ratio): OFFICIAL_BUCKETS[res][ratio] for res, ratio in made}
+
+
+@pytest.mark.parametrize("resolution", ["480p", "720p"])
+def test_an_image_fitted_to_its_bucket_keeps_its_size(resolution: str) -> None:
+    """The I2V pipeline sizes the video from the image. diffusers' processor re-buckets an image already at an
+    official bucket onto another on two ratios per resolution (its bucket ratios are rounded to five decimals, and
+    a portrait image only takes buckets no taller in ratio); the entries' processor keeps the fitted size."""
+    from diffusers.pipelines.hunyuan_video1_5.image_processor import HunyuanVideo15ImageProcessor
+
+    from pipelines.families.hunyuan15 import FittedImageProcessor
+
+    diffusers_own, ours = HunyuanVideo15ImageProcessor(), FittedImageProcessor()
+    kept, moved = {}, {}
+    for ratio, (width, height) in OFFICIAL_BUCKETS[resolution].items():
+        kept[ratio] = ours.calculate_default_height_width(height, width, TARGET_SIZE[resolution])[::-1]
+        moved[ratio] = diffusers_own.calculate_default_height_width(height, width, TARGET_SIZE[resolution])[::-1]
+    assert kept == OFFICIAL_BUCKETS[resolution]
+    assert {r for r in moved if moved[r] != OFFICIAL_BUCKETS[resolution][r]} == {
+        "9:16",
+        "4:3" if resolution == "720p" else "3:4",
+    }
+    # Off the stride, the processor is diffusers' own.
+    assert ours.calculate_default_height_width(1080, 1920, 640) == diffusers_own.calculate_default_height_width(
+        1080, 1920, 640
+    )
+
+
+def test_every_i2v_entry_keeps_the_fitted_size() -> None:
+    for model in HUNYUAN15:
+        spec = CATALOG.models[model]
+        assert spec.diffusers is not None
+        if "image_to_video" in spec.modes:
+            assert spec.diffusers.video_processor == "pipelines.families.hunyuan15:FittedImageProcessor", model
