@@ -144,10 +144,12 @@ plan: venv
 
 # Every real catalog job at full size on the CPU under fake tensors (no GPU, no weights): FLOPs, activation peaks
 # per phase against the memory plan, dtypes; rewrites the computed tables in docs/gpu.md and var/simulate.json.
-# Fails on a failed job, a dtype change or a plan more than 10 % under a simulated phase.
+# Fails on a failed job, a dtype change or a plan more than 10 % under a simulated phase. SIM_JOBS processes share
+# the models (a model runs on one core; those that share a VAE run in one process, which decodes once).
+SIM_JOBS ?= $(shell nproc)
 simulate: venv
 	mkdir -p var
-	$(VENV)/bin/genworker simulate --json var/simulate.json --markdown docs/gpu.md
+	$(VENV)/bin/genworker simulate --jobs $(SIM_JOBS) --json var/simulate.json --markdown docs/gpu.md
 
 # make up PORT=8001 (DATA_DIR=/srv/genworker): a taken port is reported before anything is built.
 PORT ?= 8000

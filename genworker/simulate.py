@@ -5,13 +5,17 @@ the parameters, each denoiser forward's FLOPs (attention / linear / convolution)
 (encode / denoise / decode) with the memory plan's figure beside it, the largest tensor, and any component whose
 dtype changed. The exit status is 1 when a job fails, a dtype changes, a tensor reaches 2^31 elements, or the
 plan is more than 10 % under a simulated phase (weights + activations, offload none); ``--json`` writes every
-figure, ``--markdown FILE`` rewrites the computed tables between their markers in FILE (docs/gpu.md).
+figure, ``--markdown FILE`` rewrites the computed tables between their markers in FILE (docs/gpu.md);
+``--jobs N`` shares the models among N processes (a model runs on one core), those that share a VAE in one.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
     from foundation.core.catalog import ModelSpec
     from pipelines.simulation.simulate import JobResult
 
-__all__ = ["PLAN_TOLERANCE", "SHORT", "problems", "simulate_command"]
+__all__ = ["PLAN_TOLERANCE", "SHORT", "problems", "shares", "simulate_command"]
 
 PLAN_TOLERANCE = 0.10  # the plan may be at most this much under a simulated phase
 PHASES = ("encode", "denoise", "decode")
@@ -59,6 +63,9 @@ def simulate_command(  # noqa: PLR0917  # typer reads each option from a paramet
             "--from-json", help="Take the simulated figures from earlier --json files (the plan is recomputed)."
         ),
     ] = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, help="Processes to share the models among (one core each).")
+    ] = 1,
 ) -> None:
     """Run every real catalog job at full size on the CPU under fake tensors; compare with the memory plan."""
     from foundation.settings import load_settings
@@ -74,6 +81,8 @@ def simulate_command(  # noqa: PLR0917  # typer reads each option from a paramet
     specs += [catalog.models[m] for m in model or []]  # in the order given
     if short:
         specs = [s for s in specs if s.id in SHORT]
+    if jobs > 1 and not from_json:
+        from_json = _in_processes(specs, jobs, short=short, catalog_path=catalog_path)
     results: list[JobResult] = []
     for spec, result in _results(specs, short=short, from_json=from_json):
         result.plan_gb = plan_phases(spec, result)
@@ -93,6 +102,42 @@ def simulate_command(  # noqa: PLR0917  # typer reads each option from a paramet
         raise typer.Exit(1)
 
 
+def _in_processes(specs: list[ModelSpec], jobs: int, *, short: bool, catalog_path: str | None) -> list[Path]:
+    """Run the models in ``jobs`` child processes of this command, each writing its ``--json``; their files.
+    A child that fails a job exits 1 and its figures say why (read back here); any other exit is an error."""
+    work = Path(tempfile.mkdtemp(prefix="genworker-simulate-"))
+    children = []
+    for i, group in enumerate(shares(specs, jobs)):
+        out, log = work / f"part-{i}.json", work / f"part-{i}.log"
+        args = [sys.executable, "-m", "genworker", "simulate", "--json", str(out)]
+        args += [a for spec in group for a in ("--model", spec.id)]
+        args += ["--short"] if short else []
+        args += ["--catalog", catalog_path] if catalog_path else []
+        with log.open("wb") as sink:
+            children.append((subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT), out, log))
+    for child, out, log in children:
+        if child.wait() not in {0, 1} or not out.exists():
+            tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+            typer.echo(f"a simulate process failed (exit {child.returncode}); its log {log} ends:\n{tail}", err=True)
+            raise typer.Exit(2)
+    return [out for _, out, _ in children]
+
+
+def shares(specs: list[ModelSpec], jobs: int) -> list[list[ModelSpec]]:
+    """``specs`` in at most ``jobs`` shares of about as many models each, the models with one VAE in one share
+    (a process decodes once per VAE, size and length: ``pipelines.simulation.simulate.DECODES``)."""
+    from pipelines.planning.random_weights import arch_entries
+
+    groups: dict[str, list[ModelSpec]] = {}
+    for spec in specs:
+        vae = arch_entries(spec.id).get("vae")
+        groups.setdefault(json.dumps(vae, sort_keys=True) if vae else spec.id, []).append(spec)
+    out: list[list[ModelSpec]] = [[] for _ in range(min(jobs, len(groups)))]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(out, key=len).extend(group)
+    return out
+
+
 def _results(
     specs: list[ModelSpec], *, short: bool, from_json: list[Path] | None
 ) -> Iterator[tuple[ModelSpec, JobResult]]:
@@ -102,7 +147,9 @@ def _results(
     if from_json:
         stored = [result_from_json(d) for p in from_json for d in json.loads(p.read_text(encoding="utf-8"))]
         by_id = {s.id: s for s in specs}
-        yield from ((by_id[r.job.model], r) for r in stored if r.job.model in by_id)
+        order = {s.id: i for i, s in enumerate(specs)}  # the catalog's order, whichever file a model came from
+        kept = sorted((r for r in stored if r.job.model in by_id), key=lambda r: order[r.job.model])
+        yield from ((by_id[r.job.model], r) for r in kept)
         return
     for spec in specs:
         resolution, wanted = SHORT[spec.id] if short else (None, None)

@@ -70,13 +70,7 @@ class DiffusersLatents(Latents):
 def replace_attention(pipe: Any, denoisers: list[str], ref: str) -> None:
     """Put the processor class ``ref`` ("module:Class") in place of every processor of ``denoisers`` that is an
     instance of its ``replaces``; ``ModelLoadError`` when it cannot be imported or replaces none."""
-    import importlib
-
-    module_name, _, name = ref.partition(":")
-    try:
-        processor_class = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as e:
-        raise ModelLoadError(f"attention processor {ref!r} cannot be imported: {e}") from e
+    processor_class = _imported(ref, "attention processor")
     replaced = 0
     for denoiser in denoisers:
         model = getattr(pipe, denoiser, None)
@@ -95,17 +89,22 @@ def replace_attention(pipe: Any, denoisers: list[str], ref: str) -> None:
 def replace_video_processor(pipe: Any, ref: str) -> None:
     """Put the video processor class ``ref`` ("module:Class") in place of ``pipe.video_processor``, built from the
     replaced one's config; ``ModelLoadError`` when it cannot be imported or the pipeline has no video processor."""
-    import importlib
-
-    module_name, _, name = ref.partition(":")
-    try:
-        processor_class = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as e:
-        raise ModelLoadError(f"video processor {ref!r} cannot be imported: {e}") from e
+    processor_class = _imported(ref, "video processor")
     current = getattr(pipe, "video_processor", None)
     if current is None:
         raise ModelLoadError(f"video processor {ref!r}: {type(pipe).__name__} has no video_processor to replace")
     pipe.video_processor = processor_class.from_config(current.config)
+
+
+def _imported(ref: str, what: str) -> Any:
+    """The class a catalog entry names as "module:Class"; ``ModelLoadError`` saying ``what`` it was otherwise."""
+    import importlib
+
+    module_name, _, name = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ModelLoadError(f"{what} {ref!r} cannot be imported: {e}") from e
 
 
 def pipeline_class(name: str) -> Any:

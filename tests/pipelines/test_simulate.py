@@ -3,6 +3,8 @@ the production adapters assembled as ``load`` assembles them, against the memory
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -150,3 +152,50 @@ def _assert_clean(results: list[JobResult]) -> None:
     for result in results:
         assert result.forwards and all(f.attention > 0 for f in result.forwards), result.job.label
         assert set(result.activation_bytes) >= {"encode", "denoise"}, result.job.label
+
+
+def test_stored_figures_come_back_in_the_catalogs_order(tmp_path: Path) -> None:
+    """``--from-json`` merges the sweeps of several processes: the tables list models in the catalog's order,
+    whichever file each came from, with the plan recomputed beside each."""
+    import json
+    from dataclasses import asdict
+
+    from typer.testing import CliRunner
+
+    from genworker.cli import app
+    from pipelines.simulation.simulate import SimJob
+
+    def stored(model: str, mode: str = "text_to_video") -> dict[str, object]:
+        job = SimJob(model, mode, "fast", "480p", "16:9", 5)
+        result = JobResult(job, width=832, height=480, frames=81, weight_bytes=10**9)
+        result.activation_bytes = {"encode": 1, "denoise": 2, "decode": 3}
+        return asdict(result)
+
+    later, earlier = tmp_path / "b.json", tmp_path / "a.json"
+    later.write_text(json.dumps([stored("wan2.1-i2v-14b-480p", "image_to_video")]), encoding="utf-8")
+    earlier.write_text(json.dumps([stored("wan2.1-t2v-1.3b")]), encoding="utf-8")
+    doc = tmp_path / "gpu.md"
+    doc.write_text("<!-- simulate:memory -->\nold\n<!-- /simulate:memory -->\n", encoding="utf-8")
+    args = ["simulate", "--from-json", str(later), "--from-json", str(earlier), "--markdown", str(doc)]
+    result = CliRunner().invoke(app, args)
+    rows = [line for line in doc.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == ["wan2.1-t2v-1.3b", "wan2.1-i2v-14b-480p"], result.output
+    assert "old" not in doc.read_text(encoding="utf-8")
+
+
+def test_the_sweep_shares_models_among_processes_with_each_vae_in_one(catalog: Catalog) -> None:
+    """``--jobs N``: models that share a VAE stay in one process (its decodes are computed once), the shares
+    about even, every model once."""
+    from genworker.simulate import shares
+    from pipelines.planning.random_weights import arch_entries
+
+    specs = [s for s in catalog.models.values() if not s.tiny]
+    two = shares(specs, 2)
+    assert sorted(s.id for share in two for s in share) == sorted(s.id for s in specs)
+    assert len(two) == 2 and abs(len(two[0]) - len(two[1])) <= 2
+    home: dict[str, int] = {}
+    for i, share in enumerate(two):
+        for spec in share:
+            vae = str(sorted(arch_entries(spec.id)["vae"].items()))
+            assert home.setdefault(vae, i) == i, spec.id
+    assert len(shares(specs, 99)) == len(home)  # never more processes than VAEs
