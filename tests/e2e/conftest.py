@@ -35,17 +35,21 @@ FAST_POLLING: dict[str, Any] = {"poll_first_s": 1, "poll_first_window_s": 2.0, "
 
 @dataclass
 class Stack:
-    # Only the address in its repr: hypothesis prints a failing example's arguments, fixtures included, and the
-    # settings and catalog made a 62 kB repr that hid the failure behind a HypothesisWarning.
     base_url: str
-    settings: Settings = field(repr=False)
-    queue: JobQueue = field(repr=False)
-    store: ArtifactStore = field(repr=False)
-    keys: KeyStore = field(repr=False)
-    catalog: Catalog = field(repr=False)
-    server: uvicorn.Server = field(repr=False)
-    thread: threading.Thread = field(repr=False)
-    tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    settings: Settings
+    queue: JobQueue
+    store: ArtifactStore
+    keys: KeyStore
+    catalog: Catalog
+    server: uvicorn.Server
+    thread: threading.Thread
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """The address only, where hypothesis prints a failing example's arguments (its printer shows every field
+        of a dataclass, whatever their ``repr``): the settings and catalog made it 62 kB, which hypothesis refused
+        with a HypothesisWarning in place of the failure."""
+        printer.text(f"Stack({self.base_url!r})")
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[token]}"} if token else {}

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from foundation.queue.keys import job_stream
@@ -175,11 +175,18 @@ def test_ten_megabyte_bodies_are_413(api: Stack) -> None:
     assert response.status_code == 413, response.text
 
 
+def _unprintable(key: str) -> bool:
+    """A character outside printable ASCII in what the server reads: HTTP takes spaces and tabs around a field
+    value as no part of it (RFC 9110, 5.5), so "\t0" is the key "0" and is accepted."""
+    return any(ord(ch) < 32 or ord(ch) > 126 for ch in key.strip(" \t"))
+
+
 @FUZZ
+@example(key="a\tb")  # a tab inside the value stays in it
 @given(
     key=st.one_of(
         st.text(min_size=256, max_size=2000, alphabet="abc"),
-        st.text(min_size=1, max_size=20).filter(lambda k: any(ord(ch) < 32 or ord(ch) > 126 for ch in k)),
+        st.text(min_size=1, max_size=20).filter(_unprintable),
     )
 )
 def test_idempotency_key_abuse_is_400(api: Stack, key: str) -> None:
