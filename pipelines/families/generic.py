@@ -211,7 +211,7 @@ class DiffusersTextToVideo(DiffusersAdapter):
     def _sized(self, latents: torch.Tensor, job: ResolvedJob) -> torch.Tensor:
         """``latents``, refused unless they are the job's size (a pipeline that sizes the video from the image may
         pick another than the one the worker fitted the image to: a catalog bug, never a silently other video)."""
-        spatial = _first_int(self.pipe, ("vae_scale_factor_spatial", "vae_spatial_compression_ratio"), default=8)
+        spatial = _vae_spatial(self.pipe)
         made = (int(latents.shape[-1]) * spatial, int(latents.shape[-2]) * spatial)
         if made != (job.gen_width, job.gen_height):
             raise JobError(
@@ -253,7 +253,7 @@ class DiffusersTextToVideo(DiffusersAdapter):
 
     def _check_inputs(self, job: ResolvedJob) -> None:
         pipe = self.pipe
-        spatial = _first_int(pipe, ("vae_scale_factor_spatial", "vae_spatial_compression_ratio"), default=8)
+        spatial = _vae_spatial(pipe)
         temporal = _first_int(pipe, ("vae_scale_factor_temporal", "vae_temporal_compression_ratio"), default=4)
         denoiser = getattr(pipe, self.generic.denoisers[0])
         patch = getattr(denoiser.config, "patch_size", 1) or 1
@@ -357,6 +357,11 @@ def _generic_block(spec: ModelSpec) -> DiffusersSpec:
     if spec.diffusers is None:
         raise ModelLoadError(f"{spec.id}: the generic adapter needs the entry's diffusers block")
     return spec.diffusers
+
+
+def _vae_spatial(pipe: Any) -> int:
+    """The pipeline's own VAE spatial compression (its attribute's name differs between pipelines)."""
+    return _first_int(pipe, ("vae_scale_factor_spatial", "vae_spatial_compression_ratio"), default=8)
 
 
 def _first_int(obj: Any, names: tuple[str, ...], *, default: int) -> int:

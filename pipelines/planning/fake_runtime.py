@@ -159,8 +159,8 @@ def _realized(value: Any) -> Any:
     if is_fake(value):
         make = torch.randn if value.dtype.is_floating_point else torch.ones
         return make(tuple(value.shape), dtype=value.dtype, device=value.device)
-    if isinstance(value, tuple):
-        return type(value)(_realized(v) for v in value) if type(value) is tuple else value
+    if type(value) is tuple:  # a plain tuple (hidden states per layer); named tuples are left as they are
+        return tuple(_realized(v) for v in value)
     if isinstance(value, dict):  # transformers' ModelOutput is an ordered dict whose keys are its attributes too
         for key, item in list(value.items()):
             value[key] = _realized(item)

@@ -12,7 +12,7 @@ lives, stand in for the files). Every ``denoise`` and ``decode`` afterwards is t
 What a checkpoint would bring and no architecture config holds is made here: tokenizers (byte-level ones
 built in code, as the tiny models use: prompts are padded to the family's fixed text length either way, so
 the text encoders see the real token counts), the image processors (CLIP's defaults are Wan's checkpoint's; SigLIP's
-at 384, FLUX.1-Redux-dev's, for HunyuanVideo 1.5 I2V) and
+at its encoder's image size, as FLUX.1-Redux-dev's, for HunyuanVideo 1.5 I2V) and
 schedulers (the classes the checkpoints ship; each variant's shift is applied by the adapter as in production).
 """
 
@@ -249,10 +249,11 @@ def _generic_pipeline(spec: ModelSpec, parts: dict[str, Any]) -> Any:
     if name not in {"HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"}:
         raise ValueError(f"{spec.id}: random weights are assembled for HunyuanVideo 1.5 and SkyReels-V2 only")
     image = {}
-    if "image_encoder" in parts:  # the I2V checkpoints: SigLIP so400m at 384 (FLUX.1-Redux-dev's preprocessor)
-        from transformers import SiglipImageProcessor
+    if "image_encoder" in parts:  # the I2V checkpoints: SigLIP so400m (FLUX.1-Redux-dev's preprocessor, at its size)
+        from transformers import SiglipImageProcessorPil
 
-        processor = SiglipImageProcessor(size={"height": 384, "width": 384})
+        side = parts["image_encoder"].config.image_size
+        processor = SiglipImageProcessorPil(size={"height": side, "width": side})
         image = {"image_encoder": parts["image_encoder"], "feature_extractor": processor}
     return cls(
         text_encoder=parts["text_encoder"],

@@ -12,7 +12,7 @@ real entry's stride and frame rule.
   (the glyph encoder), a ``FlowMatchEulerDiscreteScheduler`` and a ``ClassifierFreeGuidance`` guider.
 - ``tiny-hunyuan15-i2v``: its image-to-video twin (``HunyuanVideo15ImageToVideoPipeline``): the same parts with the
   transformer's ``task_type`` i2v, plus a two-layer ``SiglipVisionModel`` as wide as the transformer's image
-  embedding and a ``SiglipImageProcessor`` at its image size (the real one is SigLIP so400m at 384).
+  embedding and a ``SiglipImageProcessorPil`` at its image size (the real one is SigLIP so400m at 384).
 - ``tiny-skyreels-v2``: SkyReels-V2 (``SkyReelsV2Pipeline``): ``SkyReelsV2Transformer3DModel`` (the Wan layout),
   ``AutoencoderKLWan`` (the Wan 2.1 VAE it ships: 8x spatial, 4x temporal), ``T5EncoderModel`` + ``ByT5Tokenizer``
   (the real text encoder is UMT5-XXL; the pipeline takes either class), ``UniPCMultistepScheduler``.
@@ -91,7 +91,7 @@ def _build_hunyuan15(out: Path) -> None:
 
 def _build_hunyuan15_i2v(out: Path) -> None:
     from diffusers import HunyuanVideo15ImageToVideoPipeline
-    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+    from transformers import SiglipImageProcessorPil, SiglipVisionConfig, SiglipVisionModel
 
     parts = _hunyuan15_parts("i2v")
     seeded(47)
@@ -107,7 +107,7 @@ def _build_hunyuan15_i2v(out: Path) -> None:
         )
     ).eval()
     # FLUX.1-Redux-dev's preprocessor settings (mean and std 0.5, bicubic) at the tiny encoder's image size.
-    feature_extractor = SiglipImageProcessor(size={"height": image_size, "width": image_size})
+    feature_extractor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
     pipe = HunyuanVideo15ImageToVideoPipeline(**parts, image_encoder=image_encoder, feature_extractor=feature_extractor)
     pipe.save_pretrained(out)
 

@@ -6,6 +6,7 @@ import pytest
 
 from foundation.core.catalog import load_catalog
 from foundation.core.resolve import generation_size
+from pipelines.planning.random_weights import arch_entries
 
 CATALOG = load_catalog()
 # Tencent-Hunyuan/HunyuanVideo-1.5 @60783e704160023913bee78f0b47036d393d4dfa: a text job's aspect_ratio ("16:9")
@@ -25,7 +26,11 @@ HUNYUAN15 = [
     "hunyuanvideo-1.5-i2v-720p",
     "hunyuanvideo-1.5-i2v-480p-step-distilled",
 ]
-TARGET_SIZE = {"480p": 640, "720p": 960}  # the transformers' config.target_size (configs/arch)
+# The I2V transformers' config.target_size, as configs/arch builds them.
+TARGET_SIZE = {
+    resolution: arch_entries(f"hunyuanvideo-1.5-i2v-{resolution}")["transformer"]["config"]["target_size"]
+    for resolution in ("480p", "720p")
+}
 
 
 @pytest.mark.parametrize("model", HUNYUAN15)
