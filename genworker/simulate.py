@@ -37,6 +37,7 @@ SHORT: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "wan2.1-t2v-14b": ("480p", [("text_to_video", "standard")]),
     "wan2.2-ti2v-5b": ("720p", [("text_to_video", "standard"), ("image_to_video", "standard")]),
     "ltx-2": ("480p", [("image_to_video", "standard")]),
+    "ltx-2.5": ("480p", [("text_to_video", "standard")]),  # the distilled checkpoint, ancestral stage 1
     "hunyuanvideo-1.5-480p": ("480p", [("text_to_video", "standard")]),
     "hunyuanvideo-1.5-i2v-480p": ("480p", [("image_to_video", "fast")]),
 }

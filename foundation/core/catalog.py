@@ -286,14 +286,21 @@ _ADAPTER_ARGUMENTS = frozenset({"generator", "output_type", "callback_on_step_en
 
 class TwoStageSpec(BaseModel):
     """LTX-2's production recipe (Lightricks ``ti2vid_two_stages.py``): stage 1 at half the size, the latent
-    x2 upsampler, then a short refinement at full size with the distilled LoRA and CFG off."""
+    x2 upsampler, then a short refinement at full size with the distilled LoRA and CFG off.
+
+    A distilled checkpoint (LTX-2.5's ``transformer/``, Lightricks ``distilled.py``) has no LoRA: every variant of
+    it runs the distilled recipe, and ``distilled_sampler`` says how its stage 1 steps."""
 
     model_config = _Forbid
 
     upsampler: str = "latent_upsampler"  # subfolder of the weights holding LTX2LatentUpsamplerModel
-    distilled_lora: str  # LoRA weight file in the weights (``load_lora_weights(weight_name=...)``)
+    # LoRA weight file in the weights (``load_lora_weights(weight_name=...)``); None: the checkpoint is distilled.
+    distilled_lora: str | None
     lora_scale: Annotated[float, Field(gt=0, le=2)] = 1.0
     refine_sigmas: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)]
+    # The distilled stage 1's step: euler, or ltx-core's ancestral Euler at eta 1 (``EulerAncestralDiffusionStep``),
+    # which ``distilled.py`` runs from LTX-2.5 on. The refinement is always plain Euler, as upstream's.
+    distilled_sampler: Literal["euler", "ancestral"] = "euler"
 
 
 class CheckpointPolicy(BaseModel):
@@ -371,6 +378,9 @@ class ModelSpec(BaseModel):
     dtype: DType = "bfloat16"
     runtime: RuntimeProfile = Field(default_factory=RuntimeProfile)
     two_stage: TwoStageSpec | None = None  # LTX-2 only: the production two-stage recipe
+    # LTX-2 only: the subfolder of the weights holding an ``LTX2VideoDiffusionDecoderModel`` (LTX-2.5's diffusion
+    # video decoder), which decodes the video in place of the VAE's convolutional decoder (the VAE still encodes).
+    diffusion_decoder: str | None = None
     # A super-resolution stage after denoising (HunyuanVideo 1.5's upstream default: a separate step-distilled SR
     # transformer and upsampler, 480p -> 720p, 720p -> 1080p). No adapter implements one, and diffusers 0.42.1 has
     # no HunyuanVideo 1.5 SR pipeline or component: only false is accepted until one does (docs/gpu.md).
@@ -407,6 +417,8 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"two_stage is LTX-2's recipe; family {self.family!r} has none")
             if self.stride % 64:
                 raise ValueError("two_stage needs stride 64: stage 1 runs at half the size, on LTX-2's 32 stride")
+        if self.diffusion_decoder is not None and self.family != "ltx2":
+            raise ValueError(f"diffusion_decoder is LTX-2.5's video decoder; family {self.family!r} has none")
         for mode_name, mode in self.modes.items():
             for name, variant in mode.variants.items():
                 where = f"{mode_name}.variants.{name}"
@@ -421,11 +433,14 @@ class ModelSpec(BaseModel):
                         f"{where}: sampler rebuilds the Wan adapters' UniPC scheduler; family {self.family!r} would "
                         "ignore it"
                     )
-                if variant.pipeline_kwargs.get("distilled"):
+                distilled = bool(variant.pipeline_kwargs.get("distilled"))
+                if distilled:
                     if self.two_stage is None:
                         raise ValueError(f"{where}: distilled needs the model's two_stage (its LoRA)")
                     if variant.steps != LTX2_DISTILLED_STEPS:
                         raise ValueError(f"{where}: distilled runs exactly {LTX2_DISTILLED_STEPS} steps")
+                elif self.two_stage is not None and self.two_stage.distilled_lora is None:
+                    raise ValueError(f"{where}: the checkpoint is distilled (two_stage has no LoRA): set distilled")
         return self
 
     @model_validator(mode="after")

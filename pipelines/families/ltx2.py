@@ -22,6 +22,14 @@ LTX-2 facts handled here:
   audio VAE's 16 kHz, and slightly shorter than the video: it is trimmed or padded to the kept frames;
 - without ``audio`` the audio latents are still denoised (the streams attend to each other), but the
   audio VAE and vocoder never run;
+- a distilled checkpoint (LTX-2.5's ``transformer/``: ``two_stage`` without a LoRA) runs the distilled recipe
+  with nothing switched; from LTX-2.5 on upstream's distilled stage 1 steps with ltx-core's ancestral Euler
+  (``ancestral_step``: eta 1, fresh noise from the job's generator, video then audio) and the refinement with
+  plain Euler;
+- LTX-2.5 decodes the video with its diffusion decoder (``diffusion_decoder``: an ``LTX2VideoDiffusionDecoderModel``,
+  one x0 step from noise of the job's generator, tiled like the VAE); on CUDA its neighborhood attention runs on
+  NATTEN's kernels, as upstream's decoder, since the default FlexAttention path, uncompiled, builds the dense
+  score matrix (tens of GB at video sizes);
 - ``image_to_video`` runs ``LTX2ImageToVideoPipeline`` built once over the loaded modules (``pipeline_over``: no
   copy, no cast): the image, re-compressed as H.264 at the checkpoint's CRF (33 for the Gemma-3 generation, as
   ltx-pipelines' ``load_image_and_preprocess``), is latent frame 0, never noised; in the two-stage recipe
@@ -30,8 +38,10 @@ LTX-2 facts handled here:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -59,7 +69,7 @@ if TYPE_CHECKING:
     from foundation.settings.models import ModelRuntimeSettings
     from pipelines.runtime.lora import LoraSource
 
-__all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo"]
+__all__ = ["GUIDANCE_OFF", "LTX2Latents", "LTX2TextToVideo", "ancestral_step"]
 
 # One batched (CFG) transformer pass per step. A variant turns STG or modality guidance on explicitly.
 GUIDANCE_OFF: dict[str, float] = {
@@ -99,6 +109,65 @@ def stage_1_sigmas(steps: int) -> list[float]:
     return [1.0 - (1.0 - sigma) / scale for sigma in shifted]
 
 
+def ancestral_step(
+    sample: torch.Tensor, velocity: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """ltx-core's ``EulerAncestralDiffusionStep`` at eta 1 (``components/diffusion_steps.py``, Lightricks/LTX-2
+    @400fd31054597515f47125691032c04b1c3ee24e), from the rectified-flow velocity: an Euler step down to
+    ``sigma_next**2 / sigma``, then fresh noise back up to ``sigma_next`` (variance preserving); the prediction
+    itself at the last sigma. In float32, as upstream."""
+    x = sample.float()
+    denoised = x - sigma * velocity.float()
+    if float(sigma_next) == 0.0:
+        return denoised
+    sigma_down = sigma_next**2 / sigma
+    ratio = sigma_down / sigma
+    stepped = ratio * x + (1.0 - ratio) * denoised
+    alpha_next, alpha_down = 1.0 - sigma_next, 1.0 - sigma_down
+    renoise = (sigma_next**2 - sigma_down**2 * alpha_next**2 / alpha_down**2).clamp(min=0.0).sqrt()
+    return (alpha_next / alpha_down) * stepped + renoise * noise.float()
+
+
+class _SharedGenerator:
+    """The job's generator, shared by the pipeline's video scheduler and the audio scheduler it deep-copies from it
+    (a copied ``torch.Generator`` would repeat the video's noise for the audio)."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedGenerator:
+        return self
+
+
+@functools.cache
+def _ancestral_scheduler_class() -> Any:
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.schedulers.scheduling_flow_match_euler_discrete import FlowMatchEulerDiscreteSchedulerOutput
+    from diffusers.utils.torch_utils import randn_tensor
+
+    class AncestralEulerScheduler(FlowMatchEulerDiscreteScheduler):  # type: ignore[misc]
+        """``FlowMatchEulerDiscreteScheduler`` whose step is ``ancestral_step``; the parent's step keeps the step
+        index (its own update is discarded)."""
+
+        noise: _SharedGenerator | None = None
+
+        def step(self, model_output: Any, timestep: Any, sample: Any, *args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            return_dict = kwargs.pop("return_dict", True)
+            super().step(model_output, timestep, sample, *args, return_dict=False, **kwargs)
+            sigma, sigma_next = self.sigmas[self.step_index - 1], self.sigmas[self.step_index]
+            if self.noise is None:
+                raise RuntimeError("the ancestral sampler draws from the job's generator: set .noise first")
+            noise = randn_tensor(
+                sample.shape, generator=self.noise.generator, device=sample.device, dtype=torch.float32
+            )
+            prev = ancestral_step(sample, model_output, sigma, sigma_next, noise).to(model_output.dtype)
+            return FlowMatchEulerDiscreteSchedulerOutput(prev_sample=prev) if return_dict else (prev,)
+
+    return AncestralEulerScheduler
+
+
 def skipped_ltx2_output(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """What the LTX-2 transformer returns, as zeros: video and audio tokens (B, S, C_out) like its packed
     inputs (a step being replayed on resume computes nothing; ``pipelines.runtime.resume``)."""
@@ -134,6 +203,7 @@ class _Stage:
     sigmas: list[float]  # run as given: the scheduler's own shift is off (``_scheduler``)
     lora: bool
     guided: bool = True  # False: no guidance of any kind (the refinement: CFG, STG and modality off)
+    ancestral: bool = False  # stepped with ``ancestral_step`` (LTX-2.5's distilled stage 1)
 
 
 class LTX2TextToVideo(DiffusersAdapter):
@@ -150,8 +220,10 @@ class LTX2TextToVideo(DiffusersAdapter):
     def init_state(self) -> None:
         pipe = self.pipe
         self.upsample_pipe: Any = None  # the two-stage recipe's x2 latent upsampler (``attach``)
-        self._schedulers: dict[bool, Any] = {False: pipe.scheduler}  # as_is -> scheduler
+        # The checkpoint's (False), the as-given one every stage runs (True) and the ancestral one ("ancestral").
+        self._schedulers: dict[bool | str, Any] = {False: pipe.scheduler}
         self._image_pipe: Any = None  # LTX2ImageToVideoPipeline over the same modules (image_to_video jobs)
+        self.video_decoder: Any = None  # LTX-2.5's diffusion video decoder (``attach``), None: the VAE decodes
 
     @classmethod
     def pipeline_class(cls, spec: ModelSpec) -> Any:
@@ -163,28 +235,35 @@ class LTX2TextToVideo(DiffusersAdapter):
     def lora_source(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, weights: Weights) -> LoraSource | None:
         """The two-stage recipe's distilled LoRA, under ``LORA_ADAPTER`` (no variant of LTX-2 has a LoRA file)."""
         recipe = spec.two_stage
-        if recipe is None:
+        if recipe is None or recipe.distilled_lora is None:
             return None
+        weight_name = recipe.distilled_lora
 
         def distilled_lora(pipe: Any) -> None:
-            pipe.load_lora_weights(
-                weights.path, weight_name=recipe.distilled_lora, adapter_name=LORA_ADAPTER, **weights.pinned
-            )
+            pipe.load_lora_weights(weights.path, weight_name=weight_name, adapter_name=LORA_ADAPTER, **weights.pinned)
 
         return distilled_lora
 
     @classmethod
     def extra_parts(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:
-        """The two-stage recipe's x2 latent upsampler, from its subfolder of the checkpoint."""
-        if spec.two_stage is None:
-            return {}
-        from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+        """The two-stage recipe's x2 latent upsampler and LTX-2.5's diffusion video decoder, each from its subfolder
+        of the checkpoint."""
+        parts: dict[str, Any] = {}
+        if spec.two_stage is not None:
+            from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
 
-        dtype = weights.dtypes.get("latent_upsampler", weights.dtypes["default"])
-        upsampler = LTX2LatentUpsamplerModel.from_pretrained(
-            weights.path, subfolder=spec.two_stage.upsampler, dtype=dtype, **weights.pinned
-        )
-        return {"latent_upsampler": upsampler}
+            dtype = weights.dtypes.get("latent_upsampler", weights.dtypes["default"])
+            parts["latent_upsampler"] = LTX2LatentUpsamplerModel.from_pretrained(
+                weights.path, subfolder=spec.two_stage.upsampler, dtype=dtype, **weights.pinned
+            )
+        if spec.diffusion_decoder is not None:
+            from diffusers import LTX2VideoDiffusionDecoderModel
+
+            dtype = weights.dtypes.get("diffusion_decoder", weights.dtypes["default"])
+            parts["diffusion_decoder"] = LTX2VideoDiffusionDecoderModel.from_pretrained(
+                weights.path, subfolder=spec.diffusion_decoder, dtype=dtype, **weights.pinned
+            )
+        return parts
 
     @classmethod
     def prepare(cls, spec: ModelSpec, pipe: Any, parts: dict[str, Any]) -> None:
@@ -193,12 +272,16 @@ class LTX2TextToVideo(DiffusersAdapter):
         set to the recipe's scale and switched off."""
         if (spec.two_stage is None) != ("latent_upsampler" not in parts):
             raise ModelLoadError(f"{spec.id}: the two-stage recipe needs its upsampler and LoRA, and only it")
-        if spec.two_stage is not None:
+        if (spec.diffusion_decoder is None) != ("diffusion_decoder" not in parts):
+            raise ModelLoadError(f"{spec.id}: the diffusion decoder is loaded for an entry that names one, and only it")
+        if spec.two_stage is not None and spec.two_stage.distilled_lora is not None:
             pipe.set_adapters([LORA_ADAPTER], [spec.two_stage.lora_scale])
             pipe.disable_lora()
 
     def attach(self, parts: dict[str, Any]) -> None:
-        """The upsampler's pipeline, sharing the main pipeline's VAE."""
+        """The upsampler's pipeline, sharing the main pipeline's VAE; the diffusion video decoder."""
+        if "diffusion_decoder" in parts:
+            self.video_decoder = self._placed_decoder(parts["diffusion_decoder"])
         if "latent_upsampler" not in parts:
             return
         from diffusers import LTX2LatentUpsamplePipeline
@@ -208,6 +291,24 @@ class LTX2TextToVideo(DiffusersAdapter):
         upsample_pipe.latent_upsampler.to(self.device)
         upsample_pipe.set_progress_bar_config(disable=True)
         self.upsample_pipe = upsample_pipe
+
+    def _placed_decoder(self, decoder: Any) -> Any:
+        """LTX-2.5's diffusion decoder on the device (0.42 B parameters: resident whatever the offload), tiled as
+        the profile tiles the VAE; on CUDA on NATTEN's neighborhood-attention kernels (``kernels`` fetches them),
+        upstream's, in place of FlexAttention, whose uncompiled path builds the dense score matrix."""
+        import torch
+
+        decoder.to(self.device)
+        if self.profile.vae_tiling:
+            decoder.enable_tiling()
+        if torch.device(self.device).type == "cuda":
+            from diffusers.models.autoencoders.ltx2_diffusion_decoder import LTX2VideoVaeNeighborhoodNattenProcessor
+
+            try:
+                decoder.set_attn_processor(LTX2VideoVaeNeighborhoodNattenProcessor())
+            except (ImportError, ValueError) as exc:  # no ``kernels`` package, or remote code disabled
+                raise ModelLoadError(f"{self.spec.id}: the diffusion decoder needs NATTEN's kernels: {exc}") from exc
+        return decoder
 
     @property
     def sample_rate(self) -> int:
@@ -329,7 +430,16 @@ class LTX2TextToVideo(DiffusersAdapter):
             sigmas = stage_1_sigmas(job.steps)
             return [_Stage(job.gen_width, job.gen_height, job.steps, job.guidance_scale, sigmas, lora=False)]
         sigmas = list(DISTILLED_SIGMA_VALUES) if distilled else stage_1_sigmas(job.steps)
-        half = _Stage(job.gen_width // 2, job.gen_height // 2, job.steps, job.guidance_scale, sigmas, lora=distilled)
+        ancestral = distilled and recipe.distilled_sampler == "ancestral"
+        half = _Stage(
+            job.gen_width // 2,
+            job.gen_height // 2,
+            job.steps,
+            job.guidance_scale,
+            sigmas,
+            lora=distilled,
+            ancestral=ancestral,
+        )
         refine = list(recipe.refine_sigmas)
         return [half, _Stage(job.gen_width, job.gen_height, len(refine), 1.0, refine, lora=True, guided=False)]
 
@@ -369,13 +479,13 @@ class LTX2TextToVideo(DiffusersAdapter):
         """
         lora_pipe = self.pipe
         pipe = self._image_pipeline() if job.mode == checks.IMAGE_MODE else lora_pipe
-        if self.spec.two_stage is not None:
+        if self.spec.two_stage is not None and self.spec.two_stage.distilled_lora is not None:
             if stage.lora:
                 lora_pipe.enable_lora()
             else:
                 lora_pipe.disable_lora()
         # Every stage's sigmas run as given (no dynamic shift), as upstream runs all its schedules.
-        pipe.scheduler = self._scheduler(as_is=True)
+        pipe.scheduler = self._ancestral_scheduler(generator) if stage.ancestral else self._scheduler(as_is=True)
         if "latents" in extra:
             extra["noise_scale"] = stage.sigmas[0]
         if not stage.guided:
@@ -429,6 +539,14 @@ class LTX2TextToVideo(DiffusersAdapter):
             self._image_pipe = pipeline_over(LTX2ImageToVideoPipeline, self.loaded_pipe())
         return self._image_pipe
 
+    def _ancestral_scheduler(self, generator: torch.Generator) -> Any:
+        """The as-given scheduler stepping with ``ancestral_step``, its noise from ``generator``."""
+        if "ancestral" not in self._schedulers:
+            self._schedulers["ancestral"] = _ancestral_scheduler_class().from_config(self._scheduler(as_is=True).config)
+        scheduler = self._schedulers["ancestral"]
+        scheduler.noise = _SharedGenerator(generator)
+        return scheduler
+
     def _scheduler(self, *, as_is: bool) -> Any:
         if as_is not in self._schedulers:
             base = self._schedulers[False]
@@ -461,6 +579,15 @@ class LTX2TextToVideo(DiffusersAdapter):
         from diffusers.utils.torch_utils import get_module_execution_device, randn_tensor
 
         pipe = self.pipe
+        if self.video_decoder is not None:  # LTX-2.5: one x0 step of the diffusion decoder, from the job's noise
+            decoder = self.video_decoder
+            with torch.no_grad(), warnings.catch_warnings():
+                # Off CUDA (the tiny models) FlexAttention runs unfused, as torch warns; CUDA runs NATTEN instead.
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+                decoded: torch.Tensor = decoder.decode(
+                    latents.to(self.device, decoder.dtype), generator=generator, return_dict=False
+                )[0]
+            return decoded
         vae = pipe.vae
         latents = latents.to(get_module_execution_device(vae))
         timestep = None
@@ -531,11 +658,13 @@ class LTX2TextToVideo(DiffusersAdapter):
     # ------------------------------------------------------------------------------------------ memory
 
     def held_modules(self) -> list[Any]:
-        """The two-stage recipe's upsampler (the distilled LoRA is on the pipeline)."""
-        return [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
+        """The two-stage recipe's upsampler (the distilled LoRA is on the pipeline) and the diffusion decoder."""
+        held = [self.upsample_pipe.latent_upsampler] if self.upsample_pipe is not None else []
+        return held + ([self.video_decoder] if self.video_decoder is not None else [])
 
     def release(self) -> None:
         self.upsample_pipe = None
+        self.video_decoder = None
         self._image_pipe = None
         self._schedulers.clear()
 

@@ -87,7 +87,7 @@ ACT_BYTES = 2  # activations in bf16/fp16: the production dtype of every denoise
 ENCODE = ("text_encoder", "text_encoder_2", "image_encoder", "connectors")
 DENOISE = ("transformer", "transformer_2")
 DECODE = ("vae", "audio_vae", "vocoder")
-PINNED = ("latent_upsampler",)  # resident whatever the offload (pipelines/families/ltx2.py)
+PINNED = ("latent_upsampler", "diffusion_decoder")  # resident whatever the offload (pipelines/families/ltx2.py)
 # The decode rule of each VAE class, whatever the family that loads it (the generic family reuses them).
 DECODER = {"AutoencoderKLWan": "wan", "AutoencoderKLLTX2Video": "ltx2", "AutoencoderKLHunyuanVideo15": "hunyuan15"}
 # Tiles of diffusers' tiled decoders (frames, height, width; the class defaults in diffusers 0.42.1). 0 frames:
@@ -124,7 +124,18 @@ ENCODE_GB = {
     "Qwen2_5_VLTextModel": 0.45,
     "T5EncoderModel": 0.05,
     "Gemma3ForConditionalGeneration": 6.0,
+    # LTX-2.5's Gemma-4 12B, one prompt (its only recipe is unguided): 1.69 GB simulated.
+    "Gemma4UnifiedForConditionalGeneration": 1.8,
 }
+# LTX-2.5's diffusion video decoder (``LTX2VideoDiffusionDecoderModel``), calibrated by the simulation of its decode
+# under fake tensors with NATTEN's tensors (``pipelines.simulation.simulate.NattenShapedAttention``) at 768x576 x 121
+# and 241 frames, 1280x704 x 121 and 1472x1472 x 241 (15.3, 16.7, 19.1 and 28.5 GB; this rule: +0.3, -2.5, +2.8 and
+# +2.1 %): the stage-4 input of the whole clip, kept while the tiles run (``features``), ``DIFFUSION_WORKING`` units
+# of one stage-5 tensor of a tile (tokens x the last stage's channels: its blocks' hidden states, context, q, k, v
+# and their projections) and ``DIFFUSION_VIDEO_COPIES`` of the decoded clip (the decoded tiles and their blends).
+DIFFUSION_TILE = (80, 768, 768)  # frames, height, width: the class's tiled-decode defaults (diffusers 0.42.1)
+DIFFUSION_WORKING = 12.6
+DIFFUSION_VIDEO_COPIES = 1.75
 LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
 
 
@@ -330,9 +341,11 @@ def _dims(module: Any) -> dict[str, int]:
             out["patch_t"], out["patch"] = int(patch_t or 1), int(patch)
         if getattr(config, "audio_num_attention_heads", None):
             out["audio_hidden"] = int(config.audio_num_attention_heads) * int(config.audio_attention_head_dim)
+    if getattr(config, "decoder_stage_channels", None):  # LTX-2.5's diffusion video decoder
+        out.update(_diffusion_dims(config))
     decoder = getattr(module, "decoder", None)
     conv_out = getattr(decoder, "conv_out", None)
-    if conv_out is not None:
+    if conv_out is not None and hasattr(getattr(conv_out, "conv", conv_out), "in_channels"):  # a VAE's conv decoder
         inner: Any = getattr(conv_out, "conv", conv_out)
         out["c_last"] = int(inner.in_channels)
         out["out_patch"] = int(getattr(config, "patch_size", None) or 1)
@@ -343,6 +356,22 @@ def _dims(module: Any) -> dict[str, int]:
         out["spatial"], out["temporal"] = int(spatial), int(temporal)
         out["z_dim"] = int(getattr(config, "z_dim", None) or getattr(config, "latent_channels", None) or 0)
     return out
+
+
+def _diffusion_dims(config: Any) -> dict[str, int]:
+    """The diffusion decoder's grids: the stage-4 input is the latent upsampled by the first three strides, the
+    stage-5 grid the pixels over the patch; the trailing ghost frames it pads the latent with (2 at kernel 3)."""
+    strides = config.decoder_upsample_strides
+    return {
+        "c4": int(config.decoder_stage_channels[-2]),
+        "c5": int(config.decoder_stage_channels[-1]),
+        "dd_patch": int(config.patch_size),
+        "dd_up_t": math.prod(int(s[0]) for s in strides[:-1]),
+        "dd_up_s": math.prod(int(s[1]) for s in strides[:-1]),
+        "dd_ghost": (int(config.decoder_stage_kernels[0][0]) // 2) * 2,
+        "spatial": int(config.spatial_compression_ratio),
+        "temporal": int(config.temporal_compression_ratio),
+    }
 
 
 # ------------------------------------------------------------------------------------------ estimates
@@ -400,6 +429,8 @@ def encode_gb(spec: ModelSpec, comps: dict[str, Component]) -> float:
 def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Component], job: JobShape) -> float:
     """One decoder call's working set (``DECODE_WORKING`` units of its module term), the decoded tiles the tiled
     decoder keeps, and the copies of the decoded video held at once (``VIDEO_COPIES``)."""
+    if "diffusion_decoder" in comps:
+        return _diffusion_decode_gb(spec, profile, comps["diffusion_decoder"], job)
     vae = comps.get("vae")
     if vae is None or "c_last" not in vae.dims:
         return 0.0
@@ -421,6 +452,22 @@ def decode_gb(spec: ModelSpec, profile: RuntimeProfile, comps: dict[str, Compone
         kept = tiles * job.frames * 3 * height * width * size
     copies = VIDEO_COPIES.get((rule, tiled), 1.0)
     return (DECODE_WORKING.get(rule, 2.0) * unit + kept + copies * video) / GB
+
+
+def _diffusion_decode_gb(spec: ModelSpec, profile: RuntimeProfile, decoder: Component, job: JobShape) -> float:
+    """LTX-2.5's diffusion decode (``DIFFUSION_WORKING``): the whole clip's stage-4 input, one tile's stage 5 (the
+    whole clip's untiled) and the decoded clip's copies. The adapter tiles it as the profile tiles the VAE."""
+    d = decoder.dims
+    size = DTYPE_BYTES[profile.dtypes.get("diffusion_decoder", spec.dtype)]
+    latent_frames = (job.frames - 1) // d["temporal"] + 1
+    cell = d["spatial"] // d["dd_up_s"]  # pixels per stage-4 cell
+    features = (latent_frames + d["dd_ghost"]) * d["dd_up_t"] * (job.height // cell) * (job.width // cell) * d["c4"]
+    frames, height, width = job.frames, job.height, job.width
+    if profile.vae_tiling:
+        frames, height, width = (min(a, b) for a, b in zip((frames, height, width), DIFFUSION_TILE, strict=True))
+    stage_5 = frames * (height // d["dd_patch"]) * (width // d["dd_patch"]) * d["c5"]
+    video = job.frames * 3 * job.height * job.width
+    return (features + DIFFUSION_WORKING * stage_5 + DIFFUSION_VIDEO_COPIES * video) * size / GB
 
 
 def _phase_weights(comps: dict[str, Component], mode: str) -> dict[str, float]:

@@ -69,8 +69,9 @@ log = logging.getLogger("genworker.pipelines.resume")
 
 CHECKPOINT_FORMAT = 1
 _MAGIC = b"GWDENOISE1\n"
-# Scheduler attributes that are not state: the frozen config, and our own ``step`` override.
-_NOT_STATE = frozenset({"_internal_dict", "config", "step"})
+# Scheduler attributes that are not state: the frozen config, our own ``step`` override, and the noise source of
+# a stochastic step (LTX-2.5's ancestral one: the job's generator, whose state a checkpoint holds on its own).
+_NOT_STATE = frozenset({"_internal_dict", "config", "step", "noise"})
 
 # What a skipped denoiser returns: (module, positional args, keyword args) -> its output's structure.
 SkipOutput = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]

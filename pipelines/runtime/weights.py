@@ -89,7 +89,10 @@ def needed(spec: ModelSpec) -> list[RepoFiles]:
     main = ["model_index.json"]
     if spec.two_stage is not None:
         main += [f"{spec.two_stage.upsampler}/{pattern}" for pattern in _COMPONENT_FILES]
-        main.append(spec.two_stage.distilled_lora)
+        if spec.two_stage.distilled_lora is not None:
+            main.append(spec.two_stage.distilled_lora)
+    if spec.diffusion_decoder is not None:  # read by the adapter, not by the pipeline (pipelines/families/ltx2.py)
+        main += [f"{spec.diffusion_decoder}/{pattern}" for pattern in _COMPONENT_FILES]
     repos = [RepoFiles(spec.weights, spec.revision, tuple(main), components_from_index=True)]
     for mode in spec.modes.values():
         for variant in mode.variants.values():

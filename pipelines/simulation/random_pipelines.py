@@ -124,9 +124,12 @@ def _assemble(
 
         pipe = _ltx2_pipeline(parts)
         lora, extra = None, {}
-        if spec.two_stage is not None:  # the distilled LoRA at its published rank, in place of its file
-            lora = _random_lora(LORA_ADAPTER, LORA_RANK, fake=fake)
+        if spec.two_stage is not None:
             extra = {"latent_upsampler": parts["latent_upsampler"]}
+            if spec.two_stage.distilled_lora is not None:  # the distilled LoRA at its published rank, not its file
+                lora = _random_lora(LORA_ADAPTER, LORA_RANK, fake=fake)
+        if spec.diffusion_decoder is not None:
+            extra["diffusion_decoder"] = parts["diffusion_decoder"]
         adapter = LTX2TextToVideo.assemble(
             spec, runtime, pipe, device=device, dtype=dtype, profile=profile, loras=lora, parts=extra
         )

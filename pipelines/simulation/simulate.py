@@ -37,7 +37,7 @@ __all__ = ["INT32_ELEMENTS", "ForwardFlops", "JobResult", "SimJob", "result_from
 GB = 1e9
 INT32_ELEMENTS = 2**31  # a tensor this large overflows the int32 indexing of many CUDA kernels
 PROMPT = "a red fox running through fresh snow at dawn, cinematic, shallow depth of field"
-DECODERS = ("vae", "audio_vae", "vocoder", "latent_upsampler")
+DECODERS = ("vae", "audio_vae", "vocoder", "latent_upsampler", "diffusion_decoder")
 
 
 @dataclass(frozen=True)
@@ -144,13 +144,15 @@ def simulate_model(spec: ModelSpec, jobs: list[SimJob], *, decode: bool = True) 
         return [JobResult(job, error=f"build: {type(e).__name__}: {e}") for job in jobs]
     adapter = model.adapter
     adapter.records_flops = False  # the recorder below counts the ops; the adapter's meta copies would add to them
+    if getattr(adapter, "video_decoder", None) is not None:  # LTX-2.5's diffusion decoder: its CUDA path's tensors
+        adapter.video_decoder.set_attn_processor(NattenShapedAttention())
     before = _dtypes(adapter.pipe)
     params = sum(t.numel() for t in _unique(adapter.pipe, parameters=True))
     weights = sum(t.numel() * t.element_size() for t in _unique(adapter.pipe, parameters=False))
     results: list[JobResult] = []
     for job in jobs:
         result = JobResult(job, params=params, weight_bytes=weights)
-        key = _decode_key(adapter.pipe, spec, job)
+        key = _decode_key(adapter, spec, job)
         earlier = DECODES.get(key)  # a job whose decode stands for this one: same VAE, same latents
         _run(adapter, model, spec, job, result, decode=decode and earlier is None)
         result.dtype_changes = _changed(before, _dtypes(adapter.pipe))
@@ -167,12 +169,28 @@ def simulate_model(spec: ModelSpec, jobs: list[SimJob], *, decode: bool = True) 
 DECODES: dict[str, JobResult] = {}
 
 
-def _decode_key(pipe: Any, spec: ModelSpec, job: SimJob) -> str:
+class NattenShapedAttention:
+    """In the simulation, what LTX-2.5's diffusion decoder holds on CUDA, where it runs on NATTEN's kernels
+    (diffusers' ``LTX2VideoVaeNeighborhoodNattenProcessor``; ``pipelines/families/ltx2.py``): q, k and v made
+    contiguous and an output like the query, no score matrix and no block mask. The neighborhood attention itself
+    is not computed: NATTEN has no CPU path, FlexAttention's eager one (the CPU default) holds the dense scores,
+    which CUDA never does, and only the denoisers' FLOPs are reported."""
+
+    def __call__(self, attn: Any, hidden_states: Any, block_mask: Any = None) -> Any:
+        import torch
+
+        batch, frames, height, width, channels = hidden_states.shape
+        qkv = [t.contiguous() for t in attn.project_qkv(hidden_states)]  # referenced through to_out, as there
+        out = torch.empty_like(qkv[0])  # what the kernel writes
+        return attn.to_out[0](out.reshape(batch, frames, height, width, channels))
+
+
+def _decode_key(adapter: Any, spec: ModelSpec, job: SimJob) -> str:
     import json
 
     from foundation.core.resolve import frames_for, generation_size
 
-    vae = pipe.vae
+    vae = getattr(adapter, "video_decoder", None) or adapter.pipe.vae  # LTX-2.5 decodes with its diffusion decoder
     size = generation_size(spec, job.resolution, job.ratio)
     frames = frames_for(job.seconds * spec.fps, spec.frame_rule.multiple, spec.frame_rule.offset)
     config = json.dumps(dict(vae.config), sort_keys=True, default=str)

@@ -34,7 +34,8 @@ __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 # Bump when a builder changes what it writes: existing builds are then rebuilt on the next start.
 # 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA; 5: tiny-wan-a14b (two experts);
 # 6: tiny-ltx2 ships LTX-2's own scheduler config (dynamic shift).
-BUILDER_VERSION = 6
+# 7: tiny-ltx2 ships a diffusion video decoder (LTX-2.5's, ``diffusion_decoder/``).
+BUILDER_VERSION = 7
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS: tuple[str, ...] = (*WAN_BUILDERS, "tiny-ltx2", "tiny-chat-llm")  # Wan text-to-video: pipelines/tiny/wan.py
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
@@ -331,6 +332,7 @@ def _build_ltx2(out: Path) -> None:
     )
     pipe.save_pretrained(out)
     _ltx2_two_stage_parts(out, transformer, latent_channels=vae.config.latent_channels)
+    _ltx2_diffusion_decoder(out, latent_channels=vae.config.latent_channels)
 
 
 # What the two-stage recipe adds to the LTX-2 weights (file names as in Lightricks/LTX-2's Diffusers layout).
@@ -357,6 +359,29 @@ def _ltx2_two_stage_parts(out: Path, transformer: Any, *, latent_channels: int) 
     LTX2Pipeline.save_lora_weights(
         out, transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name=TINY_LTX2_LORA
     )
+
+
+def _ltx2_diffusion_decoder(out: Path, *, latent_channels: int) -> None:
+    """LTX-2.5's diffusion video decoder (``diffusion_decoder/``) over the tiny VAE's latent space.
+
+    The real one upsamples 8x in space and patches by 4; this one upsamples only in time (8x, as the real one)
+    and patches by 32, the same 32x32x8 decode: its stage-5 grid has the latent's size, not 8x it. FlexAttention
+    (the CPU path) builds dense scores, which at 8x the tokens would need tens of GB at 240p x 10 s."""
+    from diffusers import LTX2VideoDiffusionDecoderModel
+
+    seeded(18)
+    LTX2VideoDiffusionDecoderModel(
+        latent_channels=latent_channels,
+        patch_size=32,
+        decoder_head_dim=16,
+        decoder_stage_channels=(32, 16, 16, 16, 16),
+        decoder_stage_depths=(1, 1, 1, 1, 1),
+        decoder_stage_kernels=((3, 3, 3),) * 4,
+        decoder_upsample_strides=((1, 1, 1), (2, 1, 1), (2, 1, 1), (2, 1, 1)),
+        decoder_upsample_channel_reductions=(2, 1, 1, 1),
+        decoder_stage5_kernel=(3, 3, 3),
+        decoder_t_emb_dim=32,
+    ).save_pretrained(out / "diffusion_decoder")
 
 
 # ----------------------------------------------------------------------------------------------------- chat LLM

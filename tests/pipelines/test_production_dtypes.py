@@ -27,18 +27,21 @@ FAMILIES = [
     ("tiny-wan-ti2v", "wan2.2-ti2v-5b", ["text_to_video", "image_to_video"]),
     ("tiny-wan-i2v", "wan2.1-i2v-14b-480p", ["image_to_video"]),
     ("tiny-ltx2", "ltx-2", ["image_to_video", "text_to_video"]),
+    ("tiny-ltx2.5", "ltx-2.5", ["image_to_video", "text_to_video"]),  # and its diffusion decoder, held beside
     ("tiny-hunyuan15", "hunyuanvideo-1.5-480p", ["text_to_video"]),
     ("tiny-hunyuan15-i2v", "hunyuanvideo-1.5-i2v-480p", ["image_to_video"]),
 ]
 
 
-def parameter_dtypes(pipe: Any) -> dict[str, dict[str, Any]]:
-    """Per component of ``pipe`` that is a torch module, the dtype of each parameter and buffer by name."""
+def parameter_dtypes(adapter: Any) -> dict[str, dict[str, Any]]:
+    """Per component of the adapter's pipeline that is a torch module, and per module it holds beside it (an
+    upsampler, a diffusion decoder), the dtype of each parameter and buffer by name."""
     import torch
 
+    modules = {**adapter.pipe.components, **{type(m).__name__: m for m in adapter.held_modules()}}
     return {
         name: {key: t.dtype for key, t in [*module.named_parameters(), *module.named_buffers()]}
-        for name, module in pipe.components.items()
+        for name, module in modules.items()
         if isinstance(module, torch.nn.Module)
     }
 
@@ -55,19 +58,22 @@ def test_every_mode_leaves_every_component_in_its_dtype(
     assert sorted(spec.modes) == sorted(modes), "every mode of the tiny model runs"
     adapter = load_adapter(spec, tiny_runtime.model_copy(update={"dtype": production.dtype}))
     try:
-        loaded = parameter_dtypes(adapter.pipe)
+        loaded = parameter_dtypes(adapter)
         for name in ("transformer", "text_encoder", "vae"):  # the layout itself: dtypes is a {component: dtype} map
             expected = getattr(torch, production.runtime.dtypes.get(name, production.dtype))
             assert adapter.pipe.components[name].dtype == expected, name
+        for module in adapter.held_modules():  # the latent upsampler and LTX-2.5's diffusion decoder
+            assert module.dtype == getattr(torch, production.dtype), type(module).__name__
         for mode in modes:
+            variant = "fast" if "fast" in spec.modes[mode].variants else "standard"
             if mode == "image_to_video":
-                job = i2v_job(catalog, tiny)
+                job = i2v_job(catalog, tiny, variant=variant)
                 media = generate(adapter, job, StepLog(), image=fitted(job, seed=3))
             else:
-                job = make_job(tiny, variant="fast", resolution="144p", ratio="16:9", duration_seconds=1)
+                job = make_job(tiny, variant=variant, resolution="144p", ratio="16:9", duration_seconds=1)
                 media = generate(adapter, job, StepLog())
             assert frames_of(media).shape == (job.num_frames, job.gen_height, job.gen_width, 3)
-            after = parameter_dtypes(adapter.pipe)
+            after = parameter_dtypes(adapter)
             changed = {
                 f"{component}.{key}: {dtype} -> {after[component][key]}"
                 for component, dtypes in loaded.items()

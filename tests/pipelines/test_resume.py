@@ -117,7 +117,7 @@ def test_wan22_two_experts_resume_on_either_side_of_the_switch(model_cache: Mode
     assert experts[1] == "transformer" and experts[4] == "transformer_2", experts
 
 
-@pytest.mark.parametrize("model", ["tiny-ltx2", "tiny-ltx2-two-stage"])
+@pytest.mark.parametrize("model", ["tiny-ltx2", "tiny-ltx2-two-stage", "tiny-ltx2.5"])
 def test_ltx2_with_audio_resumes_exactly(
     model: str, model_cache: ModelCache, catalog: Catalog, make_job: MakeJob
 ) -> None:

@@ -131,9 +131,9 @@ def _short_results(catalog: Catalog, short: dict[str, tuple[str, list[tuple[str,
 @pytest.mark.timeout(1200)
 def test_one_job_per_family_runs_at_full_size_within_the_plan(catalog: Catalog) -> None:
     """Wan 2.1 14B, TI2V-5B in both modes (the second mode once cast its shared modules to float32), LTX-2
-    image-to-video (two stages) and HunyuanVideo 1.5 in both modes (the image one reads its SigLIP embeddings'
-    values), prompt encode and denoise at full size: no failure, no dtype
-    change, no tensor of 2^31 elements, the plan at most 10 % under either phase, attention counted."""
+    image-to-video (two stages), LTX-2.5 (its Gemma-4 encoder, the ancestral stage 1) and HunyuanVideo 1.5 in both
+    modes (the image one reads its SigLIP embeddings' values), prompt encode and denoise at full size: no failure,
+    no dtype change, no tensor of 2^31 elements, the plan at most 10 % under either phase, attention counted."""
     _assert_clean(_short_results(catalog, SHORT))
 
 
