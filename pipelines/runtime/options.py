@@ -82,7 +82,18 @@ FAMILY_USES_ATTENTION_MASK: dict[str, bool] = {"wan": False, "ltx2": True, "diff
 # The pipeline components a runtime profile may give a dtype of their own.
 FAMILY_COMPONENTS: dict[str, frozenset[str]] = {
     "wan": frozenset({"transformer", "transformer_2", "text_encoder", "image_encoder", "vae"}),  # image: Wan 2.1 I2V
-    "ltx2": frozenset({"transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder", "latent_upsampler"}),
+    "ltx2": frozenset(
+        {
+            "transformer",
+            "text_encoder",
+            "connectors",
+            "vae",
+            "audio_vae",
+            "vocoder",
+            "latent_upsampler",
+            "diffusion_decoder",
+        }
+    ),
     "diffusers": frozenset(),  # generic entries name theirs in ``diffusers.components``
 }
 
