@@ -56,6 +56,9 @@ def fill(root: Path, leave: int) -> Path:
     return filler
 
 
+LEASE_TTL_S = 30
+
+
 @pytest.fixture(scope="module")
 def disk(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Iterator[dict[str, Any]]:
     from foundation.queue.config import QueueSettings
@@ -71,10 +74,12 @@ def disk(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> Ite
     try:
         catalog = write_test_catalog(tmp / "catalog.yaml")
         store = {"backend": "local", "local_root": str(root), "signing_secret": "reliability-secret-0123456789"}
-        store_env = settings_env({"store": store, "queue": {"max_attempts": 2}})
+        # A 30 s lease, not the suite's 2 s: no test here needs one to lapse, and on a loaded machine a worker
+        # starved for 2 s lost its lease mid-job (worker_lost in place of upload_failed).
+        store_env = settings_env({"store": store, "queue": {"max_attempts": 2, "lease_ttl_s": LEASE_TTL_S}})
         worker = WorkerProcess(worker_env(tmp, redis.url, tiny_models_dir, catalog, **store_env), tmp / "w.log")
         worker.start()
-        queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=2, max_attempts=2))
+        queue = open_queue(QueueSettings(backend="redis", redis_url=redis.url, lease_ttl_s=LEASE_TTL_S, max_attempts=2))
         settings = StoreSettings(backend="local", local_root=str(root), signing_secret="reliability-secret-0123456789")
         store = open_store(settings, data_dir=tmp)
         worker.wait_ready()
@@ -101,13 +106,15 @@ def files_under(root: Path) -> list[Path]:
 def test_full_disk_fails_with_upload_failed_and_leaves_nothing(disk: dict[str, Any]) -> None:
     root: Path = disk["root"]
     filler = fill(root, leave=0)
-    done = run_job(disk)
+    try:
+        done = run_job(disk)
+    finally:
+        filler.unlink()  # whatever happened, the next tests start with room
     assert done.status is Status.failed
     assert done.error is not None and done.error.code is ErrorCode.upload_failed, done.error
     assert done.attempt == 2  # transient: retried, then failed with its code
     assert files_under(root) == [], files_under(root)
     assert_invariants(disk["queue"], [done.id], disk["store"], disk["worker"])
-    filler.unlink()
 
 
 def test_room_for_one_artifact_leaves_no_orphan(disk: dict[str, Any]) -> None:
@@ -117,10 +124,12 @@ def test_room_for_one_artifact_leaves_no_orphan(disk: dict[str, Any]) -> None:
     first = ok.artifacts[0].bytes
     for path in files_under(root):
         path.unlink()
-    fill(root, leave=first + 8192)  # the first object fits (tmpfs pages), the second does not
-    done = run_job(disk)
-    left = files_under(root)
-    (root / "filler.bin").unlink()
+    filler = fill(root, leave=first + 8192)  # the first object fits (tmpfs pages), the second does not
+    try:
+        done = run_job(disk)
+        left = files_under(root)
+    finally:
+        filler.unlink()
     if done.status is Status.succeeded:
         pytest.fail(f"both artifacts fitted ({[a.bytes for a in done.artifacts]}); the fault did not hit")
     assert done.error is not None and done.error.code is ErrorCode.upload_failed
