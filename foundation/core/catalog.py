@@ -297,6 +297,9 @@ class TwoStageSpec(BaseModel):
     # LoRA weight file in the weights (``load_lora_weights(weight_name=...)``); None: the checkpoint is distilled.
     distilled_lora: str | None
     lora_scale: Annotated[float, Field(gt=0, le=2)] = 1.0
+    # The LoRA's rank, which the memory plan and the simulation size it by (they have no file): LTX-2.0's
+    # ltx-2-19b-distilled-lora-384 is 384, LTX-2.5's ltx-2.5-22b-distilled-lora-450 450.
+    lora_rank: Annotated[int, Field(ge=1, le=4096)] = 384
     refine_sigmas: Annotated[list[Annotated[float, Field(gt=0, le=1)]], Field(min_length=1)]
     # The distilled stage 1's step: euler, or ltx-core's ancestral Euler at eta 1 (``EulerAncestralDiffusionStep``),
     # which ``distilled.py`` runs from LTX-2.5 on. The refinement is always plain Euler, as upstream's.
@@ -381,6 +384,10 @@ class ModelSpec(BaseModel):
     # LTX-2 only: the subfolder of the weights holding an ``LTX2VideoDiffusionDecoderModel`` (LTX-2.5's diffusion
     # video decoder), which decodes the video in place of the VAE's convolutional decoder (the VAE still encodes).
     diffusion_decoder: str | None = None
+    # LTX-2 only: the subfolder of the weights holding the denoising transformer when it is not the one
+    # ``model_index.json`` names (LTX-2.5-Diffusers' full model in ``transformer_full/``; ``transformer/`` is the
+    # distilled one): loaded from there in its place, and the other is never pulled.
+    transformer: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] | None = None
     # A super-resolution stage after denoising (HunyuanVideo 1.5's upstream default: a separate step-distilled SR
     # transformer and upsampler, 480p -> 720p, 720p -> 1080p). No adapter implements one, and diffusers 0.42.1 has
     # no HunyuanVideo 1.5 SR pipeline or component: only false is accepted until one does (docs/gpu.md).
@@ -419,6 +426,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("two_stage needs stride 64: stage 1 runs at half the size, on LTX-2's 32 stride")
         if self.diffusion_decoder is not None and self.family != "ltx2":
             raise ValueError(f"diffusion_decoder is LTX-2.5's video decoder; family {self.family!r} has none")
+        if self.transformer is not None and self.family != "ltx2":
+            raise ValueError(f"transformer: family {self.family!r} loads its transformer from model_index.json only")
         for mode_name, mode in self.modes.items():
             for name, variant in mode.variants.items():
                 where = f"{mode_name}.variants.{name}"

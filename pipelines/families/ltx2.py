@@ -245,6 +245,20 @@ class LTX2TextToVideo(DiffusersAdapter):
         return distilled_lora
 
     @classmethod
+    def replaced_components(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:
+        """The transformer from the entry's own subfolder (LTX-2.5's full model in ``transformer_full/``, beside
+        the distilled ``transformer/`` that ``model_index.json`` names), as diffusers' LTX-2.5 docs load it."""
+        if spec.transformer is None:
+            return {}
+        from diffusers import LTX2VideoTransformer3DModel
+
+        dtype = weights.dtypes.get("transformer", weights.dtypes["default"])
+        transformer = LTX2VideoTransformer3DModel.from_pretrained(
+            weights.path, subfolder=spec.transformer, dtype=dtype, **weights.pinned
+        )
+        return {"transformer": transformer}
+
+    @classmethod
     def extra_parts(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:
         """The two-stage recipe's x2 latent upsampler and LTX-2.5's diffusion video decoder, each from its subfolder
         of the checkpoint."""

@@ -124,8 +124,9 @@ ENCODE_GB = {
     "Qwen2_5_VLTextModel": 0.45,
     "T5EncoderModel": 0.05,
     "Gemma3ForConditionalGeneration": 6.0,
-    # LTX-2.5's Gemma-4 12B, one prompt (its only recipe is unguided): 1.69 GB simulated.
-    "Gemma4UnifiedForConditionalGeneration": 1.8,
+    # LTX-2.5's Gemma-4 12B with CFG (the prompt and the negative one): 4.14 GB simulated (ltx-2.5-dev); ltx-2.5's
+    # unguided encode, one prompt, is 1.69 GB, under this bound and never its plan's peak phase.
+    "Gemma4UnifiedForConditionalGeneration": 4.2,
 }
 # LTX-2.5's diffusion video decoder (``LTX2VideoDiffusionDecoderModel``), calibrated by the simulation of its decode
 # under fake tensors with NATTEN's tensors (``pipelines.simulation.simulate.NattenShapedAttention``) at 768x576 x 121
@@ -136,7 +137,6 @@ ENCODE_GB = {
 DIFFUSION_TILE = (80, 768, 768)  # frames, height, width: the class's tiled-decode defaults (diffusers 0.42.1)
 DIFFUSION_WORKING = 12.6
 DIFFUSION_VIDEO_COPIES = 1.75
-LORA_RANK = 384  # ltx-2-19b-distilled-lora-384
 
 
 def arch_dir() -> Path:
@@ -230,9 +230,10 @@ def load_components(spec: ModelSpec, profile: RuntimeProfile, root: Path | None 
         if name == "prompt_llm" and not wanted:
             continue
         dtype = profile.dtypes.get(name, spec.dtype)
-        lora = name == "transformer" and spec.two_stage is not None
+        recipe = spec.two_stage
+        lora = recipe.lora_rank if name == "transformer" and recipe and recipe.distilled_lora is not None else 0
         fp8 = profile.fp8 if name in DENOISE else "none"  # pipelines.runtime.profile.apply_fp8 casts the denoisers only
-        out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora=lora, fp8=fp8))
+        out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora_rank=lora, fp8=fp8))
     return out
 
 
@@ -270,8 +271,10 @@ def _fp32_kept(module: torch.nn.Module, dtype: str, library: str) -> tuple[str, 
 
 
 @functools.lru_cache(maxsize=64)
-def _measure(name: str, text: str, dtype: str, *, lora: bool, fp8: str = "none") -> Component:
+def _measure(name: str, text: str, dtype: str, *, lora_rank: int = 0, fp8: str = "none") -> Component:
     """Build the component on the meta device and count it (cached: models share components).
+
+    ``lora_rank``: the two-stage recipe's distilled LoRA on the transformer, at this rank (0: none).
 
     ``fp8``: the profile's FP8 on this component. ``storage`` applies diffusers' own layerwise casting to the
     meta module, so exactly the layers it casts (not norms, embeddings, patch embeddings or float32-kept
@@ -313,9 +316,9 @@ def _measure(name: str, text: str, dtype: str, *, lora: bool, fp8: str = "none")
         ),
         default=0,
     )
-    if lora:  # the distilled LoRA, rank 384 on every Linear of the blocks (an upper bound on its targets)
+    if lora_rank:  # the distilled LoRA on every Linear of the blocks (an upper bound on its targets)
         extra = sum(
-            LORA_RANK * (m.in_features + m.out_features)
+            lora_rank * (m.in_features + m.out_features)
             for n, m in module.named_modules()
             if isinstance(m, torch.nn.Linear) and "transformer_blocks" in n
         )

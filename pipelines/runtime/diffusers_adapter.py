@@ -113,7 +113,8 @@ class DiffusersAdapter(Adapter):
         quiet_progress_bars()
         model_profile = runtime_profile(spec, runtime)
         weights = Weights.of(spec, runtime, model_profile, dtype)
-        pipe = pipeline.from_pretrained(weights.path, dtype=weights.dtypes, **weights.pinned)
+        replaced = cls.replaced_components(spec, weights)
+        pipe = pipeline.from_pretrained(weights.path, dtype=weights.dtypes, **weights.pinned, **replaced)
         return cls.assemble(
             spec,
             runtime,
@@ -165,6 +166,12 @@ class DiffusersAdapter(Adapter):
     def lora_source(cls, spec: ModelSpec, runtime: ModelRuntimeSettings, weights: Weights) -> lora.LoraSource | None:
         """What puts the LoRAs on the pipeline at load, switched off: every variant's file by default."""
         return lora.variant_lora_files(spec, runtime)
+
+    @classmethod
+    def replaced_components(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:
+        """Components read from elsewhere than the folder ``model_index.json`` names, handed to ``from_pretrained``
+        in their place (it then reads nothing of theirs)."""
+        return {}
 
     @classmethod
     def extra_parts(cls, spec: ModelSpec, weights: Weights) -> dict[str, Any]:

@@ -8,15 +8,19 @@ What a model loads (``needed``):
   ``*.safetensors`` shards and their index). Never the dtype variants (``*.fp16.safetensors``: the adapters
   load no ``variant=``), pickled weights (``*.bin``, ``*.pth``) or the single-file checkpoints some repos keep
   at their root beside the diffusers layout (LTX-2's ``ltx-2-19b-*.safetensors``), which are tens of GB;
-- LTX-2's two-stage recipe: its latent upsampler folder and the distilled LoRA file of the same repo;
+- LTX-2's two-stage recipe: its latent upsampler folder and the distilled LoRA file of the same repo; LTX-2.5's
+  diffusion decoder folder; an entry's own transformer folder in place of the index's (``ModelSpec.transformer``:
+  ltx-2.5-dev's ``transformer_full/``, never the distilled ``transformer/`` beside it);
 - each variant LoRA file (``lora.weights`` at ``lora.revision``);
 - a ``chat_llm`` prompt extender's repo (``prompt_extend.llm`` at ``llm_revision``).
 
 Each repo lands in ``<models.weights_dir>/<hub id>`` (where ``pipelines.runtime.registry.resolve_weights``
 looks first) with a manifest, ``genworker-weights.json``: the commit, and every file's size, its sha256 and
-the git blob sha1 the hub lists for a non-LFS file. A file's sha256 is the one its source states (the hub's LFS
-hash, a mirror blob's name) or, where the source names none (a mirror copied with its links dereferenced, a
-non-LFS file), computed from the source's bytes: a manifest never lacks one, so ``verify`` always hashes.
+the git blob sha1 the hub lists for a non-LFS file (an earlier pull of the same commit by another entry keeps
+its files there: two entries may load different parts of one repo). A file's sha256 is the one its source states
+(the hub's LFS hash, a mirror blob's name) or, where the source names none (a mirror copied with its links
+dereferenced, a non-LFS file), computed from the source's bytes: a manifest never lacks one, so ``verify`` always
+hashes.
 ``verify`` holds the directory to that manifest and to what the model needs; the worker holds it to the
 catalog's pin at every load (``pin_problems``). The source is the hub, or a local mirror laid out like the hub
 cache (``--from-cache``: an operator's shared cache, and how the tests run offline). A mirror file already in
@@ -26,6 +30,7 @@ folder is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -63,13 +68,15 @@ class _Hasher(Protocol):
 @dataclass(frozen=True)
 class RepoFiles:
     """One hub repo at one revision, and the files of it a model loads (``fnmatch`` patterns, as the hub
-    client filters them). ``components_from_index``: the folders ``model_index.json`` names load too."""
+    client filters them). ``components_from_index``: the folders ``model_index.json`` names load too, except
+    ``replaced`` ones (read from another folder: ``ModelSpec.transformer``)."""
 
     repo: str
     revision: str | None
     allow: tuple[str, ...]
     ignore: tuple[str, ...] = _NEVER
     components_from_index: bool = False
+    replaced: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,11 @@ def needed(spec: ModelSpec) -> list[RepoFiles]:
             main.append(spec.two_stage.distilled_lora)
     if spec.diffusion_decoder is not None:  # read by the adapter, not by the pipeline (pipelines/families/ltx2.py)
         main += [f"{spec.diffusion_decoder}/{pattern}" for pattern in _COMPONENT_FILES]
-    repos = [RepoFiles(spec.weights, spec.revision, tuple(main), components_from_index=True)]
+    replaced: tuple[str, ...] = ()
+    if spec.transformer is not None:  # LTX-2.5's full model: its folder in place of the index's transformer/
+        main += [f"{spec.transformer}/{pattern}" for pattern in _COMPONENT_FILES]
+        replaced = ("transformer",)
+    repos = [RepoFiles(spec.weights, spec.revision, tuple(main), components_from_index=True, replaced=replaced)]
     for mode in spec.modes.values():
         for variant in mode.variants.values():
             lora = variant.lora
@@ -116,21 +127,22 @@ def _merged(repos: list[RepoFiles]) -> list[RepoFiles]:
             by_key[key] = repo
         else:
             allow = old.allow + tuple(p for p in repo.allow if p not in old.allow)
-            by_key[key] = RepoFiles(repo.repo, repo.revision, allow, old.ignore, old.components_from_index)
+            by_key[key] = dataclasses.replace(old, allow=allow)
     return list(by_key.values())
 
 
 def selected(wanted: RepoFiles, paths: Iterable[str], model_index: dict[str, object] | None) -> list[str]:
     """The paths of ``wanted`` among ``paths`` (the repo's listing at its revision)."""
     allow = list(wanted.allow)
-    if wanted.components_from_index and model_index is not None:
-        for name, value in model_index.items():
-            if not name.startswith("_") and isinstance(value, list) and value and value[0] is not None:
-                allow += [f"{name}/{pattern}" for pattern in _COMPONENT_FILES]
+    for name in _index_components(wanted, model_index):
+        allow += [f"{name}/{pattern}" for pattern in _COMPONENT_FILES]
+    # A file named outright is always wanted: ``ignore`` filters what the wildcards match (a dtype variant
+    # ``model.fp16.safetensors``), not a name such as ``ltx-2.5-22b-distilled-lora-450-bf16.safetensors``.
     return sorted(
         path
         for path in paths
-        if any(fnmatch.fnmatch(path, p) for p in allow) and not any(fnmatch.fnmatch(path, p) for p in wanted.ignore)
+        if path in wanted.allow
+        or (any(fnmatch.fnmatch(path, p) for p in allow) and not any(fnmatch.fnmatch(path, p) for p in wanted.ignore))
     )
 
 
@@ -153,12 +165,27 @@ def pull(
         manifest = {
             "repo": wanted.repo,
             "revision": source.commit,
-            "files": {f.path: {"size": f.size, "sha256": f.sha256, "git_sha1": f.git_sha1} for f in files},
+            "files": {
+                **_earlier_files(folder, source.commit),
+                **{f.path: {"size": f.size, "sha256": f.sha256, "git_sha1": f.git_sha1} for f in files},
+            },
         }
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         progress(f"{wanted.repo}@{source.commit}: {len(files)} files, {sum(f.size for f in files) / 1e9:.2f} GB")
         folders.append(folder)
     return folders
+
+
+def _earlier_files(folder: Path, commit: str) -> dict[str, object]:
+    """The files an earlier pull of the same commit put in ``folder`` (another entry of the same repo: ltx-2.5 and
+    ltx-2.5-dev load different transformers of one repo), kept in its manifest beside this pull's; a pull of
+    another commit keeps none."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return {}
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    files: dict[str, object] = earlier.get("files", {})
+    return files if earlier.get("revision") == commit else {}
 
 
 class _CacheMirror:
@@ -338,13 +365,22 @@ def pin_problems(folder: Path, revision: str | None) -> list[str]:
 def _required(wanted: RepoFiles, model_index: dict[str, object] | None) -> list[str]:
     """Patterns that must each match a pulled file: named files, and every component's config."""
     named = [p for p in wanted.allow if not any(ch in p for ch in "*?[")]
-    if wanted.components_from_index and model_index is not None:
-        named += [
-            f"{name}/*.json"
-            for name, value in model_index.items()
-            if not name.startswith("_") and isinstance(value, list) and value and value[0] is not None
-        ]
-    return named
+    return named + [f"{name}/*.json" for name in _index_components(wanted, model_index)]
+
+
+def _index_components(wanted: RepoFiles, model_index: dict[str, object] | None) -> list[str]:
+    """The component folders of ``model_index.json`` that ``wanted`` loads (none without an index)."""
+    if not wanted.components_from_index or model_index is None:
+        return []
+    return [
+        name
+        for name, value in model_index.items()
+        if not name.startswith("_")
+        and isinstance(value, list)
+        and value
+        and value[0] is not None
+        and name not in wanted.replaced
+    ]
 
 
 def _check(folder: Path, files: list[SourceFile], *, quick: bool, progress: Progress) -> Iterator[str]:

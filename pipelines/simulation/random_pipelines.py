@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from foundation.settings.models import ModelRuntimeSettings
-from pipelines.planning.memory_plan import LORA_RANK
 from pipelines.planning.random_weights import add_random_lora, arch_entries, build_random, shrink
 from pipelines.runtime.lora import lora_adapter_name
 from pipelines.runtime.profile import quiet_progress_bars, runtime_profile
@@ -127,7 +126,7 @@ def _assemble(
         if spec.two_stage is not None:
             extra = {"latent_upsampler": parts["latent_upsampler"]}
             if spec.two_stage.distilled_lora is not None:  # the distilled LoRA at its published rank, not its file
-                lora = _random_lora(LORA_ADAPTER, LORA_RANK, fake=fake)
+                lora = _random_lora(LORA_ADAPTER, spec.two_stage.lora_rank, fake=fake)
         if spec.diffusion_decoder is not None:
             extra["diffusion_decoder"] = parts["diffusion_decoder"]
         adapter = LTX2TextToVideo.assemble(

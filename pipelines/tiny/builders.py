@@ -35,7 +35,8 @@ __all__ = ["BUILDER_VERSION", "MARKER", "TINY_MODELS", "build_all", "is_built"]
 # 3: tiny-wan-i2v-a14b ships one LoRA per expert; 4: tiny-wan-i2v ships a LoRA; 5: tiny-wan-a14b (two experts);
 # 6: tiny-ltx2 ships LTX-2's own scheduler config (dynamic shift).
 # 7: tiny-ltx2 ships a diffusion video decoder (LTX-2.5's, ``diffusion_decoder/``).
-BUILDER_VERSION = 7
+# 8: tiny-ltx2 ships a second transformer (LTX-2.5's full model beside the distilled one, ``transformer_full/``).
+BUILDER_VERSION = 8
 MARKER = "genworker-tiny-build.json"
 TINY_MODELS: tuple[str, ...] = (*WAN_BUILDERS, "tiny-ltx2", "tiny-chat-llm")  # Wan text-to-video: pipelines/tiny/wan.py
 TINY_MODELS += tuple(I2V_BUILDERS)  # image-to-video layouts (pipelines/tiny/i2v.py)
@@ -331,6 +332,7 @@ def _build_ltx2(out: Path) -> None:
         processor=processor,
     )
     pipe.save_pretrained(out)
+    _ltx2_full_transformer(out, transformer)
     _ltx2_two_stage_parts(out, transformer, latent_channels=vae.config.latent_channels)
     _ltx2_diffusion_decoder(out, latent_channels=vae.config.latent_channels)
 
@@ -359,6 +361,13 @@ def _ltx2_two_stage_parts(out: Path, transformer: Any, *, latent_channels: int) 
     LTX2Pipeline.save_lora_weights(
         out, transformer_lora_layers=get_peft_model_state_dict(transformer), weight_name=TINY_LTX2_LORA
     )
+
+
+def _ltx2_full_transformer(out: Path, transformer: Any) -> None:
+    """LTX-2.5-Diffusers' layout: the full model in ``transformer_full/`` beside the distilled ``transformer/`` that
+    ``model_index.json`` names. Same architecture, other random weights, so a test tells which one ran."""
+    seeded(19)
+    type(transformer).from_config(transformer.config).save_pretrained(out / "transformer_full")
 
 
 def _ltx2_diffusion_decoder(out: Path, *, latent_channels: int) -> None:

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from foundation.core.media import Media
 from pipelines.runtime.resume import DenoiseCheckpoint
+
+if TYPE_CHECKING:
+    from foundation.core.catalog import Catalog
+    from pipelines.families.ltx2 import LTX2TextToVideo
+    from pipelines.runtime.cache import ModelCache
+
+
+def ltx2_adapter(model_cache: ModelCache, catalog: Catalog, model: str) -> LTX2TextToVideo:
+    """The session's loaded LTX-2 adapter of ``model`` (one load per test session)."""
+    from pipelines.families.ltx2 import LTX2TextToVideo
+
+    adapter = model_cache.get(catalog.models[model])
+    assert isinstance(adapter, LTX2TextToVideo)
+    return adapter
 
 
 def frames_of(media: Media) -> np.ndarray:

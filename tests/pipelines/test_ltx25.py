@@ -4,6 +4,7 @@ Real diffusers classes throughout."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,16 +17,14 @@ from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
 from pipelines.runtime.weights import needed
 from tests.pipelines.conftest import MakeJob
-from tests.pipelines.helpers import StepLog, frames_of
+from tests.pipelines.helpers import StepLog, frames_of, ltx2_adapter
 
 MODEL = "tiny-ltx2.5"
 
 
 @pytest.fixture(scope="module")
 def ltx25(model_cache: ModelCache, catalog: Catalog) -> LTX2TextToVideo:
-    adapter = model_cache.get(catalog.models[MODEL])
-    assert isinstance(adapter, LTX2TextToVideo)
-    return adapter
+    return ltx2_adapter(model_cache, catalog, MODEL)
 
 
 def test_the_ancestral_step_lands_on_the_next_sigmas_marginal() -> None:
@@ -153,3 +152,74 @@ def test_a_pull_fetches_the_diffusion_decoder_and_no_lora(catalog: Catalog) -> N
     assert "diffusion_decoder/*.safetensors" in repo.allow
     assert "latent_upsampler/*.safetensors" in repo.allow
     assert not any(name.endswith(".safetensors") and "/" not in name for name in repo.allow)  # no LoRA file
+
+
+DEV = "tiny-ltx2.5-dev"
+
+
+@pytest.fixture(scope="module")
+def ltx25_dev(model_cache: ModelCache, catalog: Catalog) -> LTX2TextToVideo:
+    return ltx2_adapter(model_cache, catalog, DEV)
+
+
+def _first_weight(folder: Path) -> tuple[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / "diffusion_pytorch_model.safetensors"))
+    name = sorted(n for n in tensors if n.endswith("attn1.to_q.weight"))[0]
+    return name, tensors[name]
+
+
+def test_the_dev_entry_loads_the_full_transformer_in_place_of_the_distilled_one(
+    ltx25_dev: LTX2TextToVideo, tiny_models_dir: Path
+) -> None:
+    """tiny-ltx2 holds two transformers, as LTX-2.5-Diffusers: ``transformer/`` (what model_index.json names, the
+    distilled one) and ``transformer_full/``. The dev entry runs the second, with the distilled LoRA on it."""
+    full_name, full = _first_weight(tiny_models_dir / "tiny-ltx2" / "transformer_full")
+    _, distilled = _first_weight(tiny_models_dir / "tiny-ltx2" / "transformer")
+    assert not torch.equal(full, distilled)
+    loaded = dict(ltx25_dev.pipe.transformer.named_parameters())
+    base = next(v for k, v in loaded.items() if k.startswith(full_name.removesuffix(".weight")) and "base_layer" in k)
+    assert torch.equal(base.detach().cpu(), full)
+    assert set(ltx25_dev.pipe.get_list_adapters()["transformer"]) == {"distilled"}
+
+
+def test_the_dev_entry_guides_stage_1_and_refines_with_the_lora(ltx25_dev: LTX2TextToVideo, make_job: MakeJob) -> None:
+    """Upstream's TI2VidTwoStagesPipeline: stage 1 at half size with CFG (one batched pass of the prompt and the
+    negative prompt per step) and the LoRA off, plain Euler; the refinement at full size with the LoRA on and no
+    guidance; the diffusion decoder decodes."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    job = make_job(DEV, resolution="144p", ratio="16:9", duration_seconds=1)
+    transformer = ltx25_dev.pipe.transformer
+    lora_layer = next(m for m in transformer.modules() if isinstance(m, BaseTunerLayer))
+    calls: list[tuple[int, int, bool, str]] = []
+
+    def record(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        scheduler = type(ltx25_dev.pipe.scheduler).__name__
+        states = kwargs["hidden_states"]
+        calls.append((int(states.shape[0]), int(states.shape[1]), not lora_layer.disable_adapters, scheduler))
+
+    handle = transformer.register_forward_pre_hook(record, with_kwargs=True)
+    decoded: list[int] = []
+    decoder_hook = ltx25_dev.video_decoder.decoder.register_forward_pre_hook(lambda *a: decoded.append(1))
+    try:
+        media = generate(ltx25_dev, job, StepLog())
+    finally:
+        handle.remove()
+        decoder_hook.remove()
+    s = ltx25_dev.pipe.vae_spatial_compression_ratio
+    half = (job.gen_width // 2 // s) * (job.gen_height // 2 // s) * ((job.num_frames - 1) // 8 + 1)
+    euler = "FlowMatchEulerDiscreteScheduler"
+    assert calls == [(2, half, False, euler)] * job.steps + [(1, 4 * half, True, euler)] * 3
+    assert decoded == [1]
+    assert frames_of(media).shape == (job.num_frames, job.gen_height, job.gen_width, 3)
+    assert media.audio is not None
+
+
+def test_a_dev_pull_fetches_the_full_transformer_and_its_lora_not_the_distilled_one(catalog: Catalog) -> None:
+    (repo,) = needed(catalog.models["ltx-2.5-dev"])
+    assert repo.repo == "Lightricks/LTX-2.5-Diffusers"
+    assert "transformer_full/*.safetensors" in repo.allow
+    assert "ltx-2.5-22b-distilled-lora-450-bf16.safetensors" in repo.allow
+    assert repo.replaced == ("transformer",)

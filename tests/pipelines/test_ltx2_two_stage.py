@@ -15,16 +15,14 @@ from pipelines.families.ltx2 import LTX2TextToVideo
 from pipelines.runtime.adapter import generate
 from pipelines.runtime.cache import ModelCache
 from tests.pipelines.conftest import MakeJob
-from tests.pipelines.helpers import StepLog, frames_of
+from tests.pipelines.helpers import StepLog, frames_of, ltx2_adapter
 
 MODEL = "tiny-ltx2-two-stage"
 
 
 @pytest.fixture(scope="module")
 def ltx(model_cache: ModelCache, catalog: Catalog) -> LTX2TextToVideo:
-    adapter = model_cache.get(catalog.models[MODEL])
-    assert isinstance(adapter, LTX2TextToVideo)
-    return adapter
+    return ltx2_adapter(model_cache, catalog, MODEL)
 
 
 class _Passes:

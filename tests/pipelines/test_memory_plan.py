@@ -127,7 +127,7 @@ def test_the_fp8_storage_count_equals_the_bytes_of_a_cast_tiny_model(tiny_runtim
     folder = Path(tiny_runtime.tiny_models_dir) / "tiny-wan" / "transformer"
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     entry = {"library": "diffusers", "class": "WanTransformer3DModel", "config": config}
-    counted = _measure("transformer", json.dumps(entry), "bfloat16", lora=False, fp8="storage")
+    counted = _measure("transformer", json.dumps(entry), "bfloat16", fp8="storage")
     real = WanTransformer3DModel.from_pretrained(folder, torch_dtype=torch.bfloat16)
     plain = module_bytes(real)
     apply_fp8([real], "storage", "cpu")
@@ -270,7 +270,7 @@ def test_the_decode_rule_follows_the_vae_class_for_the_generic_family(catalog: C
     assert 0 < module_gb(sky, sky.runtime, comps, 121) < long / 10  # one 256x256 tile instead of 1280x720
     hy = catalog.models["hunyuanvideo-1.5-720p"]
     entry = {"library": "diffusers", "class": "AutoencoderKLHunyuanVideo15", "source": "-", "config": {}}
-    vae = _measure("vae", json.dumps(entry), "bfloat16", lora=False)  # diffusers 0.42.1 class defaults
+    vae = _measure("vae", json.dumps(entry), "bfloat16")  # diffusers 0.42.1 class defaults
     assert vae.dims["c_last"] == 128 and vae.dims["spatial"] == 16
     one = {"vae": vae}
     full = module_gb(hy, hy.runtime, one, 121)
@@ -290,12 +290,12 @@ def test_hunyuanvideo_15_transformer_matches_its_published_size() -> None:
         "source": "-",
         "config": {"target_size": 960, "task_type": "t2v"},
     }
-    transformer = _measure("transformer", json.dumps(entry), "bfloat16", lora=False)
+    transformer = _measure("transformer", json.dumps(entry), "bfloat16")
     assert transformer.params / 1e9 == pytest.approx(8.3, rel=0.01)
     folder = Path(__file__).resolve().parents[2] / "configs" / "arch" / "hunyuanvideo-1.5-720p"
-    text = _measure("text_encoder", (folder / "text_encoder.json").read_text(), "bfloat16", lora=False)
+    text = _measure("text_encoder", (folder / "text_encoder.json").read_text(), "bfloat16")
     assert text.params == pytest.approx(7.61e9 - 152064 * 3584, rel=0.01)
-    byt5 = _measure("text_encoder_2", (folder / "text_encoder_2.json").read_text(), "bfloat16", lora=False)
+    byt5 = _measure("text_encoder_2", (folder / "text_encoder_2.json").read_text(), "bfloat16")
     assert byt5.params / 1e9 == pytest.approx(0.22, rel=0.05)
 
 
@@ -343,3 +343,22 @@ def test_the_summary_names_the_offload_to_run_each_model_with_per_gpu_class() ->
     assert "| `wan2.1-t2v-1.3b` | bfloat16, vae float32, offload none | model (override) | none | none | none |" in (
         out.output
     )
+
+
+def test_the_plan_counts_a_distilled_lora_at_its_rank_and_none_for_a_distilled_checkpoint(catalog: Catalog) -> None:
+    """ltx-2.5 runs a distilled checkpoint and loads no LoRA; ltx-2.5-dev loads LTX-2.5's rank-450 LoRA on a
+    transformer of the same shape; the LoRA's parameters grow with its rank (every block Linear: rank x (in + out))."""
+
+    def transformer(spec: ModelSpec) -> Component:
+        components = load_components(spec, spec.runtime)
+        assert components is not None
+        return next(c for c in components if c.name == "transformer")
+
+    distilled, dev = catalog.models["ltx-2.5"], catalog.models["ltx-2.5-dev"]
+    assert dev.two_stage is not None and dev.two_stage.lora_rank == 450
+    plain, with_lora = transformer(distilled), transformer(dev)
+    assert plain.lora_params == 0 and plain.params == with_lora.params
+    assert with_lora.lora_params > 0 and with_lora.lora_params % 450 == 0
+    at_384 = dev.model_copy(update={"two_stage": dev.two_stage.model_copy(update={"lora_rank": 384})})
+    assert transformer(at_384).lora_params * 450 == with_lora.lora_params * 384
+    assert with_lora.weight_bytes - plain.weight_bytes == with_lora.lora_params * 2  # bf16

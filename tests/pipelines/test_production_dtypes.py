@@ -28,6 +28,7 @@ FAMILIES = [
     ("tiny-wan-i2v", "wan2.1-i2v-14b-480p", ["image_to_video"]),
     ("tiny-ltx2", "ltx-2", ["image_to_video", "text_to_video"]),
     ("tiny-ltx2.5", "ltx-2.5", ["image_to_video", "text_to_video"]),  # and its diffusion decoder, held beside
+    ("tiny-ltx2.5-dev", "ltx-2.5-dev", ["image_to_video", "text_to_video"]),  # its transformer from transformer_full/
     ("tiny-hunyuan15", "hunyuanvideo-1.5-480p", ["text_to_video"]),
     ("tiny-hunyuan15-i2v", "hunyuanvideo-1.5-i2v-480p", ["image_to_video"]),
 ]

@@ -351,3 +351,42 @@ def test_a_half_copied_folder_is_refused_at_load(catalog: Catalog, mirror: Path,
     (weights / "Wan-AI/Wan2.1-T2V-14B-Diffusers/vae/diffusion_pytorch_model.safetensors").unlink()
     with pytest.raises(ModelLoadError, match=r"vae/diffusion_pytorch_model\.safetensors: missing"):
         load_adapter(_wan(catalog), ModelRuntimeSettings(device="cpu", weights_dir=str(weights)))
+
+
+LTX25_COMMIT = "5" * 40
+LTX25_REPO = {
+    "model_index.json": json.dumps(
+        {"_class_name": "LTX2Pipeline", "transformer": ["diffusers", "X"], "vae": ["diffusers", "Y"]}
+    ).encode(),
+    "transformer/config.json": b"{}",
+    "transformer/diffusion_pytorch_model.safetensors": b"distilled-dit" * 64,
+    "transformer_full/config.json": b"{}",
+    "transformer_full/diffusion_pytorch_model.safetensors": b"full-dit" * 64,
+    "vae/config.json": b"{}",
+    "vae/diffusion_pytorch_model.safetensors": b"vae" * 64,
+    "latent_upsampler/config.json": b"{}",
+    "latent_upsampler/diffusion_pytorch_model.safetensors": b"up" * 64,
+    "diffusion_decoder/config.json": b"{}",
+    "diffusion_decoder/diffusion_pytorch_model.safetensors": b"decoder" * 64,
+    "ltx-2.5-22b-distilled-lora-450-bf16.safetensors": b"lora-450" * 64,
+}
+
+
+def test_two_entries_of_one_repo_pull_their_own_transformers_and_both_verify(
+    catalog: Catalog, mirror: Path, tmp_path: Path
+) -> None:
+    """ltx-2.5-dev loads the full model of LTX-2.5-Diffusers (``transformer_full/``) in place of the distilled one the
+    index names: a pull of it never fetches ``transformer/`` (44 GB it would not read). Pulled beside ltx-2.5 (the
+    distilled one, no LoRA), each keeps what the other pulled in the manifest: both verify."""
+    mirror_repo(mirror, "Lightricks/LTX-2.5-Diffusers", LTX25_REPO, LTX25_COMMIT)
+    dev, distilled = catalog.models["ltx-2.5-dev"], catalog.models["ltx-2.5"]
+    only_dev = tmp_path / "only-dev"
+    (folder,) = pull(dev, only_dev, from_cache=mirror, progress=lambda line: None)
+    assert set(_pulled(folder)) == {p for p in LTX25_REPO if not p.startswith("transformer/")}
+    assert verify(dev, only_dev) == []
+
+    both = tmp_path / "both"
+    pull(distilled, both, from_cache=mirror, progress=lambda line: None)
+    pull(dev, both, from_cache=mirror, progress=lambda line: None)
+    assert verify(distilled, both) == [] and verify(dev, both) == []
+    assert set(_pulled(both / "Lightricks/LTX-2.5-Diffusers")) == set(LTX25_REPO)
