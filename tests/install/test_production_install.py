@@ -59,6 +59,7 @@ JOBS: list[dict[str, Any]] = [
     {"model": "tiny-ltx2", "variant": "fast", "image": IMAGE},  # diffusers re-encodes the image with PyAV
     {"model": "tiny-ltx2-two-stage", "variant": "fast"},  # latent upsampler + distilled LoRA
     {"model": "tiny-ltx2.5", "variant": "standard", "image": IMAGE},  # ancestral stage 1, the diffusion decoder
+    {"model": "tiny-ltx2.5-dev", "variant": "standard"},  # its transformer from transformer_full/, CFG + LoRA
     {"model": "tiny-hunyuan15", "variant": "fast"},  # the generic diffusers adapter
     {"model": "tiny-hunyuan15-i2v", "variant": "fast", "image": IMAGE},  # generic image_to_video: SigLIP
     {"model": "tiny-skyreels-v2", "variant": "fast"},  # generic, with FP8 storage (below)
