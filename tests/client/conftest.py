@@ -117,6 +117,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_models_dir: Path) -> I
                     "poll_first_window_s": RETRY_AFTER_WINDOW_S,
                     "poll_min_s": RETRY_AFTER_LATE_S,
                     "poll_max_s": RETRY_AFTER_LATE_S,
+                    # A 0 s hint has an SDK poll back to back for RETRY_AFTER_WINDOW_S: hundreds of requests, past
+                    # the default budget (60 in 3 s), so the next example's first request was refused 429 whenever
+                    # the job outlasted a few polls (a loaded machine). A budget those hints cannot spend.
+                    "rate_limit_burst": 100_000,
+                    "rate_limit_per_s": 100_000.0,
                     # NEVER_RUNS_MODEL must be accepted: embedded mode refuses unhosted models by default.
                     "unhosted_models": "accept",
                     # The quickstart's image server (section 5b), as the page starts the service.
