@@ -224,14 +224,15 @@ def load_components(spec: ModelSpec, profile: RuntimeProfile, root: Path | None 
     if not files:
         return None
     wanted = spec.prompt_extend is not None and spec.prompt_extend.method == "chat_llm"
+    recipe = spec.two_stage
+    lora_rank = recipe.lora_rank if recipe is not None and recipe.distilled_lora is not None else 0
     out = []
     for path in files:
         name = path.stem
         if name == "prompt_llm" and not wanted:
             continue
         dtype = profile.dtypes.get(name, spec.dtype)
-        recipe = spec.two_stage
-        lora = recipe.lora_rank if name == "transformer" and recipe and recipe.distilled_lora is not None else 0
+        lora = lora_rank if name == "transformer" else 0
         fp8 = profile.fp8 if name in DENOISE else "none"  # pipelines.runtime.profile.apply_fp8 casts the denoisers only
         out.append(_measure(name, path.read_text(encoding="utf-8"), dtype, lora_rank=lora, fp8=fp8))
     return out

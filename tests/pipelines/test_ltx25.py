@@ -45,6 +45,13 @@ def test_the_ancestral_step_lands_on_the_next_sigmas_marginal() -> None:
     assert torch.allclose(last, x0, atol=1e-5)
 
 
+def _half_size_tokens(adapter: LTX2TextToVideo, job: Any) -> int:
+    """Video tokens of stage 1 (half the job's size): the refinement sees four times as many."""
+    pipe = adapter.pipe
+    s, t = pipe.vae_spatial_compression_ratio, pipe.vae_temporal_compression_ratio
+    return (job.gen_width // 2 // s) * (job.gen_height // 2 // s) * ((job.num_frames - 1) // t + 1)
+
+
 class _Stages:
     """Per transformer forward: the video tokens it saw and the scheduler class the pipeline stepped with."""
 
@@ -70,8 +77,7 @@ def test_the_distilled_checkpoint_runs_both_stages_without_a_lora(ltx25: LTX2Tex
     assert ltx25.pipe.get_list_adapters() == {}  # nothing loaded: the checkpoint is distilled
     with _Stages(ltx25) as stages:
         media = generate(ltx25, job, StepLog())
-    s = ltx25.pipe.vae_spatial_compression_ratio
-    half = (job.gen_width // 2 // s) * (job.gen_height // 2 // s) * ((job.num_frames - 1) // 8 + 1)
+    half = _half_size_tokens(ltx25, job)
     # 8 distilled sigmas at half size stepped ancestrally, then the 3 refinement sigmas at full size, plain Euler.
     assert stages.calls == [(half, "AncestralEulerScheduler")] * 8 + [(4 * half, "FlowMatchEulerDiscreteScheduler")] * 3
     assert frames_of(media).shape == (job.num_frames, job.gen_height, job.gen_width, 3)
@@ -208,8 +214,7 @@ def test_the_dev_entry_guides_stage_1_and_refines_with_the_lora(ltx25_dev: LTX2T
     finally:
         handle.remove()
         decoder_hook.remove()
-    s = ltx25_dev.pipe.vae_spatial_compression_ratio
-    half = (job.gen_width // 2 // s) * (job.gen_height // 2 // s) * ((job.num_frames - 1) // 8 + 1)
+    half = _half_size_tokens(ltx25_dev, job)
     euler = "FlowMatchEulerDiscreteScheduler"
     assert calls == [(2, half, False, euler)] * job.steps + [(1, 4 * half, True, euler)] * 3
     assert decoded == [1]
